@@ -1,0 +1,172 @@
+"""The leaderboard's data: trials -> seed-aggregated candidates, budget bands, ranks, frontiers and
+hypervolumes. Everything the tables, plots and page show is computed here, once."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from benchmark import frontier
+from benchmark.frontier import DEFAULT_PAIRS, Objective
+from benchmark.leaderboard import describe
+from benchmark.leaderboard.bands import DEFAULT_TOLERANCE, bands
+from benchmark.leaderboard.studies import LeaderboardError, NoResults
+
+# Numeric results columns averaged over seeds (those present in a study).
+METRICS = (
+    "params_total", "params_non_embedding", "params_attention", "params_ffn",
+    "flops_per_token_train", "flops_per_token_infer", "tokens_trained", "val_loss", "val_ppl",
+    "val_ppl_int4", "int4_bytes", "tokens_per_s", "peak_mem_bytes", "wall_s", "budget",
+    "budget_distance",
+)
+KEY = ["study", "candidate"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    # The primary objectives: frontier flags, ranking (by the last one) and the first plot.
+    objectives: tuple[Objective, ...] = DEFAULT_PAIRS[0]
+    ref: tuple[float, ...] | None = None  # hypervolume reference for the primary objectives
+    tolerance: float = DEFAULT_TOLERANCE
+
+    def __post_init__(self):
+        if len(self.objectives) not in (2, 3):
+            raise LeaderboardError(f"need 2 or 3 objectives, got {len(self.objectives)}")
+        if self.ref is not None and len(self.ref) != len(self.objectives):
+            raise LeaderboardError(f"--ref has {len(self.ref)} values for {len(self.objectives)} objectives")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Board:
+    settings: Settings
+    trials: pd.DataFrame  # every trial read, any status, with `candidate` and descriptor columns
+    candidates: pd.DataFrame  # one row per (study, candidate) with a usable trial, ranked per band
+    excluded: pd.DataFrame  # trials kept off every frontier, with a `reason`
+    hypervolumes: pd.DataFrame  # objectives, study, family ('all' = whole study), points, hypervolume, reference
+    pairs: tuple[tuple[Objective, ...], ...]  # objective sets reported, primary first
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def studies(self) -> list[str]:
+        return list(dict.fromkeys(self.trials["study"]))
+
+    @property
+    def metric(self) -> Objective:
+        return self.settings.objectives[-1]
+
+
+def build(trials: pd.DataFrame, settings: Settings = Settings()) -> Board:
+    objs = settings.objectives
+    missing = [o.column for o in objs if o.column not in trials]
+    if "status" not in trials or missing:
+        raise LeaderboardError(f"results lack column(s): {', '.join(missing or ['status'])}")
+    trials, notes = _with_candidates(trials)
+    values = trials[[o.column for o in objs]].to_numpy(dtype=float)
+    usable = (trials["status"] == "ok").to_numpy() & np.isfinite(values).all(axis=1)
+    if not usable.any():
+        statuses = ", ".join(f"{n} {s}" for s, n in trials["status"].value_counts().items())
+        raise NoResults(f"no results: none of the {len(trials)} trials finished with finite "
+                        f"{' and '.join(o.column for o in objs)} ({statuses})")
+    candidates = _candidates(trials[usable], settings)
+    pairs, skipped = _pairs(candidates, objs)
+    return Board(
+        settings=settings,
+        trials=trials,
+        candidates=candidates,
+        excluded=_excluded(trials[~usable], objs),
+        hypervolumes=_hypervolumes(candidates, pairs, settings.ref),
+        pairs=pairs,
+        notes=tuple(notes + skipped),
+    )
+
+
+def _with_candidates(trials: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Adds `candidate` (canonical spec JSON: seeds of one architecture share it), `family` when
+    absent, and the descriptor columns of describe.COLUMNS."""
+    # Descriptors come from the spec; drop any same-named store columns so the join cannot clash.
+    trials = trials.drop(columns=[c for c in describe.COLUMNS if c in trials]).reset_index(drop=True)
+    if "trial_id" not in trials:
+        trials["trial_id"] = trials.index.astype(str)
+    if "spec" not in trials:
+        trials["candidate"] = trials["trial_id"].astype(str)
+        trials = trials.assign(**{c: None for c in describe.COLUMNS if c != "structure"}, structure="?")
+        return trials.assign(family=trials.get("family", "unknown")), ["no spec column: seeds are not aggregated"]
+    specs = {s: _parse(s) for s in pd.unique(trials["spec"].dropna())}  # parse each distinct spec once
+    canon = {s: json.dumps(d, sort_keys=True) if d else s for s, d in specs.items()}
+    info = pd.DataFrame.from_dict({s: describe.describe(d) for s, d in specs.items()}, orient="index")
+    trials["candidate"] = trials["spec"].map(canon).fillna(trials["trial_id"].astype(str))
+    trials = trials.join(info[list(describe.COLUMNS)], on="spec")
+    if "family" not in trials:
+        trials["family"] = trials["spec"].map({s: d.get("family", "unknown") for s, d in specs.items()})
+    trials["family"] = trials["family"].fillna("unknown")
+    return trials, []
+
+
+def _parse(spec: str) -> dict:
+    try:
+        parsed = json.loads(spec)
+    except (TypeError, ValueError):
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _candidates(ok: pd.DataFrame, settings: Settings) -> pd.DataFrame:
+    extra = [o.column for o in settings.objectives if o.column not in METRICS]
+    stats = frontier.aggregate_seeds(ok, KEY, [*METRICS, *extra])
+    first = ok.drop_duplicates(KEY)[[*KEY, "family", *describe.COLUMNS, *(["spec"] if "spec" in ok else [])]]
+    cands = first.merge(stats, on=KEY, validate="one_to_one")
+    cands["band"] = bands(cands, settings.tolerance)
+    metric = settings.objectives[-1]
+    cands["rank"] = (cands.groupby("band", dropna=False)[metric.column]
+                     .rank(method="min", ascending=not metric.maximize).astype(int))
+    cands["front"] = frontier.frontier_mask(cands, settings.objectives, by=["study"])
+    cands["family_front"] = frontier.frontier_mask(cands, settings.objectives, by=["study", "family"])
+    return cands.sort_values(["band", "rank"], kind="stable").reset_index(drop=True)
+
+
+def _excluded(bad: pd.DataFrame, objs) -> pd.DataFrame:
+    reason = bad["status"].astype(str)
+    for o in objs:
+        lacking = (bad["status"] == "ok") & ~np.isfinite(bad[o.column].to_numpy(dtype=float))
+        reason = reason.mask(lacking, f"ok, but {o.column} is not finite")
+    error = bad["error"] if "error" in bad else pd.Series("", index=bad.index)
+    cols = [c for c in ("study", "trial_id", "family", "structure", "seed") if c in bad]
+    return bad[cols].assign(reason=reason, error=error.fillna("").astype(str).str.split("\n").str[0])
+
+
+def _pairs(cands: pd.DataFrame, primary) -> tuple[tuple, list[str]]:
+    pairs, skipped = [tuple(primary)], []
+    for pair in DEFAULT_PAIRS:
+        if pair == tuple(primary):
+            continue
+        absent = [o.column for o in pair if o.column not in cands or cands[o.column].isna().all()]
+        if absent:
+            skipped.append(f"frontier {pair[0].column} vs {pair[1].column} skipped: no {', '.join(absent)}")
+        else:
+            pairs.append(pair)
+    return tuple(pairs), skipped
+
+
+def _hypervolumes(cands: pd.DataFrame, pairs, ref) -> pd.DataFrame:
+    """Per objective set: one reference point shared by every study and family (so their numbers
+    compare), then the hypervolume of each study's and each study-family's points."""
+    rows = []
+    for i, objs in enumerate(pairs):
+        cols, maximize = [o.column for o in objs], [o.maximize for o in objs]
+        sub = cands[np.isfinite(cands[cols].to_numpy(dtype=float)).all(axis=1)]
+        point = np.asarray(ref if (i == 0 and ref is not None) else
+                           frontier.reference_point(sub[cols].to_numpy(), maximize), dtype=float)
+        for study, group in sub.groupby("study", sort=False):
+            scopes = [("all", group), *group.groupby("family", sort=True)]
+            for family, part in scopes:
+                pts = part[cols].to_numpy(dtype=float)
+                rows.append({
+                    "objectives": " vs ".join(map(str, objs)), "study": study, "family": family,
+                    "points": int(frontier.non_dominated(pts, maximize).sum()),
+                    "hypervolume": frontier.hypervolume(pts, point, maximize),
+                    "reference": tuple(float(v) for v in point),
+                })
+    return pd.DataFrame(rows)

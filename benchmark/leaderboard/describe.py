@@ -1,0 +1,56 @@
+"""An architecture spec, read back from a results row, as the columns papers tabulate.
+
+Hyperloop (Zeitoun et al., Table 1) writes a looped model as `2L→4L(×3)→2L`: begin layers, middle
+layers times loops, end layers. The hourglass paper (Liao et al., Table 3) lists d_model, the FFN
+hidden width d_h (the SwiGLU width for conventional FFNs), its sub-block count K and layers L.
+"""
+
+from __future__ import annotations
+
+import json
+
+# Descriptor columns, in table order; every spec yields all of them (None where unknown).
+COLUMNS = ("structure", "d_model", "d_h", "K", "L", "depth", "loops", "streams")
+
+
+def canonical(spec_json: str) -> str:
+    """Same architecture -> same string, whatever the key order it was written with."""
+    return json.dumps(json.loads(spec_json), sort_keys=True)
+
+
+def describe(spec: dict) -> dict:
+    layers = spec.get("layers") or {}
+    begin, middle, end = (int(layers.get(k) or 0) for k in ("begin", "middle", "end"))
+    if not (begin or middle or end):
+        begin = int(layers.get("n") or 0)
+    loops = int(spec.get("loops") or 1)
+    d_model = spec.get("d_model")
+    ffn = spec.get("ffn") or {}
+    hourglass = ffn.get("kind") == "hourglass"
+    return {
+        "structure": structure(begin, middle, end, loops),
+        "d_model": d_model,
+        "d_h": _width(ffn, "d_h" if hourglass else "d_ff", "dh_ratio" if hourglass else "ratio", d_model),
+        "K": int(ffn.get("K") or 1) if hourglass else 1,
+        "L": begin + middle + end,
+        "depth": begin + middle * loops + end,
+        "loops": loops,
+        "streams": int((spec.get("hyper") or {}).get("streams") or 1),
+    }
+
+
+def structure(begin: int, middle: int, end: int, loops: int) -> str:
+    """`2L→4L(×3)→2L`; a model without a looped middle is just its layer count, `12L`."""
+    if loops == 1 or not middle:
+        return f"{begin + middle + end}L"
+    parts = [f"{begin}L" if begin else "", f"{middle}L(×{loops})", f"{end}L" if end else ""]
+    return "→".join(p for p in parts if p)
+
+
+def _width(ffn: dict, key: str, ratio_key: str, d_model) -> int | None:
+    # A resolved spec carries the width; a preset may only carry its ratio to d_model.
+    if ffn.get(key) is not None:
+        return int(ffn[key])
+    if ffn.get(ratio_key) is not None and d_model:
+        return round(float(ffn[ratio_key]) * d_model)
+    return None

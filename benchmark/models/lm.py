@@ -1,0 +1,189 @@
+"""One language model assembled from parts: token embedding, a begin block, a middle block that
+may loop, an end block, and a head. Every seed architecture is a setting of this one class:
+
+  transformer   begin only                       looped / abbie-c  middle x r, h = B(h)
+  abbie-d       middle x r, h = B(h) + h          depth             h = B(W [e; h]), h0 random
+  hyperloop     middle x r inside loop-level hyper-connections (n streams)
+  mhc / hc      hyper-connections at every sublayer over the whole stack
+  lora-looped   looped with a LoRA adapter per loop on the middle layers
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..spec import ArchSpec, hyper_spans
+from .hyper import hyper_connect, make_gate
+from .layers import INIT_STD, Block, Proj, RMSNorm, Rotary
+
+DEPTH_STATE_STD = INIT_STD  # Depth's random initial state matches the embedding scale
+
+
+class LanguageModel(nn.Module):
+    def __init__(self, spec: ArchSpec):
+        super().__init__()
+        self.spec = spec
+        d, s = spec.d_model, spec.layers
+        self.tok_emb = nn.Embedding(spec.vocab_size, d)
+        lora = (spec.lora_rank, spec.loops) if spec.lora_rank else (0, 0)
+        self.begin = nn.ModuleList(Block(spec) for _ in range(s.begin))
+        self.middle = nn.ModuleList(Block(spec, *lora) for _ in range(s.middle))
+        self.end = nn.ModuleList(Block(spec) for _ in range(s.end))
+        self.final_norm = RMSNorm(d, spec.norm_eps)
+        self.lm_head = None if spec.tie_embeddings else Proj(d, spec.vocab_size)
+        self.rotary = Rotary(spec.head_dim, spec.rope_theta)
+        self.inject = Proj(2 * d, d) if spec.injection == "concat" else None
+        self.hyper = self.loop_emb = None
+        if spec.hyper is not None:
+            n_gates = len(hyper_spans(spec))
+            self.hyper = nn.ModuleList(make_gate(spec.hyper, d, i) for i in range(n_gates))
+            if spec.hyper.loop_embedding:
+                self.loop_emb = nn.Parameter(torch.zeros(spec.loops, d))  # e_l (Hyperloop eq. 3)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        nn.init.normal_(self.tok_emb.weight, std=INIT_STD)
+        # GPT-2: scale the projections that write into the residual stream by the unrolled depth.
+        out_std = INIT_STD / math.sqrt(2 * self.spec.unrolled_layers())
+        for block in [*self.begin, *self.middle, *self.end]:
+            nn.init.normal_(block.attn.o.weight, std=out_std)
+            for mlp in block.ffn.blocks:
+                nn.init.normal_(mlp.w2.weight, std=out_std)
+
+    # ---- the forward pass ---------------------------------------------------------------
+    def forward(self, idx: torch.Tensor, loops: int | None = None, trace: list | None = None) -> torch.Tensor:
+        """idx (B, T) token ids -> logits (B, T, vocab). `loops` overrides the training loop count
+        (test-time scaling). If `trace` is a list, the residual state after every unrolled layer is
+        appended to it as (name, tensor): (B, T, d), or (B, T, n, d) inside hyper-connections."""
+        spec = self.spec
+        r = spec.loops if loops is None else loops
+        if r < 1:
+            raise ValueError(f"loops must be >= 1, got {r}")
+        rope = self.rotary(idx.shape[1], idx.device)
+        x = self.tok_emb(idx)                                        # (B, T, d)
+        if spec.hyper is not None and not spec.looped:               # mHC / HC: the whole stack
+            return self._logits(self._hyper_region(x, self._all_layers(), rope, trace))
+        x = self._run(self.begin, x, rope, "begin", trace)
+        if spec.layers.middle:
+            x = self._middle(x, r, rope, trace)
+        x = self._run(self.end, x, rope, "end", trace)
+        return self._logits(x)
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.final_norm(x)
+        w = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(x, w)                                        # (B, T, vocab)
+
+    @staticmethod
+    def _run(blocks, x, rope, name, trace, loop=None):
+        for i, block in enumerate(blocks):
+            x = block(x, rope, loop)
+            if trace is not None:
+                trace.append((f"{name}.{i}" if loop is None else f"{name}.{loop}.{i}", x))
+        return x
+
+    def _middle(self, x: torch.Tensor, r: int, rope, trace) -> torch.Tensor:
+        inj = self.spec.injection
+        if inj == "hyper":
+            layers = [(block, loop, i) for loop in range(r) for i, block in enumerate(self.middle)]
+            return self._hyper_region(x, layers, rope, trace)
+        if inj == "concat":
+            e, x = x, self._depth_state(x)
+        for loop in range(r):
+            h = x
+            if inj == "concat":  # Depth (Geiping et al.): h = B(W [e; h])
+                h = self.inject(torch.cat([e, h], dim=-1))
+            x = self._run(self.middle, h, rope, "middle", trace, loop)
+            if inj == "residual" and loop > 0:
+                # AbbIE-D eq. 4, h_{k+1} = B(h_k) + h_k, from the second iteration on, so that one
+                # iteration is the plain Transformer (AbbIE §2.1: r = 1 is the special case).
+                x = x + h
+        return x
+
+    def _depth_state(self, e: torch.Tensor) -> torch.Tensor:
+        """Depth's random initial state. In eval mode it is drawn from a fixed generator so that
+        evaluation is deterministic; in training it follows the global (seeded) RNG."""
+        gen = None
+        if not self.training:
+            gen = torch.Generator(device=e.device).manual_seed(0)
+        noise = torch.randn(e.shape, generator=gen, device=e.device, dtype=torch.float32)
+        return (noise * DEPTH_STATE_STD).to(e.dtype)
+
+    # ---- hyper-connections --------------------------------------------------------------
+    def _all_layers(self):
+        blocks = [*self.begin, *self.middle, *self.end]
+        return [(b, None, i) for i, b in enumerate(blocks)]
+
+    def _gate_index(self, first: int, k: int, sub: int | None) -> int:
+        """Which gate serves the connection that starts at unrolled layer `first`. Gates belong
+        to positions of the training unroll; loops beyond it reuse the last loop's gates."""
+        trained = self.spec.layers.middle * self.spec.loops if self.spec.looped else self.spec.layers.unique
+        m = self.spec.layers.middle
+        if first >= trained:
+            first = trained - m + (first - trained) % m
+        return 2 * first + sub if sub is not None else first // k
+
+    def _hyper_region(self, x: torch.Tensor, layers, rope, trace) -> torch.Tensor:
+        n, m = self.spec.hyper.streams, self.spec.layers.middle
+        Y = x.unsqueeze(-2).expand(*x.shape[:-1], n, x.shape[-1]).contiguous()  # (B, T, n, d)
+        r = len(layers) // m if self.spec.looped else 1
+        for first, k, sub in hyper_spans(self.spec, r):
+            gate = self.hyper[self._gate_index(first, k, sub)]
+            span = layers[first:first + k]
+            extra = None
+            if self.loop_emb is not None:
+                extra = self.loop_emb[min(first // m, self.spec.loops - 1)]
+            Y = hyper_connect(gate, Y, self._span_fn(span, sub, rope), extra)
+            if trace is not None and (sub is None or sub == 1):
+                trace.append((f"hyper.{first + k - 1}", Y))
+        return Y.mean(dim=-2)  # average the streams before the end block (Hyperloop §3)
+
+    @staticmethod
+    def _span_fn(span, sub, rope):
+        if sub is not None:                      # one sublayer: its branch is the change
+            block, loop, _ = span[0]
+            return lambda u: block.sublayers[sub].branch(u, rope, loop)
+
+        def run(u):                              # whole layers keep their own residuals
+            h = u
+            for block, loop, _ in span:
+                h = block(h, rope, loop)
+            return h - u
+        return run
+
+
+def build_model(spec: ArchSpec | dict) -> LanguageModel:
+    """Build the torch model for a spec (a mapping is validated first)."""
+    return LanguageModel(ArchSpec.from_dict(spec) if not isinstance(spec, ArchSpec) else spec)
+
+
+def param_components(model: LanguageModel) -> dict[str, int]:
+    """Parameter count per SPEC.md component, read off the built model (tests compare it with
+    the analytic `count_params`)."""
+    counts = dict.fromkeys(("embedding", "head", "attention", "ffn", "norm", "hyper",
+                            "loop_embedding", "lora", "injection"), 0)
+    for name, p in model.named_parameters():
+        counts[_component(name)] += p.numel()
+    counts["total"] = sum(p.numel() for p in model.parameters())
+    counts["non_embedding"] = counts["total"] - counts["embedding"] - counts["head"]
+    return counts
+
+
+def _component(name: str) -> str:
+    if "lora_" in name:
+        return "lora"
+    if name.endswith("norm.weight") or name == "final_norm.weight":
+        return "norm"
+    for prefix, comp in (("tok_emb.", "embedding"), ("lm_head.", "head"), ("hyper.", "hyper"),
+                         ("loop_emb", "loop_embedding"), ("inject.", "injection")):
+        if name.startswith(prefix):
+            return comp
+    if ".attn." in name:
+        return "attention"
+    if ".ffn." in name:
+        return "ffn"
+    raise KeyError(f"unclassified parameter {name}")

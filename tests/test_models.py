@@ -1,0 +1,216 @@
+"""Model zoo behaviour on real tensors: equivalences between each variant at its simplest
+setting and its baseline, Sinkhorn, loop overrides, tracing, and that every family learns."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from benchmark import FAMILIES, ArchSpec, build_model
+from benchmark.models.hyper import sinkhorn
+
+TINY = {"vocab_size": 97, "d_model": 32, "n_heads": 4}
+LAYERS = {"begin": 1, "middle": 2, "end": 1}
+
+
+def tiny(family: str, **over) -> ArchSpec:
+    raw = {"family": family, **TINY, **over}
+    if family != "transformer" and family not in ("mhc", "hc") and "layers" not in over:
+        raw["layers"] = LAYERS
+    return ArchSpec.from_dict(raw)
+
+
+def tokens(batch=2, seq=12, vocab=97, seed=0):
+    return torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+def same_weights(dst, src):
+    """Load src's parameters into dst wherever the names and shapes agree; return dst."""
+    own = dst.state_dict()
+    own.update({k: v for k, v in src.state_dict().items() if k in own and own[k].shape == v.shape})
+    dst.load_state_dict(own)
+    return dst
+
+
+def build(spec, seed=0):
+    torch.manual_seed(seed)
+    return build_model(spec).eval()
+
+
+def test_hyperloop_with_one_stream_and_identity_mixing_is_looped():
+    looped = build(tiny("looped", loops=3))
+    hyper = tiny("hyperloop", loops=3, hyper={"streams": 1, "mixing": "identity", "loop_embedding": False})
+    hl = same_weights(build(hyper, seed=1), looped)
+    x = tokens()
+    torch.testing.assert_close(hl(x), looped(x), rtol=0, atol=1e-5)
+    torch.testing.assert_close(hl(x, loops=5), looped(x, loops=5), rtol=0, atol=1e-5)
+
+
+def test_hyperloop_default_is_not_looped():
+    """The equivalence above is not vacuous: the paper's preset computes something else."""
+    looped = build(tiny("looped", loops=3))
+    hl = same_weights(build(tiny("hyperloop", loops=3), seed=1), looped)
+    assert (hl(tokens()) - looped(tokens())).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("family", ["abbie-c", "abbie-d", "looped"])
+def test_one_iteration_is_the_transformer_with_the_same_layers(family):
+    """AbbIE §2.1: r = 1 is the standard Transformer (also at test time via loops=1)."""
+    std = build(tiny("transformer", layers={"n": 4}))
+    rec = build(tiny(family), seed=1)
+    # the recurrent model's begin/middle/end are the Transformer's layers 0 / 1-2 / 3
+    mapping = {"begin.0": "begin.0", "middle.0": "begin.1", "middle.1": "begin.2", "end.0": "begin.3"}
+    state = rec.state_dict()
+    for k in state:
+        src = k
+        for a, b in mapping.items():
+            if k.startswith(a + "."):
+                src = b + k[len(a):]
+        state[k] = std.state_dict()[src]
+    rec.load_state_dict(state)
+    torch.testing.assert_close(rec(tokens(), loops=1), std(tokens()), rtol=0, atol=0)
+
+
+def test_abbie_d_adds_the_inter_iteration_residual():
+    c = build(tiny("abbie-c"))
+    d = same_weights(build(tiny("abbie-d"), seed=1), c)
+    x = tokens()
+    assert (c(x) - d(x)).abs().max() > 1e-4
+    # by hand: h1 = B(h0); h2 = B(h1) + h1
+    emb = d.tok_emb(x)
+    rope = d.rotary(x.shape[1], x.device)
+    h = d.begin[0](emb, rope)
+    h1 = d.middle[1](d.middle[0](h, rope, 0), rope, 0)
+    h2 = d.middle[1](d.middle[0](h1, rope, 1), rope, 1) + h1
+    torch.testing.assert_close(d(x), d._logits(d.end[0](h2, rope)), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("streams", [1, 2, 4])
+@pytest.mark.parametrize("every", ["sublayer", "layer"])
+def test_static_hyper_connections_at_init_are_pre_norm_residuals(streams, every):
+    """HC §2.3 (eq. 14): at initialisation static HC equals the Pre-Norm residual network."""
+    std = build(tiny("transformer", layers={"n": 4}))
+    hc = build(tiny("hc", layers={"n": 4}, hyper={"streams": streams, "every": every, "mixing": "static"}), seed=1)
+    same_weights(hc, std)
+    torch.testing.assert_close(hc(tokens()), std(tokens()), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("mixing", ["dynamic", "sinkhorn", "diagonal"])
+def test_other_mixings_differ_from_the_residual(mixing):
+    std = build(tiny("transformer", layers={"n": 4}))
+    hc = same_weights(build(tiny("mhc", layers={"n": 4}, hyper={"mixing": mixing}), seed=1), std)
+    with torch.no_grad():  # move the dynamic parts off their initial zeros
+        for p in hc.hyper.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    assert (hc(tokens()) - std(tokens())).abs().max() > 1e-4
+
+
+def test_hourglass_with_K1_is_a_swiglu_ffn_of_width_dh():
+    swi = build(tiny("transformer", ffn={"kind": "swiglu", "d_ff": 24}))
+    hg = build(tiny("transformer", ffn={"kind": "hourglass", "K": 1, "d_h": 24}), seed=1)
+    assert sum(p.numel() for p in hg.parameters()) == sum(p.numel() for p in swi.parameters())
+    same_weights(hg, swi)
+    torch.testing.assert_close(hg(tokens()), swi(tokens()), rtol=0, atol=0)
+
+
+def test_hourglass_sub_blocks_are_residual():
+    """eq. 3: h_{i+1} = h_i + MLP_i(h_i), each sub-block with its own norm."""
+    m = build(tiny("transformer", ffn={"kind": "hourglass", "K": 3, "d_h": 8}))
+    ffn = m.begin[0].ffn
+    x = torch.randn(2, 5, 32)
+    h = x
+    for blk in ffn.blocks:
+        h = h + blk.w2(F.silu(blk.w1(blk.norm(h))) * blk.w3(blk.norm(h)))
+    torch.testing.assert_close(ffn(x), h)
+    assert len({id(b.norm) for b in ffn.blocks}) == 3
+
+
+@pytest.mark.parametrize("n", [4, 8])
+def test_sinkhorn_is_doubly_stochastic(n):
+    """mHC's setting: 20 iterations, logits of unit scale (gate logits sit near their bias)."""
+    logits = torch.randn(256, n, n, generator=torch.Generator().manual_seed(n))
+    m = sinkhorn(logits, 20)
+    assert m.dtype == torch.float32 and (m >= 0).all()
+    assert (m.sum(-1) - 1).abs().max() < 1e-3
+    assert (m.sum(-2) - 1).abs().max() < 1e-3
+
+
+def test_mhc_gates_give_doubly_stochastic_h_res():
+    m = build(tiny("mhc", layers={"n": 2}))
+    with torch.no_grad():
+        for p in m.hyper.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    Y = torch.randn(3, 7, 4, 32)
+    for gate in m.hyper:
+        _, _, res = gate(Y)
+        assert res.shape == (3, 7, 4, 4)
+        assert (res.sum(-1) - 1).abs().max() < 1e-3 and (res.sum(-2) - 1).abs().max() < 1e-3
+
+
+def test_sinkhorn_runs_in_float32_under_autocast():
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        m = sinkhorn(torch.randn(4, 4, dtype=torch.bfloat16), 20)
+    assert m.dtype == torch.float32
+
+
+def test_lora_starts_as_the_shared_layer_and_then_differs_per_loop():
+    looped = build(tiny("looped"))
+    lora = same_weights(build(tiny("lora-looped", lora_rank=4), seed=1), looped)
+    torch.testing.assert_close(lora(tokens()), looped(tokens()), rtol=0, atol=0)
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.1)
+    assert (lora(tokens()) - looped(tokens())).abs().max() > 1e-4
+
+
+def test_depth_is_deterministic_in_eval_and_sees_its_input():
+    m = build(tiny("depth"))
+    x = tokens()
+    torch.testing.assert_close(m(x), m(x), rtol=0, atol=0)
+    assert (m(x) - m(tokens(seed=1))).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_loops_override_changes_compute_for_looped_models(family):
+    spec = tiny(family)
+    m = build(spec)
+    x = tokens()
+    base = m(x)
+    assert base.shape == (2, 12, 97) and torch.isfinite(base).all()
+    if spec.looped:
+        assert (m(x, loops=spec.loops + 2) - base).abs().max() > 1e-6
+
+
+def test_trace_records_every_unrolled_layer():
+    m = build(tiny("hyperloop", loops=3))
+    trace = []
+    m(tokens(), trace=trace)
+    names = [n for n, _ in trace]
+    assert names[0] == "begin.0" and names[-1] == "end.0"
+    assert [n for n in names if n.startswith("hyper")] == ["hyper.1", "hyper.3", "hyper.5"]
+    assert dict(trace)["hyper.1"].shape == (2, 12, 4, 32)  # (B, T, n, d)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_overfits_one_batch(family):
+    """Loss falls by at least half in 100 steps on one fixed batch (CPU)."""
+    torch.manual_seed(0)
+    m = build_model(tiny(family)).train()
+    x = tokens(batch=4, seq=16, seed=3)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(100):
+        loss = F.cross_entropy(m(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], (losses[0], losses[-1])
+
+
+def test_same_seed_same_model():
+    a, b = build(tiny("hyperloop"), seed=7), build(tiny("hyperloop"), seed=7)
+    for (n1, p1), (n2, p2) in zip(a.named_parameters(), b.named_parameters()):
+        assert n1 == n2 and torch.equal(p1, p2)
