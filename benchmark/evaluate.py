@@ -1,0 +1,47 @@
+"""Held-out evaluation: validation loss and perplexity overall and per source, and at each
+loop count for looped models (test-time scaling: AbbIE Fig. 6, Hyperloop Fig. 2)."""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import torch
+
+from .step import lm_loss
+
+
+@torch.no_grad()
+def source_losses(model, eval_data: Mapping[str, torch.Tensor], batch_size: int = 16,
+                  dtype: torch.dtype | None = None, loops: int | None = None) -> dict[str, tuple[float, int]]:
+    """{source: (mean next-token loss, tokens)} over fixed windows (N, T+1) per source."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    out = {}
+    for name, windows in eval_data.items():
+        total, count = 0.0, 0
+        for i in range(0, len(windows), batch_size):
+            w = windows[i:i + batch_size].to(device)
+            n = w[:, 1:].numel()
+            total += lm_loss(model, w[:, :-1], w[:, 1:], dtype, loops).item() * n
+            count += n
+        out[name] = (total / max(count, 1), count)
+    model.train(was_training)
+    return out
+
+
+def evaluate(model, eval_data: Mapping[str, torch.Tensor], cfg=None, loops: int | None = None) -> dict:
+    """val_loss (token-weighted over sources), val_ppl and val_loss_by_source."""
+    dtype = cfg.policy().autocast_dtype(cfg.resolve_device()) if cfg is not None else None
+    batch = cfg.batch_size if cfg is not None else 16
+    per = source_losses(model, eval_data, batch, dtype, loops)
+    tokens = sum(n for _, n in per.values())
+    loss = sum(l * n for l, n in per.values()) / max(tokens, 1)
+    return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0)),
+            "val_loss_by_source": {k: l for k, (l, _) in per.items()}}
+
+
+def evaluate_loops(model, eval_data: Mapping[str, torch.Tensor], loop_counts, cfg=None) -> dict[int, float]:
+    """Validation perplexity at each loop count (the model's `eval_loops`)."""
+    return {r: evaluate(model, eval_data, cfg, loops=r)["val_ppl"] for r in loop_counts}

@@ -1,0 +1,199 @@
+"""Speed of the training path on this machine.
+
+    python -m benchmark.perf models [--steps 8] [--families transformer,looped,...]
+
+trains every family for a few steps at a reference size (~4.8M non-embedding parameters,
+seq 256, batch 16) with the default execution policy, plus eager float32 for comparison, and
+prints tokens/s, achieved FLOP/s and the ratio to this machine's bf16 and fp32 matmul peak, all
+measured in one run (timings are noisy on a shared CPU: compare ratios from the same run).
+
+`machine_flops()` is the throughput used for time estimates (`run_search.py --plan`): the last
+measured value cached on disk, else a short probe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .counting import count_flops, count_params
+from .data import cache_root
+from .models import build_model
+from .spec import FAMILIES, ArchSpec
+from .step import ExecPolicy, TrainStep, default_device
+
+REFERENCE = {"d_model": 256, "n_heads": 4, "vocab_size": 8192, "ffn": {"ratio": 2.75}}
+LOOPED_SPLIT = {"begin": 2, "middle": 2, "end": 2}  # 6 unique layers, like the 6-layer Transformer
+
+
+def reference_spec(family: str) -> ArchSpec:
+    """Every family at the same unique layers (6) and width, so per-token times compare."""
+    raw = {"family": family, **REFERENCE}
+    preset_looped = ArchSpec.from_dict({"family": family}).layers.middle > 0
+    raw["layers"] = LOOPED_SPLIT if preset_looped else {"n": 6}
+    return ArchSpec.from_dict(raw)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    step_s: float          # median seconds per step after warm-up
+    first_step_s: float    # includes compilation
+    tokens_per_s: float
+    flops_per_s: float     # achieved training FLOP/s (count_flops' train FLOPs per token x tokens/s)
+
+
+def measure(spec: ArchSpec, policy: ExecPolicy, steps: int = 8, warmup: int = 2,
+            seq_len: int = 256, batch_size: int = 16, seed: int = 0) -> Measurement:
+    device = default_device()
+    torch.manual_seed(seed)
+    model = build_model(spec).to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    step = TrainStep(model, opt, policy, device)
+    gen = torch.Generator().manual_seed(seed)
+    data = torch.randint(0, spec.vocab_size, (batch_size, seq_len + 1), generator=gen).to(device)
+    x, y = data[:, :-1], data[:, 1:]
+    times = []
+    for _ in range(warmup + steps):
+        t = time.perf_counter()
+        step(x, y).item()  # .item() synchronises (CUDA) so the step is really done
+        times.append(time.perf_counter() - t)
+    step_s = statistics.median(times[warmup:])
+    tps = batch_size * seq_len / step_s
+    return Measurement(step_s, times[0], tps, tps * count_flops(spec, seq_len)["train"])
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
+    """Achieved FLOP/s of an n x n matmul, the machine's practical peak for that dtype."""
+    device = default_device()
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    for _ in range(3):
+        a @ b
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return 2 * n ** 3 * reps / (time.perf_counter() - t)
+
+
+# ---- the throughput used for estimates ------------------------------------------------------
+
+def _cache_file() -> Path:
+    return cache_root() / "perf.json"
+
+
+def _machine_key() -> str:
+    return f"{platform.processor() or platform.machine()}|{os.cpu_count()}|torch {torch.__version__}|{default_device().type}"
+
+
+def machine_flops(probe: bool = True) -> float:
+    """Achieved training FLOP/s here: the last value recorded by a real run on this machine,
+    else a short eager probe (a few seconds; conservative, since compiled runs are faster)."""
+    path = _cache_file()
+    try:
+        cached = json.loads(path.read_text())
+        if cached.get("machine") == _machine_key():
+            return float(cached["flops_per_s"])
+    except (OSError, ValueError, KeyError):
+        pass
+    if not probe:
+        raise LookupError("no measured throughput for this machine yet")
+    spec = ArchSpec.from_dict({"d_model": 128, "n_heads": 4, "layers": {"n": 4}, "vocab_size": 4096})
+    m = measure(spec, ExecPolicy(compile=False), steps=3, warmup=1, seq_len=128, batch_size=8)
+    record_flops(m.flops_per_s, source="probe")
+    return m.flops_per_s
+
+
+def record_flops(flops_per_s: float, source: str) -> None:
+    """Remember achieved training FLOP/s for estimates (atomic write; best effort)."""
+    path = _cache_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"machine": _machine_key(), "flops_per_s": flops_per_s, "source": source}))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+# ---- the benchmark ------------------------------------------------------------------------
+
+def run_models(families: list[str], steps: int) -> dict:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    peak = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    console.print(f"matmul peak here: fp32 {peak['fp32'] / 1e9:.0f} GFLOP/s, bf16 {peak['bf16'] / 1e9:.0f} GFLOP/s "
+                  f"({torch.get_num_threads()} threads, {default_device()})")
+    default, eager = ExecPolicy(), ExecPolicy(precision="fp32", compile=False)
+    rows, results = [], {}
+    for fam in families:
+        spec = reference_spec(fam)
+        for name, policy in (("default", default), ("eager fp32", eager)):
+            console.print(f"[dim]{fam} / {name} ...[/dim]")
+            m = measure(spec, policy, steps=steps)
+            results[(fam, name)] = m
+            rows.append((fam, spec.structure(), name, m))
+    table = Table(title="Training speed at the reference size (seq 256, batch 16)")
+    for col in ("family", "structure", "params (non-emb)", "path", "first step s", "step s",
+                "tokens/s", "GFLOP/s", "/ fp32 peak", "/ bf16 peak"):
+        table.add_column(col, justify="right")
+    for fam, structure, name, m in rows:
+        p = count_params(reference_spec(fam))["non_embedding"]
+        table.add_row(fam, structure, f"{p / 1e6:.2f}M", name, f"{m.first_step_s:.1f}", f"{m.step_s:.3f}",
+                      f"{m.tokens_per_s:,.0f}", f"{m.flops_per_s / 1e9:.1f}",
+                      f"{m.flops_per_s / peak['fp32']:.0%}", f"{m.flops_per_s / peak['bf16']:.0%}")
+    console.print(table)
+    summary = _ratios(results)
+    for line in summary:
+        console.print(line)
+    if ("transformer", "default") in results:
+        record_flops(results[("transformer", "default")].flops_per_s, source="benchmark.perf models")
+    return results
+
+
+def _ratios(results) -> list[str]:
+    """The comparisons the model-zoo issue asks for, as time-per-token ratios."""
+    def t(fam, path="default"):
+        return 1 / results[(fam, path)].tokens_per_s if (fam, path) in results else None
+
+    lines = []
+    for a, b, limit in (("hyperloop", "looped", 0.05), ("mhc", "transformer", 0.30), ("hc", "transformer", 0.30)):
+        if t(a) and t(b):
+            over = t(a) / t(b) - 1
+            lines.append(f"{a} vs {b}: {over:+.1%} time per token (target <= {limit:.0%})")
+    for fam in sorted({f for f, _ in results}):
+        if t(fam) and t(fam, "eager fp32"):
+            lines.append(f"{fam}: default path {t(fam, 'eager fp32') / t(fam):.2f}x faster than eager fp32")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmark.perf", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["models"])
+    ap.add_argument("--steps", type=int, default=8, help="timed steps per family and path")
+    ap.add_argument("--families", default=",".join(FAMILIES), help="comma-separated families")
+    args = ap.parse_args(argv)
+    families = [f.strip() for f in args.families.split(",") if f.strip()]
+    unknown = set(families) - set(FAMILIES)
+    if unknown:
+        ap.error(f"unknown families: {', '.join(sorted(unknown))}")
+    run_models(families, args.steps)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

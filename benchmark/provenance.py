@@ -1,0 +1,58 @@
+"""What produced a result: code version, package versions, hardware (modded-nanogpt records
+the code and config with every run; so do we)."""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+PACKAGES = ("shapebench", "torch", "numpy", "tokenizers", "optuna", "ray", "pandas", "pyarrow", "lm_eval")
+
+
+@functools.cache
+def code_version() -> str:
+    """The git commit of this checkout (with '+dirty' for uncommitted changes), else the
+    installed package version."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "shapebench " + _version("shapebench")
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+@functools.cache
+def package_versions() -> dict[str, str]:
+    return {name: _version(name.replace("_", "-")) for name in PACKAGES}
+
+
+@functools.cache
+def hardware() -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpu = ""
+    if torch.cuda.is_available():
+        gpu = f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+    return f"{cpu} ({os.cpu_count()} cpus, {torch.get_num_threads()} torch threads){gpu}"

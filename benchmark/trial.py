@@ -1,0 +1,81 @@
+"""The unit every search runs: a spec plus training settings in, a row of measurements out."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from .checkpoint import save_checkpoint
+from .counting import count_flops, count_params
+from .data import DataConfig, PreparedData, batches, eval_sets, prepare
+from .evaluate import evaluate, evaluate_loops
+from .provenance import code_version, hardware, package_versions
+from .spec import ArchSpec
+from .training import TrainConfig, TrialDiverged, train
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def check_vocab(spec: ArchSpec, data: PreparedData) -> None:
+    if spec.vocab_size != data.tokenizer.vocab_size:
+        raise ValueError(f"vocab_size: the spec has {spec.vocab_size} but tokenizer "
+                         f"{data.tokenizer.tokenizer_id} has {data.tokenizer.vocab_size}; "
+                         f"set vocab_size: {data.tokenizer.vocab_size} or choose another tokenizer")
+
+
+def describe(spec: ArchSpec, cfg: TrainConfig) -> dict[str, Any]:
+    """The columns known before training: identity, shape and cost."""
+    params = count_params(spec)
+    flops = count_flops(spec, cfg.seq_len)
+    return {
+        "family": spec.family, "spec": spec.to_json(), "structure": spec.structure(),
+        "params_total": params["total"], "params_non_embedding": params["non_embedding"],
+        "params_attention": params["attention"], "params_ffn": params["ffn"],
+        "flops_per_token_train": flops["train"], "flops_per_token_infer": flops["infer"],
+        "training": json.dumps(asdict(cfg), sort_keys=True), "seed": cfg.seed,
+    }
+
+
+def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: DataConfig | None = None, *,
+              data: PreparedData | None = None, checkpoint_dir: str | Path | None = None,
+              on_step: Callable[[int, int, float], None] | None = None,
+              quantize: Callable | None = None) -> dict[str, Any]:
+    """Train and evaluate one candidate. Returns one results row (SPEC.md "Results"); a NaN/inf
+    loss gives status `diverged` instead of raising. `quantize(model, calib) -> dict` adds the
+    INT4 columns when given."""
+    spec = spec if isinstance(spec, ArchSpec) else ArchSpec.from_dict(spec)
+    data = data or prepare(data_cfg or DataConfig())
+    check_vocab(spec, data)
+    row = {**describe(spec, cfg), "status": "ok", "error": None, "started_at": now(),
+           "dataset_id": data.dataset_id, "tokenizer_id": data.tokenizer.tokenizer_id,
+           "code_version": code_version(), "packages": json.dumps(package_versions()), "hardware": hardware()}
+    evals = eval_sets(data.val, cfg.seq_len, cfg.eval_tokens)
+    t0 = time.perf_counter()
+    try:
+        result = train(spec, cfg, batches(data.train.tokens, cfg.seq_len, cfg.batch_size, cfg.seed), evals, on_step)
+    except TrialDiverged as e:
+        return {**row, "status": "diverged", "error": str(e), "wall_s": time.perf_counter() - t0, "finished_at": now()}
+    model = result.model
+    final = evaluate(model, evals, cfg)
+    row.update({
+        "tokens_trained": result.tokens_trained, "train_loss": result.train_loss,
+        "val_loss": final["val_loss"], "val_ppl": final["val_ppl"],
+        "val_loss_by_source": json.dumps(final["val_loss_by_source"]),
+        "val_ppl_by_loops": json.dumps(evaluate_loops(model, evals, spec.eval_loops, cfg)) if spec.eval_loops else None,
+        "evals": json.dumps(result.evals), "tokens_per_s": result.tokens_per_s,
+        "flops_per_s": result.flops_per_s, "peak_mem_bytes": result.peak_mem_bytes,
+    })
+    if quantize is not None:
+        row.update(quantize(model, evals))
+    if checkpoint_dir is not None:
+        save_checkpoint(checkpoint_dir, model, meta={k: row[k] for k in ("training", "dataset_id", "tokenizer_id", "code_version")},
+                        tokenizer_json=data.tokenizer.inner.to_str())
+    row["wall_s"] = time.perf_counter() - t0
+    row["finished_at"] = now()
+    return row
