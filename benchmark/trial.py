@@ -23,7 +23,8 @@ def now() -> str:
 
 
 def check_vocab(spec: ArchSpec, data: PreparedData) -> None:
-    if spec.vocab_size != data.tokenizer.vocab_size:
+    """The embedding must cover every token id; a larger (padded) vocabulary is allowed."""
+    if spec.vocab_size < data.tokenizer.vocab_size:
         raise ValueError(f"vocab_size: the spec has {spec.vocab_size} but tokenizer "
                          f"{data.tokenizer.tokenizer_id} has {data.tokenizer.vocab_size}; "
                          f"set vocab_size: {data.tokenizer.vocab_size} or choose another tokenizer")

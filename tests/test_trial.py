@@ -1,0 +1,111 @@
+"""One trial end to end on a small local corpus: determinism, schedules, token budgets,
+divergence, checkpoints and the errors a user can act on."""
+
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from benchmark import ArchSpec, build_model
+from benchmark.checkpoint import CheckpointError, load_checkpoint
+from benchmark.data import DataConfig, prepare
+from benchmark.training import TrainConfig
+from benchmark.trial import run_trial
+from benchmark.units import format_count, parse_count
+
+WORDS = "the cat dog sat ran on under a mat log hill big small red blue and then".split()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A few hundred short paragraphs of a tiny grammar: learnable structure, fast to tokenise."""
+    root = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    paras = []
+    for _ in range(400):
+        sents = [f"{rng.choice(WORDS[:3])} {rng.choice(WORDS[3:5])} {rng.choice(WORDS[5:7])} the {rng.choice(WORDS[7:10])}."
+                 for _ in range(rng.randint(2, 5))]
+        paras.append(" ".join(sents).capitalize())
+    (root / "text.txt").write_text("\n\n".join(paras))
+    return prepare(DataConfig(source=str(root / "text.txt"), tokenizer="bpe:300", cache_dir=str(root / "cache")))
+
+
+SPEC = {"family": "looped", "d_model": 32, "n_heads": 2, "vocab_size": 300,
+        "layers": {"begin": 1, "middle": 1, "end": 1}, "loops": 2, "eval_loops": [1, 2, 3]}
+CFG = dict(tokens="20K", seq_len=32, batch_size=8, lr=3e-3, compile=False, precision="fp32", eval_tokens=1024)
+
+
+def test_same_seed_same_losses_different_seed_different(corpus):
+    a = run_trial(SPEC, TrainConfig(**CFG, seed=1), data=corpus)
+    b = run_trial(SPEC, TrainConfig(**CFG, seed=1), data=corpus)
+    c = run_trial(SPEC, TrainConfig(**CFG, seed=2), data=corpus)
+    assert a["status"] == b["status"] == "ok"
+    assert a["val_loss"] == b["val_loss"] and a["train_loss"] == b["train_loss"]
+    assert a["val_loss"] != c["val_loss"]
+    assert a["tokens_trained"] == 79 * 256  # ceil(20K / (8 x 32)) steps of 256 tokens
+    assert set(json.loads(a["val_ppl_by_loops"])) == {"1", "2", "3"}
+    assert a["val_loss"] < math.log(300) - 1  # it learned something
+
+
+def test_row_has_the_spec_columns(corpus):
+    row = run_trial(SPEC, TrainConfig(**CFG), data=corpus)
+    for col in ("family", "spec", "params_total", "params_non_embedding", "flops_per_token_train",
+                "flops_per_token_infer", "tokens_trained", "val_loss", "val_ppl", "tokens_per_s",
+                "peak_mem_bytes", "wall_s", "seed", "dataset_id", "tokenizer_id", "code_version",
+                "started_at", "finished_at", "status", "error"):
+        assert col in row, col
+    assert ArchSpec.from_dict(json.loads(row["spec"])).family == "looped"
+    assert row["val_ppl"] == pytest.approx(math.exp(row["val_loss"]))
+
+
+def test_divergence_is_recorded_not_raised(corpus):
+    row = run_trial(SPEC, TrainConfig(**{**CFG, "lr": 1e4, "clip": 0, "warmup": 0}), data=corpus)
+    assert row["status"] == "diverged" and "loss is" in row["error"]
+
+
+def test_checkpoint_round_trip_and_spec_mismatch(corpus, tmp_path):
+    run_trial(SPEC, TrainConfig(**CFG), data=corpus, checkpoint_dir=tmp_path / "ck")
+    assert {p.name for p in (tmp_path / "ck").iterdir()} == {"model.safetensors", "spec.json", "meta.json", "tokenizer.json"}
+    model, meta = load_checkpoint(tmp_path / "ck", spec=SPEC)
+    assert meta["tokenizer_id"] == corpus.tokenizer.tokenizer_id
+    x = torch.randint(0, 300, (1, 8))
+    assert torch.isfinite(model(x)).all()
+    with pytest.raises(CheckpointError, match="d_model is 32 in the checkpoint, 64 requested"):
+        load_checkpoint(tmp_path / "ck", spec={**SPEC, "d_model": 64})
+    with pytest.raises(CheckpointError, match="not a shapebench checkpoint"):
+        load_checkpoint(tmp_path)
+
+
+def test_vocab_mismatch_is_a_clear_error(corpus):
+    n = corpus.tokenizer.vocab_size
+    with pytest.raises(ValueError, match=f"vocab_size: the spec has 100 but tokenizer bpe:300@.* has {n}; set vocab_size: {n}"):
+        run_trial({**SPEC, "vocab_size": 100}, TrainConfig(**CFG), data=corpus)
+
+
+def test_schedules():
+    cfg = TrainConfig(lr=1.0, warmup=10, min_lr_ratio=0.1)
+    assert cfg.lr_at(0, 110) == pytest.approx(0.1) and cfg.lr_at(9, 110) == pytest.approx(1.0)
+    assert cfg.lr_at(60, 110) == pytest.approx(0.55)          # cosine midpoint
+    assert cfg.lr_at(110, 110) == pytest.approx(0.1)
+    wsd = TrainConfig(lr=1.0, warmup=0.1, schedule="wsd", decay=0.2, min_lr_ratio=0.0)
+    assert wsd.lr_at(50, 100) == 1.0 and wsd.lr_at(79, 100) == 1.0
+    assert wsd.lr_at(90, 100) == pytest.approx(0.5) and wsd.lr_at(100, 100) == pytest.approx(0.0)
+
+
+def test_token_budgets():
+    params = {"total": 1_000_000, "non_embedding": 400_000}
+    assert TrainConfig(tokens="20x").total_tokens(params) == 20_000_000
+    assert TrainConfig(tokens="20x", tokens_per="non_embedding").total_tokens(params) == 8_000_000
+    assert TrainConfig(tokens="5M").total_tokens(params) == 5_000_000
+    assert TrainConfig(tokens=12345, batch_size=10, seq_len=100).steps(params) == 13
+    assert parse_count("1.2B") == (1.2e9, False) and parse_count("113_000_000") == (113e6, False)
+    assert parse_count("500K") == (5e5, False) and format_count(113e6) == "113M"
+    for bad in ("12Q", "x20", "-5M", "0"):
+        with pytest.raises(ValueError):
+            TrainConfig(tokens=bad)
+    with pytest.raises(ValueError, match="training.schedule: 'linear' must be one of cosine, wsd"):
+        TrainConfig(schedule="linear")
+    with pytest.raises(ValueError, match="training.warmpu: unknown key"):
+        TrainConfig.from_dict({"warmpu": 0.1})
