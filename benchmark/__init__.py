@@ -1,14 +1,23 @@
 """shapebench: a declarative architecture-search benchmark for parameter-efficient LMs.
 
-Public API (private modules re-exported here):
+Public API (private modules re-exported here, loaded on first use so that light tools such as
+`run_search.py --plan` and the results store do not pay for importing torch):
   ArchSpec, SpecError, FAMILIES   the architecture spec (spec.py)
   build_model, param_components   the model zoo (models/)
   count_params, count_flops       analytic accounting (counting.py)
 """
 
-from .counting import count_flops, count_params
-from .models import build_model, param_components
-from .spec import FAMILIES, ArchSpec, SpecError
+import importlib
 
-__all__ = ["ArchSpec", "SpecError", "FAMILIES", "build_model", "param_components",
-           "count_params", "count_flops"]
+_EXPORTS = {
+    "ArchSpec": "spec", "SpecError": "spec", "FAMILIES": "spec",
+    "count_params": "counting", "count_flops": "counting",
+    "build_model": "models", "param_components": "models",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'benchmark' has no attribute {name!r}")

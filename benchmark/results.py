@@ -1,0 +1,150 @@
+"""The results store: one Parquet file per finished trial attempt under
+`<results>/<study>/trials/`, so `pandas.read_parquet("<results>/<study>")` reads a study as one
+table and nothing finished is ever lost when a run dies.
+
+A row is written to a hidden temporary name (readers skip names starting with "."), flushed and
+fsynced, read back and validated, then renamed into place: a reader sees a whole file or none.
+The schema is explicit and versioned (`SCHEMA_VERSION`); columns a caller adds beyond it are kept
+in the `extra` JSON column rather than silently changing the table's shape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Mapping
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "failed", "pruned", "diverged")
+
+_str, _i64, _f64 = pa.string(), pa.int64(), pa.float64()
+SCHEMA = pa.schema([
+    ("schema_version", _i64), ("study", _str), ("trial_id", _str), ("attempt", _i64),
+    ("status", _str), ("error", _str),
+    ("family", _str), ("structure", _str), ("spec", _str), ("training", _str), ("axes", _str),
+    ("budget", _i64), ("budget_count", _str), ("budget_distance", _f64),
+    ("params_total", _i64), ("params_non_embedding", _i64), ("params_attention", _i64), ("params_ffn", _i64),
+    ("flops_per_token_train", _f64), ("flops_per_token_infer", _f64),
+    ("tokens_trained", _i64), ("train_loss", _f64), ("val_loss", _f64), ("val_ppl", _f64),
+    ("val_loss_by_source", _str), ("val_ppl_by_loops", _str), ("evals", _str),
+    ("val_ppl_int8", _f64), ("val_ppl_int4", _f64), ("val_ppl_int4_rtn", _f64),
+    ("bf16_bytes", _i64), ("int8_bytes", _i64), ("int4_bytes", _i64),
+    ("tokens_per_s", _f64), ("flops_per_s", _f64), ("peak_mem_bytes", _i64), ("wall_s", _f64),
+    ("seed", _i64), ("optuna_trial", _i64), ("dataset_id", _str), ("tokenizer_id", _str),
+    ("code_version", _str), ("packages", _str), ("hardware", _str),
+    ("started_at", _str), ("finished_at", _str), ("extra", _str),
+])
+COLUMNS = tuple(SCHEMA.names)
+REQUIRED = ("study", "trial_id", "status")
+
+
+class ResultsError(ValueError):
+    pass
+
+
+def trials_dir(study_dir: str | Path) -> Path:
+    return Path(study_dir) / "trials"
+
+
+def _cell(name: str, value: Any) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, (dict, list, tuple)) and pa.types.is_string(SCHEMA.field(name).type):
+        return json.dumps(value, sort_keys=True, default=str)
+    return value
+
+
+def to_table(row: Mapping[str, Any]) -> pa.Table:
+    """One validated row as a table with exactly SCHEMA."""
+    missing = [k for k in REQUIRED if not row.get(k)]
+    if missing:
+        raise ResultsError(f"a result row needs {', '.join(missing)}")
+    if row["status"] not in STATUSES:
+        raise ResultsError(f"status '{row['status']}' is not one of {', '.join(STATUSES)}")
+    extra = {k: v for k, v in row.items() if k not in COLUMNS}
+    full = {**{k: row.get(k) for k in COLUMNS}, "schema_version": SCHEMA_VERSION, "attempt": row.get("attempt") or 0}
+    if extra:
+        full["extra"] = json.dumps({**json.loads(row.get("extra") or "{}"), **extra}, sort_keys=True, default=str)
+    return pa.Table.from_pylist([{k: _cell(k, v) for k, v in full.items()}], schema=SCHEMA)
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text)
+
+
+def write_row(study_dir: str | Path, row: Mapping[str, Any]) -> Path:
+    """Atomically add one trial attempt to a study; returns the file written."""
+    table = to_table(row)
+    folder = trials_dir(study_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"{_safe_name(row['trial_id'])}.a{table['attempt'][0].as_py()}.parquet"
+    tmp = folder / f".tmp-{uuid.uuid4().hex}.parquet"
+    try:
+        with open(tmp, "wb") as f:
+            pq.write_table(table, f)
+            f.flush()
+            os.fsync(f.fileno())
+        if pq.read_table(tmp).num_rows != 1:  # read back before it becomes visible
+            raise ResultsError(f"{tmp}: wrote an unreadable result")
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(folder)
+    return final
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sweep_orphans(study_dir: str | Path, older_than_s: float = 0.0) -> int:
+    """Remove temporary files left by a writer that died mid-write; returns how many."""
+    folder = trials_dir(study_dir)
+    if not folder.is_dir():
+        return 0
+    now, n = time.time(), 0
+    for p in folder.glob(".tmp-*"):
+        try:
+            if now - p.stat().st_mtime >= older_than_s:
+                p.unlink()
+                n += 1
+        except FileNotFoundError:
+            pass
+    return n
+
+
+def read_study(study_dir: str | Path):
+    """The study as one pandas DataFrame (empty, with the schema's columns, if none yet)."""
+    import pandas as pd
+
+    folder = trials_dir(study_dir)
+    files = sorted(folder.glob("[!.]*.parquet")) if folder.is_dir() else []
+    if not files:
+        return SCHEMA.empty_table().to_pandas()
+    return pd.read_parquet(Path(study_dir))
+
+
+def finished_trials(study_dir: str | Path) -> dict[str, dict]:
+    """trial_id -> its latest attempt's row, for every trial that has a result."""
+    df = read_study(study_dir)
+    if df.empty:
+        return {}
+    df = df.sort_values(["trial_id", "attempt"])
+    return {r["trial_id"]: r for r in df.groupby("trial_id").tail(1).to_dict("records")}
+
+

@@ -1,0 +1,75 @@
+"""The results store: atomic one-file-per-attempt rows, a study that reads as one table,
+concurrent writers, orphan sweeping and schema validation."""
+
+import multiprocessing as mp
+import os
+
+import pandas as pd
+import pytest
+
+from benchmark.results import COLUMNS, SCHEMA_VERSION, ResultsError, finished_trials, read_study, sweep_orphans, write_row
+
+
+def _writer(study_dir, worker, n):
+    for i in range(n):
+        write_row(study_dir, {"study": "conc", "trial_id": f"w{worker}-t{i}", "status": "ok",
+                              "val_loss": worker + i / 100, "seed": worker})
+
+
+def test_eight_processes_writing_fifty_rows_each(tmp_path):
+    study = tmp_path / "conc"
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(study), w, 50)) for w in range(8)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    df = pd.read_parquet(study)  # the SPEC's one-liner
+    assert len(df) == 400 and df["trial_id"].nunique() == 400
+    assert sorted(df.groupby("seed").size().tolist()) == [50] * 8
+    assert not list((study / "trials").glob(".tmp-*"))
+
+
+def test_row_round_trip_with_schema_and_extra_columns(tmp_path):
+    path = write_row(tmp_path / "s", {"study": "s", "trial_id": "t/1", "status": "ok", "val_loss": 2.5,
+                                      "val_ppl_by_loops": {"1": 20.0, "2": 15.5}, "my_metric": 7})
+    assert path.name == "t-1.a0.parquet"
+    df = read_study(tmp_path / "s")
+    assert list(df.columns) == list(COLUMNS)
+    row = df.iloc[0]
+    assert row["schema_version"] == SCHEMA_VERSION and row["val_loss"] == 2.5
+    assert row["val_ppl_by_loops"] == '{"1": 20.0, "2": 15.5}' and row["extra"] == '{"my_metric": 7}'
+
+
+def test_attempts_are_separate_files_and_the_latest_wins(tmp_path):
+    s = tmp_path / "s"
+    write_row(s, {"study": "s", "trial_id": "t1", "status": "failed", "error": "boom", "attempt": 0})
+    write_row(s, {"study": "s", "trial_id": "t1", "status": "ok", "val_loss": 1.0, "attempt": 1})
+    assert len(read_study(s)) == 2
+    latest = finished_trials(s)
+    assert list(latest) == ["t1"] and latest["t1"]["status"] == "ok"
+
+
+def test_invalid_rows_are_refused_and_nothing_is_written(tmp_path):
+    with pytest.raises(ResultsError, match="status 'done' is not one of ok, failed, pruned, diverged"):
+        write_row(tmp_path / "s", {"study": "s", "trial_id": "t", "status": "done"})
+    with pytest.raises(ResultsError, match="a result row needs trial_id"):
+        write_row(tmp_path / "s", {"study": "s", "status": "ok"})
+    assert not (tmp_path / "s").exists()
+
+
+def test_orphan_temporary_files_are_invisible_and_swept(tmp_path):
+    s = tmp_path / "s"
+    write_row(s, {"study": "s", "trial_id": "t1", "status": "ok"})
+    orphan = s / "trials" / ".tmp-dead.parquet"
+    orphan.write_bytes(b"half a file")
+    assert len(pd.read_parquet(s)) == 1       # readers never see it
+    old = os.stat(orphan).st_mtime - 3600
+    os.utime(orphan, (old, old))
+    assert sweep_orphans(s, older_than_s=60) == 1 and not orphan.exists()
+
+
+def test_empty_study_reads_as_an_empty_table(tmp_path):
+    df = read_study(tmp_path / "nothing")
+    assert df.empty and "val_loss" in df.columns
