@@ -22,7 +22,7 @@ from .evaluate import evaluate
 from .models import build_model
 from .spec import ArchSpec
 from .step import PRECISIONS, ExecPolicy, TrainStep, default_device
-from .units import parse_count
+from .budget import parse_amount, parse_tokens
 
 SCHEDULES = ("cosine", "wsd")
 
@@ -38,16 +38,16 @@ class TrainConfig:
     seq_len: int = 256
     batch_size: int = 16
     lr: float = 6e-4
-    min_lr_ratio: float = 0.1     # cosine floor (Hyperloop App. A: 4e-4 -> 4e-5)
+    min_lr: float | None = None   # end of the decay; default lr / 10 (Hyperloop App. A: 4e-4 -> 4e-5)
     schedule: str = "cosine"
     warmup: float = 0.05          # fraction of the steps (< 1) or a number of steps (>= 1)
     decay: float = 0.2            # wsd: fraction of the steps in the final decay (AbbIE §3.2)
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
-    clip: float = 1.0
+    grad_clip: float = 1.0
     eval_every: int = 0           # steps between evaluations; 0 = at the end only
-    eval_tokens: int = 65_536     # held-out tokens per source
+    eval_tokens: int | str = 65_536  # held-out tokens per source
     precision: str = "auto"
     compile: bool = True
     seed: int = 0
@@ -66,7 +66,11 @@ class TrainConfig:
         ):
             if not ok:
                 raise ValueError(f"training.{name}: {getattr(self, name)!r} must be {why}")
-        parse_count(self.tokens, allow_multiple=True)  # validates the token budget
+        try:
+            parse_tokens(self.tokens)
+            object.__setattr__(self, "eval_tokens", parse_amount(self.eval_tokens))
+        except ValueError as e:
+            raise ValueError(f"training.tokens: {e}") from None
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> "TrainConfig":
@@ -77,8 +81,7 @@ class TrainConfig:
         return cls(**raw)
 
     def total_tokens(self, params: Mapping[str, int]) -> int:
-        n, multiple = parse_count(self.tokens, allow_multiple=True)
-        return int(round(n * params[self.tokens_per])) if multiple else int(n)
+        return parse_tokens(self.tokens).resolve(params[self.tokens_per])
 
     def steps(self, params: Mapping[str, int]) -> int:
         return max(1, math.ceil(self.total_tokens(params) / (self.batch_size * self.seq_len)))
@@ -88,7 +91,7 @@ class TrainConfig:
         warm = int(self.warmup if self.warmup >= 1 else round(self.warmup * total))
         if step < warm:
             return self.lr * (step + 1) / warm
-        floor = self.lr * self.min_lr_ratio
+        floor = self.lr / 10 if self.min_lr is None else self.min_lr
         if self.schedule == "cosine":
             start, length = warm, max(1, total - warm)
         else:
@@ -129,14 +132,16 @@ class TrainResult:
 
 
 def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, torch.Tensor] | None = None,
-          on_step: Callable[[int, int, float], None] | None = None) -> TrainResult:
+          on_step: Callable[[int, int, float], None] | None = None,
+          on_eval: Callable[[dict], None] | None = None) -> TrainResult:
     """Train a fresh model of `spec` on `batches` (an iterator of (x, y) token tensors) for the
-    configured token budget. `on_step(step, total, loss)` reports progress."""
+    configured token budget. `on_step(step, total, loss)` reports progress; `on_eval(record)`
+    receives every periodic evaluation (step, tokens, val_loss, val_ppl, ...)."""
     device = cfg.resolve_device()
     torch.manual_seed(cfg.seed)
     model = build_model(spec).to(device).train()
     opt = make_optimizer(model, cfg)
-    step_fn = TrainStep(model, opt, cfg.policy(), device, clip=cfg.clip)
+    step_fn = TrainStep(model, opt, cfg.policy(), device, clip=cfg.grad_clip)
     params = count_params(spec)
     total = cfg.steps(params)
     result = TrainResult(model=model, steps=total, tokens_trained=0, train_loss=float("nan"))
@@ -158,7 +163,10 @@ def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, tor
         if on_step is not None:
             on_step(step + 1, total, loss)
         if eval_data is not None and cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < total:
-            result.evals.append({"step": step + 1, **evaluate(model, eval_data, cfg)})
+            record = {"step": step + 1, "tokens": result.tokens_trained, **evaluate(model, eval_data, cfg)}
+            result.evals.append(record)
+            if on_eval is not None:
+                on_eval(record)
             model.train()
     end = time.perf_counter()
     result.wall_s = end - t0

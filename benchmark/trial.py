@@ -46,6 +46,7 @@ def describe(spec: ArchSpec, cfg: TrainConfig) -> dict[str, Any]:
 def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: DataConfig | None = None, *,
               data: PreparedData | None = None, checkpoint_dir: str | Path | None = None,
               on_step: Callable[[int, int, float], None] | None = None,
+              on_eval: Callable[[dict], None] | None = None,
               quantize: Callable | None = None) -> dict[str, Any]:
     """Train and evaluate one candidate. Returns one results row (SPEC.md "Results"); a NaN/inf
     loss gives status `diverged` instead of raising. `quantize(model, calib) -> dict` adds the
@@ -59,7 +60,8 @@ def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: Da
     evals = eval_sets(data.val, cfg.seq_len, cfg.eval_tokens)
     t0 = time.perf_counter()
     try:
-        result = train(spec, cfg, batches(data.train.tokens, cfg.seq_len, cfg.batch_size, cfg.seed), evals, on_step)
+        result = train(spec, cfg, batches(data.train.tokens, cfg.seq_len, cfg.batch_size, cfg.seed), evals,
+                       on_step, on_eval)
     except TrialDiverged as e:
         return {**row, "status": "diverged", "error": str(e), "wall_s": time.perf_counter() - t0, "finished_at": now()}
     model = result.model
