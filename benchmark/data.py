@@ -53,10 +53,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # torch is imported where batches are made, so planning tools stay light
+    import torch
 
 import numpy as np
-import torch
 
 from benchmark.tokenizer import Tokenizer, atomic_open, load_tokenizer, package_dir, parse_spec
 
@@ -543,6 +545,8 @@ def batches(
     """Endless training batches of uniformly random windows: inputs (B, T) and the targets one
     token later (B, T), int64. One seed gives one sequence of batches; `skip` drops the first
     batches without reading them, so a resumed run continues the same sequence."""
+    import torch
+
     n_starts = len(tokens) - seq_len  # a window is seq_len + 1 tokens
     if n_starts < 1:
         raise ValueError(f"a training window needs seq_len + 1 = {seq_len + 1} tokens; the data has {len(tokens)}")
@@ -560,6 +564,8 @@ def eval_windows(tokens: np.ndarray, seq_len: int, n_tokens: int) -> torch.Tenso
     """The fixed held-out set: consecutive windows from the start of `tokens`, (N, seq_len + 1)
     int64, overlapping by one token (inputs w[:, :-1], targets w[:, 1:]) so that each of the first
     N * seq_len <= n_tokens targets is scored once. Fewer windows when tokens is shorter."""
+    import torch
+
     n_windows = min(n_tokens, len(tokens) - 1) // seq_len
     if n_windows < 1:
         raise ValueError(f"an evaluation window needs seq_len + 1 = {seq_len + 1} tokens; the data has {len(tokens)}")

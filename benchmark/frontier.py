@@ -71,8 +71,10 @@ DEFAULT_PAIRS = (
 )
 
 
-def _as_minimised(points, maximize: Sequence[bool] | None) -> np.ndarray:
-    pts = np.array(points, dtype=float, ndmin=2)  # (n, d), a copy we may negate
+def _as_minimised(points, maximize: Sequence[bool] | None, dims: int = 0) -> np.ndarray:
+    pts = np.array(points, dtype=float)  # (n, d), a copy we may negate
+    if pts.ndim == 1:  # a single point, or no points at all
+        pts = pts.reshape(1, -1) if pts.size else pts.reshape(0, dims)
     if maximize is not None:
         pts[:, np.asarray(maximize, dtype=bool)] *= -1
     return pts
@@ -148,8 +150,8 @@ def hypervolume(points, ref, maximize: Sequence[bool] | None = None) -> float:
     2-D is an O(n log n) sweep; more objectives slice along the last one (HSO), exact and fast
     enough for frontiers of a few thousand points in 3-D.
     """
-    pts = _as_minimised(points, maximize)
     ref_min = _as_minimised(ref, maximize)[0]
+    pts = _as_minimised(points, maximize, dims=len(ref_min))
     pts = pts[np.isfinite(pts).all(axis=1) & (pts < ref_min).all(axis=1)]
     if not len(pts):
         return 0.0

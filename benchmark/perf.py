@@ -22,13 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from .counting import count_flops, count_params
-from .data import cache_root
-from .models import build_model
 from .spec import FAMILIES, ArchSpec
-from .step import ExecPolicy, TrainStep, default_device
 
 REFERENCE = {"d_model": 256, "n_heads": 4, "vocab_size": 8192, "ffn": {"ratio": 2.75}}
 LOOPED_SPLIT = {"begin": 2, "middle": 2, "end": 2}  # 6 unique layers, like the 6-layer Transformer
@@ -50,8 +45,13 @@ class Measurement:
     flops_per_s: float     # achieved training FLOP/s (count_flops' train FLOPs per token x tokens/s)
 
 
-def measure(spec: ArchSpec, policy: ExecPolicy, steps: int = 8, warmup: int = 2,
+def measure(spec: ArchSpec, policy, steps: int = 8, warmup: int = 2,
             seq_len: int = 256, batch_size: int = 16, seed: int = 0) -> Measurement:
+    import torch
+
+    from .models import build_model
+    from .step import TrainStep, default_device
+
     device = default_device()
     torch.manual_seed(seed)
     model = build_model(spec).to(device).train()
@@ -70,8 +70,12 @@ def measure(spec: ArchSpec, policy: ExecPolicy, steps: int = 8, warmup: int = 2,
     return Measurement(step_s, times[0], tps, tps * count_flops(spec, seq_len)["train"])
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
+def matmul_peak(dtype, n: int = 2048, reps: int = 10) -> float:
     """Achieved FLOP/s of an n x n matmul, the machine's practical peak for that dtype."""
+    import torch
+
+    from .step import default_device
+
     device = default_device()
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
@@ -90,11 +94,16 @@ def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
 # ---- the throughput used for estimates ------------------------------------------------------
 
 def _cache_file() -> Path:
+    from .data import cache_root
+
     return cache_root() / "perf.json"
 
 
 def _machine_key() -> str:
-    return f"{platform.processor() or platform.machine()}|{os.cpu_count()}|torch {torch.__version__}|{default_device().type}"
+    """Identifies the machine without importing torch (so `--plan` stays fast)."""
+    import importlib.metadata
+
+    return f"{platform.processor() or platform.machine()}|{os.cpu_count()}|torch {importlib.metadata.version('torch')}"
 
 
 def machine_flops(probe: bool = True) -> float:
@@ -109,6 +118,8 @@ def machine_flops(probe: bool = True) -> float:
         pass
     if not probe:
         raise LookupError("no measured throughput for this machine yet")
+    from .step import ExecPolicy
+
     spec = ArchSpec.from_dict({"d_model": 128, "n_heads": 4, "layers": {"n": 4}, "vocab_size": 4096})
     m = measure(spec, ExecPolicy(compile=False), steps=3, warmup=1, seq_len=128, batch_size=8)
     record_flops(m.flops_per_s, source="probe")
@@ -130,8 +141,11 @@ def record_flops(flops_per_s: float, source: str) -> None:
 # ---- the benchmark ------------------------------------------------------------------------
 
 def run_models(families: list[str], steps: int) -> dict:
+    import torch
     from rich.console import Console
     from rich.table import Table
+
+    from .step import ExecPolicy, default_device
 
     console = Console()
     peak = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}

@@ -122,8 +122,8 @@ def trainable(config: dict[str, Any], ctx: dict[str, Any]) -> None:
         row = _attempts(config, ctx, trial_id, cfg, data, report, run_trial)
         results.append(row)
     ok = [r for r in results if r["status"] == "ok"]
-    if not ok and all(r["status"] == "failed" for r in results):
-        raise RuntimeError(f"trial {number}: every attempt failed: {results[-1]['error']}")
+    if not ok:  # Optuna has no value for it: the trial ends as an error (FAIL); its rows are written
+        raise RuntimeError(f"trial {number}: {results[-1]['status']}: {results[-1]['error']}")
     metrics = {name: statistics.fmean(row_metrics(r, ctx["count"])[name] for r in ok) if ok else math.nan
                for name in ("val_loss", "val_ppl", "params", "flops", "val_ppl_int4", "int4_bytes")}
     tune.report({**metrics, "tokens": max(r.get("tokens_trained") or 0 for r in results),
@@ -214,14 +214,21 @@ def _trial_numbers(finished: dict[str, dict]) -> dict[int, list[dict]]:
 
 
 def _open_study(opts: SearchOptions, names: list[str], directions: list[str], finished: dict[str, dict]):
-    """Load or create the persisted Optuna study and close what a killed driver left open:
-    a RUNNING trial with Parquet rows is told its values; one without is failed and re-enqueued."""
+    """Load or create the persisted Optuna study and close what a killed driver left open."""
     import optuna
-    from optuna.trial import TrialState
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.RDBStorage(f"sqlite:///{(opts.study_dir / OPTUNA_DB).resolve()}")
     study = optuna.create_study(storage=storage, study_name=opts.name, directions=directions, load_if_exists=True)
+    _close_running(study, names, finished)
+    return storage
+
+
+def _close_running(study, names: list[str], finished: dict[str, dict]) -> None:
+    """No Optuna trial stays RUNNING: one with Parquet rows is told its values (or failed if none
+    was ok); one without rows never finished and is failed and enqueued to run again."""
+    from optuna.trial import TrialState
+
     by_number = _trial_numbers(finished)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         rows = by_number.get(t.number, [])
@@ -233,7 +240,6 @@ def _open_study(opts: SearchOptions, names: list[str], directions: list[str], fi
             study.tell(t.number, state=TrialState.FAIL)
             if not rows:  # it never finished: run it again
                 study.enqueue_trial(t.params)
-    return storage
 
 
 class _Sample:
@@ -314,6 +320,7 @@ def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] 
     summary.ran = view.finished
     summary.overhead_s = view.overhead_s()
     ray.shutdown()
+    _close_running(optuna.load_study(study_name=opts.name, storage=storage), names, finished_trials(opts.study_dir))
     return _finish(summary, opts, t0)
 
 

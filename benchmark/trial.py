@@ -43,14 +43,43 @@ def describe(spec: ArchSpec, cfg: TrainConfig) -> dict[str, Any]:
     }
 
 
+CALIB_SEQUENCES = 64  # GPTQ calibration (the paper uses 1024 sequences of 2048 at 100M+ scale)
+
+
+def group_size(spec: ArchSpec) -> int:
+    """128 as in the Hyperloop paper, smaller for narrow models so a group spans a fraction of
+    a row (a single group per row would hide the grouping's effect at tiny widths)."""
+    return min(128, max(16, spec.d_model // 4))
+
+
+def quantized_columns(model, evals, data: PreparedData, cfg: TrainConfig) -> dict[str, Any]:
+    """Post-training weight quantisation: INT8 and INT4 with GPTQ (loop-aware Hessians), INT4 with
+    round-to-nearest; perplexity of each on the held-out set and the model size at each precision."""
+    import itertools
+
+    from .quant import QuantConfig, quantize
+
+    calib_iter = batches(data.train.tokens, cfg.seq_len, 8, cfg.seed + 1)
+    calib = [x for x, _ in itertools.islice(calib_iter, max(1, CALIB_SEQUENCES // 8))]
+    gs = group_size(model.spec)
+    out: dict[str, Any] = {}
+    for bits, method, col in ((8, "gptq", "int8"), (4, "gptq", "int4"), (4, "rtn", "int4_rtn")):
+        qmodel, report = quantize(model, QuantConfig(bits=bits, method=method, group_size=gs), calib)
+        out[f"val_ppl_{col}"] = evaluate(qmodel, evals, cfg)["val_ppl"]
+        if method == "gptq":
+            out[f"{col}_bytes"] = report.bytes
+            out["bf16_bytes"] = report.bytes_bf16
+    out["quant_group_size"] = gs
+    return out
+
+
 def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: DataConfig | None = None, *,
               data: PreparedData | None = None, checkpoint_dir: str | Path | None = None,
               on_step: Callable[[int, int, float], None] | None = None,
               on_eval: Callable[[dict], None] | None = None,
-              quantize: Callable | None = None) -> dict[str, Any]:
+              quantize: bool = True) -> dict[str, Any]:
     """Train and evaluate one candidate. Returns one results row (SPEC.md "Results"); a NaN/inf
-    loss gives status `diverged` instead of raising. `quantize(model, calib) -> dict` adds the
-    INT4 columns when given."""
+    loss gives status `diverged` instead of raising. `quantize` adds the INT8/INT4 columns."""
     spec = spec if isinstance(spec, ArchSpec) else ArchSpec.from_dict(spec)
     data = data or prepare(data_cfg or DataConfig())
     check_vocab(spec, data)
@@ -74,8 +103,8 @@ def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: Da
         "evals": json.dumps(result.evals), "tokens_per_s": result.tokens_per_s,
         "flops_per_s": result.flops_per_s, "peak_mem_bytes": result.peak_mem_bytes,
     })
-    if quantize is not None:
-        row.update(quantize(model, evals))
+    if quantize:
+        row.update(quantized_columns(model, evals, data, cfg))
     if checkpoint_dir is not None:
         save_checkpoint(checkpoint_dir, model, meta={k: row[k] for k in ("training", "dataset_id", "tokenizer_id", "code_version")},
                         tokenizer_json=data.tokenizer.inner.to_str())

@@ -3,6 +3,7 @@ page, study comparison and the CLI's plain errors."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -14,11 +15,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmark.frontier import Objective
-from benchmark.leaderboard import Settings, build_board, publish, read_results
-from benchmark.leaderboard import formats, plots, tables
-from benchmark.leaderboard.bands import cluster
+from benchmark import ArchSpec
+from benchmark.leaderboard import (LeaderboardError, NoResults, Settings, build_board, find_studies, publish,
+                                   read_results)
+from benchmark.leaderboard import formats, tables
+from benchmark.leaderboard.bands import bands, cluster
 from benchmark.leaderboard.describe import describe, structure
+from benchmark.leaderboard.report import FILES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,15 +57,19 @@ def synthetic_trials(study="demo", shapes=3, seeds=3, budgets=(30e6, 113e6), see
     `vary_loops` lists training loop counts to sweep for looped and hyperloop (Hyperloop Fig. 2)."""
     rng = np.random.default_rng(seed)
     rows = []
-    for budget in budgets:
+    for grow, budget in enumerate(budgets):
         for family, (layers, loops, extra) in LAYOUTS.items():
+            # Bigger budgets go deeper: two more middle (or plain) layers per step up.
+            deeper = "middle" if "middle" in layers else "begin"
+            layers = {**layers, deeper: layers[deeper] + 2 * grow}
             loop_counts = vary_loops if vary_loops and family in ("looped", "hyperloop") else (loops,)
             for shape in range(shapes):
-                d_model = int(64 * round(math.sqrt(budget / 400) / 64)) + 64 * shape
+                d_model = int(64 * round(math.sqrt(budget / 400) / 64)) + 64 * (shape % 8)
                 base = _spec(family, layers, d_model, shape, extra)
                 quality = QUALITY[family] * (1 + rng.uniform(-0.03, 0.03))
                 for n_loops in loop_counts:
-                    spec = {**base, "loops": n_loops}
+                    # Resolved through ArchSpec, as the results store writes it.
+                    spec = json.loads(ArchSpec.from_dict({**base, "loops": n_loops}).to_json())
                     loop_gain = (n_loops / loops) ** -0.04 if len(loop_counts) > 1 else 1.0
                     rows += _seed_rows(rng, study, spec, budget, quality * loop_gain, seeds, statuses)
     return pd.DataFrame(rows)
@@ -70,7 +77,8 @@ def synthetic_trials(study="demo", shapes=3, seeds=3, budgets=(30e6, 113e6), see
 
 def _spec(family, layers, d_model, shape, extra):
     hourglass = family == "transformer" and shape % 2 == 1  # some Transformers use the hourglass FFN
-    ffn = {"kind": "hourglass", "K": 4, "d_h": d_model // 2} if hourglass else {"kind": "swiglu", "d_ff": int(2.75 * d_model)}
+    ffn = ({"kind": "hourglass", "K": 4, "d_h": d_model // 2} if hourglass else
+           {"kind": "swiglu", "d_ff": int(2.75 * d_model) + 16 * (shape // 8)})  # many shapes: distinct widths
     return {"family": family, "d_model": d_model, "n_heads": d_model // 64, "layers": layers, "ffn": ffn, **extra}
 
 
@@ -79,7 +87,7 @@ def _seed_rows(rng, study, spec, budget, quality, seeds, statuses):
     non_emb = params - 32000 * spec["d_model"]
     attention = non_emb * rng.uniform(0.2, 0.45)
     lay = spec["layers"]
-    depth = lay.get("begin", 0) + lay.get("middle", 0) * spec["loops"] + lay.get("end", 0)
+    depth = lay["begin"] + lay["middle"] * spec["loops"] + lay["end"]
     flops = 6 * non_emb * depth / sum(lay.values())
     rows = []
     for s in range(seeds):
@@ -90,7 +98,7 @@ def _seed_rows(rng, study, spec, budget, quality, seeds, statuses):
         row = {
             "study": study, "trial_id": f"{study}-{len(rows)}-{rng.integers(1 << 40):010x}", "status": status,
             "error": None if status == "ok" else f"{status}: RuntimeError: loss is NaN at step 812\ntraceback...",
-            "family": spec["family"], "spec": json.dumps(spec), "params_total": params,
+            "family": spec["family"], "spec": json.dumps(spec, sort_keys=True), "params_total": params,
             "params_non_embedding": non_emb, "params_attention": attention,
             "params_ffn": non_emb - attention, "flops_per_token_train": flops, "flops_per_token_infer": flops / 3,
             "tokens_trained": 20 * params, "val_loss": math.log(ppl), "val_ppl": ppl,
@@ -117,3 +125,279 @@ def write_study(root: Path, trials: pd.DataFrame, rows_per_file=1) -> Path:
         trials.iloc[i:i + rows_per_file].to_parquet(folder / f"{i:07d}.parquet", index=False)
     (folder / ".tmp-partial.parquet").write_bytes(b"PAR1 half a file")
     return folder.parent
+
+
+# --- fixtures -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    """A results root with two studies: a broad one and a training-loop sweep (Hyperloop Fig. 2)."""
+    root = tmp_path_factory.mktemp("results")
+    write_study(root, synthetic_trials("broad", shapes=3, seeds=3))
+    write_study(root, synthetic_trials("sweep", shapes=1, seeds=2, budgets=(113e6,), vary_loops=(2, 3, 4, 6), seed=1))
+    return root
+
+
+@pytest.fixture(scope="module")
+def board(results):
+    return build_board(read_results([results / "broad"]), Settings())
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+def test_finds_studies_in_a_root_or_a_study_folder(results):
+    assert list(find_studies([results])) == ["broad", "sweep"]
+    assert list(find_studies([results / "sweep"])) == ["sweep"]
+    assert list(find_studies([results], names=["sweep"])) == ["sweep"]
+    with pytest.raises(NoResults, match="no study named nope; found: broad, sweep"):
+        find_studies([results], names=["nope"])
+
+
+def test_reads_every_trial_file_and_skips_temporary_ones(results):
+    trials = read_results([results / "broad"])
+    assert len(trials) == len(synthetic_trials("broad", shapes=3, seeds=3))  # the .tmp file is not read
+    assert set(trials["study"]) == {"broad"}
+
+
+def test_an_unreadable_trial_file_is_named(tmp_path):
+    folder = write_study(tmp_path, synthetic_trials("torn", shapes=1, seeds=1, budgets=(30e6,)))
+    (folder / "trials" / "torn.parquet").write_bytes(b"not parquet")
+    with pytest.raises(LeaderboardError, match="torn.parquet: not a readable Parquet file"):
+        read_results([folder])
+
+
+def test_reading_tolerates_columns_that_come_and_go(tmp_path):
+    # An older trial file without int4 columns, and a failed one whose metric columns are all null.
+    trials = synthetic_trials("drift", shapes=1, seeds=1, budgets=(30e6,))
+    folder = write_study(tmp_path, trials.iloc[:3]) / "trials"
+    trials.iloc[3:4].drop(columns=["val_ppl_int4", "int4_bytes"]).to_parquet(folder / "old.parquet")
+    failed = trials.iloc[4:5].assign(status="failed", val_ppl=None, val_loss=None, val_ppl_by_loops=None)
+    failed.to_parquet(folder / "failed.parquet")
+    read = read_results([tmp_path / "drift"])
+    assert len(read) == 5 and read["val_ppl_int4"].isna().sum() >= 1
+
+
+# --- the board ----------------------------------------------------------------------------------
+
+def test_structure_and_shape_columns_follow_the_papers():
+    assert structure(2, 4, 2, 3) == "2L→4L(×3)→2L"  # Hyperloop Table 1
+    assert structure(0, 4, 0, 2) == "4L(×2)"
+    assert structure(12, 0, 0, 1) == "12L"
+    looped = describe({"d_model": 768, "layers": {"begin": 2, "middle": 4, "end": 2}, "loops": 3,
+                       "ffn": {"kind": "swiglu", "ratio": 2.75}, "hyper": {"streams": 4}})
+    assert looped == {"structure": "2L→4L(×3)→2L", "d_model": 768, "d_h": 2112, "K": 1, "L": 8, "depth": 16,
+                      "loops": 3, "streams": 4}
+    # Hourglass paper Table 3, 113M hourglass row: d_model 1032, d_h 418, L 12, K 4.
+    hourglass = describe({"d_model": 1032, "layers": {"n": 12}, "ffn": {"kind": "hourglass", "K": 4, "d_h": 418}})
+    assert (hourglass["d_h"], hourglass["K"], hourglass["L"], hourglass["structure"]) == (418, 4, 12, "12L")
+
+
+def test_params_cluster_into_budget_bands():
+    # Tolerance 0.5%: a band opened at 100 reaches 100 x 1.005 / 0.995 = 101.005.
+    assert cluster(np.array([100, 100.9, 200, 100.4, 101.2, np.nan])).tolist()[:5] == [100.4, 100.4, 200, 100.4, 101.2]
+    assert math.isnan(cluster(np.array([np.nan]))[0])
+    frame = pd.DataFrame({"budget": [113e6, np.nan], "params_total": [50e6, 30e6]})
+    assert bands(frame).tolist() == [113e6, 30e6]  # the recorded budget wins; params fill the gaps
+
+
+def test_seeds_of_one_spec_become_one_candidate(board):
+    trials = synthetic_trials("broad", shapes=3, seeds=3)
+    ok = trials[trials["status"] == "ok"]
+    assert len(board.candidates) == ok["spec"].nunique()
+    assert board.candidates["n_seeds"].sum() == len(ok)
+    one = board.candidates.loc[board.candidates["n_seeds"].idxmax()]
+    seeds = ok[ok["spec"] == one["spec"]]["val_ppl"]  # the generator writes specs with sorted keys
+    assert one["val_ppl"] == pytest.approx(seeds.mean())
+    assert one["val_ppl_se"] == pytest.approx(seeds.std() / math.sqrt(len(seeds)))
+
+
+def test_spec_key_order_does_not_split_a_candidate():
+    trials = synthetic_trials("order", shapes=1, seeds=2, budgets=(30e6,), statuses={"ok": 1.0})
+    spec = json.loads(trials["spec"].iloc[1])
+    trials.loc[1, "spec"] = json.dumps(dict(reversed(list(spec.items()))))  # seed 1 of row 0's model
+    board = build_board(trials)
+    assert len(board.candidates) == len(LAYOUTS) and (board.candidates["n_seeds"] == 2).all()
+
+
+def test_family_comes_from_the_spec_and_a_missing_spec_is_said():
+    trials = synthetic_trials("bare", shapes=1, seeds=2, budgets=(30e6,), statuses={"ok": 1.0})
+    board = build_board(trials.drop(columns=["family"]))
+    assert sorted(board.candidates["family"]) == sorted(LAYOUTS)
+    board = build_board(trials.drop(columns=["spec"]))
+    assert len(board.candidates) == len(trials) and board.notes == ("no spec column: seeds are not aggregated",)
+
+
+def test_failed_trials_are_listed_and_never_ranked(board):
+    trials = synthetic_trials("broad", shapes=3, seeds=3)
+    bad = trials[trials["status"] != "ok"]
+    assert sorted(board.excluded["trial_id"]) == sorted(bad["trial_id"])
+    assert set(board.excluded["reason"]) == set(bad["status"])
+    assert board.excluded["error"].str.startswith(tuple(bad["status"])).all()  # first line of the error
+    assert board.candidates["val_ppl"].notna().all()
+
+
+def test_ok_trial_without_a_metric_is_kept_off_with_its_reason():
+    trials = synthetic_trials("nan", shapes=1, seeds=1, budgets=(30e6,), statuses={"ok": 1.0})
+    trials.loc[0, "val_ppl"] = float("nan")
+    board = build_board(trials)
+    assert board.excluded["reason"].tolist() == ["ok, but val_ppl is not finite"]
+    assert len(board.candidates) == len(trials) - 1
+
+
+def test_ranks_and_frontier_flags(board):
+    c = board.candidates
+    for _, band in c.groupby("band"):
+        assert band.loc[band["val_ppl"].idxmin(), "rank"] == 1
+        assert sorted(band["rank"]) == list(range(1, len(band) + 1))
+    # The extremes of each objective cannot be dominated; the overall front lies on family fronts.
+    assert c.loc[c["val_ppl"].idxmin(), "front"] and c.loc[c["params_total"].idxmin(), "front"]
+    assert (c["family_front"] | ~c["front"]).all() and not c["front"].all()
+
+
+def test_missing_objective_and_only_failed_trials_are_plain_errors():
+    trials = synthetic_trials("x", shapes=1, seeds=1, budgets=(30e6,))
+    with pytest.raises(LeaderboardError, match="results lack column"):
+        build_board(trials.drop(columns=["val_ppl"]))
+    with pytest.raises(NoResults, match=r"none of the \d+ trials finished with finite params_total and val_ppl"):
+        build_board(trials.assign(status="failed"))
+
+
+# --- hypervolume and comparison -----------------------------------------------------------------
+
+def test_two_studies_share_one_reference_point(results):
+    board = build_board(read_results([results / "broad", results / "sweep"]))
+    hv = board.hypervolumes
+    primary = hv[(hv["objectives"] == "params_total:min vs val_ppl:min") & (hv["family"] == "all")]
+    assert list(primary["study"]) == ["broad", "sweep"]
+    assert primary["reference"].nunique() == 1
+    assert (primary["hypervolume"] > 0).all()
+
+
+def test_user_reference_point_is_used_for_the_primary_objectives(board):
+    ref = (2e8, 50.0)
+    again = build_board(board.trials, Settings(ref=ref))
+    row = again.hypervolumes.iloc[0]
+    assert row["reference"] == ref and row["family"] == "all"
+
+
+def test_a_better_study_has_the_larger_hypervolume():
+    worse = synthetic_trials("worse", shapes=2, seeds=2, statuses={"ok": 1.0})
+    better = worse.assign(study="better", val_ppl=worse["val_ppl"] * 0.95)
+    board = build_board(pd.concat([worse, better], ignore_index=True))
+    hv = board.hypervolumes.query("family == 'all'").drop_duplicates("study").set_index("study")["hypervolume"]
+    assert hv["better"] > hv["worse"]
+
+
+# --- formats ------------------------------------------------------------------------------------
+
+def test_every_format_is_written(board, tmp_path):
+    written = publish(board, ["md", "csv", "latex", "html"], out=tmp_path)
+    for fmt, name in FILES.items():
+        assert tmp_path / name in written
+    md = (tmp_path / "leaderboard.md").read_text()
+    assert "## Budget 30M" in md and "## Budget 113M" in md and "2L→4L(×3)→2L" in md
+    assert "![Pareto frontier: val_ppl vs params_total](plots/frontier_params_total_val_ppl.png)" in md
+    csv = pd.read_csv(tmp_path / "leaderboard.csv")
+    assert len(csv) == len(board.candidates) and {"val_ppl", "val_ppl_se", "front", "spec"} <= set(csv.columns)
+    tex = (tmp_path / "leaderboard.tex").read_text()
+    assert tex.count(r"\toprule") == 3 and r"2L$\to$4L($\times$3)$\to$2L" in tex and "val\\_ppl" in tex
+    page = (tmp_path / "index.html").read_text()
+    assert all(t in page for t in board.trials["trial_id"]) and "http://" not in page and "https://" not in page
+    for plot in ("frontier_params_total_val_ppl", "frontier_flops_per_token_train_val_ppl",
+                 "frontier_int4_bytes_val_ppl_int4", "frontier_by_family_params_total_val_ppl", "loops_eval"):
+        assert (tmp_path / "plots" / f"{plot}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert b"<svg" in (tmp_path / "plots" / f"{plot}.svg").read_bytes()[:2000]
+
+
+def test_training_loop_sweep_gets_its_plot(results, tmp_path):
+    board = build_board(read_results([results / "sweep"]))
+    publish(board, ["md"], out=tmp_path)
+    assert (tmp_path / "plots" / "loops_train.png").stat().st_size > 10_000
+
+
+def test_missing_optional_columns_are_named(tmp_path):
+    trials = synthetic_trials("lean", shapes=1, seeds=1, statuses={"ok": 1.0})
+    trials = trials.drop(columns=["val_ppl_int4", "int4_bytes", "val_ppl_by_loops", "tokens_per_s"])
+    publish(build_board(trials), ["md"], out=tmp_path)
+    md = (tmp_path / "leaderboard.md").read_text()
+    assert "frontier int4_bytes vs val_ppl_int4 skipped: no int4_bytes, val_ppl_int4" in md
+    assert "loop-scaling plot (test-time loops) skipped: no val_ppl_by_loops in the results" in md
+    assert "column Tok/s skipped: no tokens_per_s in the results" in md
+    assert "| PPL (INT4) |" not in md
+
+
+def test_table_renderers_escape_their_syntax():
+    table = formats.Table(title="t", columns=[
+        formats.Column(header="name", cells=["a|b", "x_1 & 50%"]),
+        formats.Column(header="v", cells=["1", "—"], keys=[1.0, float("nan")])])
+    assert formats.markdown(table).splitlines()[2] == "| a\\|b | 1 |"
+    assert r"x\_1 \& 50\% & ---" in formats.latex(table)
+    html = formats.html_table(formats.Table(title="t", columns=[
+        formats.Column(header="name", cells=["</script><script>alert(1)", "b", "c", "d"]),
+        formats.Column(header="v", cells=["2.5", "—", "-1", "2.5"], keys=np.array([2.5, np.nan, -1, 2.5]))]), "t1")
+    rows = html.split('<script type="application/json" class="rows">')[1].removesuffix("</script>")
+    assert "</script>" not in rows
+    assert json.loads(rows) == {"cells": [["</script><script>alert(1)", "b", "c", "d"], ["2.5", "—", "-1", "2.5"]],
+                                "keys": [None, [1, None, 0, 1]]}  # sort keys: dense ranks, null when missing
+
+
+def test_numbers_print_as_papers_print_them():
+    values = np.array([135.7e6, 1.0745e9, 786e3, 12, float("nan")])
+    assert tables.counts(values) == ["135.7M", "1.075B", "786K", "12", "—"]
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+def run_cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, str(ROOT / "leaderboard.py"), *map(str, args)],
+                          cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "no_trials", "only_failed"])
+def test_cli_says_plainly_when_there_is_nothing_to_show(tmp_path, case):
+    folder = tmp_path / "results"
+    if case == "empty":
+        folder.mkdir()
+    if case == "no_trials":
+        (folder / "study" / "trials").mkdir(parents=True)
+    if case == "only_failed":
+        write_study(folder, synthetic_trials("dead", shapes=1, seeds=1, statuses={"failed": 1.0}))
+    done = run_cli(folder)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("leaderboard: no results")
+
+
+def test_cli_prints_markdown_and_writes_a_site(results, tmp_path, capsys):
+    # In-process (the subprocess tests above already pay the start-up), loaded by path so that the
+    # test does not depend on the repository root being on sys.path.
+    spec = importlib.util.spec_from_file_location("leaderboard_cli", ROOT / "leaderboard.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    assert cli.main([str(results), "--study", "broad", "--format", "md", "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# Leaderboard: broad")
+    bands = [section.split("\n\n_")[0] for section in out.split("## Budget ")[1:]]
+    ranks = {line.split("|")[1].strip() for band in bands for line in band.splitlines()[4:]}
+    assert len(bands) == 2 and ranks == {"1", "2"}  # --top 2
+    assert cli.main([str(results), "--x", "flops", "--y", "val_ppl", "--format", "html", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "index.html").exists() and not (tmp_path / "leaderboard.md").exists()
+    with pytest.raises(SystemExit):
+        cli.main([str(results), "--format", "pdf"])
+
+
+# --- speed --------------------------------------------------------------------------------------
+
+@pytest.mark.bench
+def test_100k_rows_in_1000_files_every_format_under_5s(tmp_path):
+    """100,000 trials (25,000 candidates x 4 seeds) in 1,000 files: read, rank, plot, write all."""
+    budgets = (20e6, 30e6, 60e6, 113e6)
+    trials = synthetic_trials("big", shapes=700, seeds=4, budgets=budgets).iloc[:100_000]
+    write_study(tmp_path / "results", trials, rows_per_file=100)
+    start, cpu = time.perf_counter(), time.process_time()
+    board = build_board(read_results([tmp_path / "results"]))
+    publish(board, ["md", "csv", "latex", "html"], out=tmp_path / "site")
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    print(f"100k rows / 1000 files -> every format: {elapsed:.2f} s wall, {cpu:.2f} s CPU, "
+          f"{len(board.candidates)} candidates")
+    assert elapsed < 5.0

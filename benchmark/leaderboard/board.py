@@ -23,6 +23,8 @@ METRICS = (
     "budget_distance",
 )
 KEY = ["study", "candidate"]
+# One encoder for every spec: json.dumps(..., sort_keys=True) builds a new one per call.
+_CANONICAL = json.JSONEncoder(sort_keys=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +53,7 @@ class Board:
 
     @property
     def studies(self) -> list[str]:
-        return list(dict.fromkeys(self.trials["study"]))
+        return self.trials["study"].unique().tolist()  # in order of appearance
 
     @property
     def metric(self) -> Objective:
@@ -63,46 +65,63 @@ def build(trials: pd.DataFrame, settings: Settings = Settings()) -> Board:
     missing = [o.column for o in objs if o.column not in trials]
     if "status" not in trials or missing:
         raise LeaderboardError(f"results lack column(s): {', '.join(missing or ['status'])}")
-    trials, notes = _with_candidates(trials)
+    trials, specs, notes = _with_candidates(trials)
     values = trials[[o.column for o in objs]].to_numpy(dtype=float)
     usable = (trials["status"] == "ok").to_numpy() & np.isfinite(values).all(axis=1)
     if not usable.any():
         statuses = ", ".join(f"{n} {s}" for s, n in trials["status"].value_counts().items())
         raise NoResults(f"no results: none of the {len(trials)} trials finished with finite "
                         f"{' and '.join(o.column for o in objs)} ({statuses})")
-    candidates = _candidates(trials[usable], settings)
+    lean = [c for c in trials if c not in ("spec", "val_ppl_by_loops", "error")]  # skip copying long strings
+    candidates = _candidates(trials.loc[usable, lean], settings)
+    candidates["spec"] = specs[candidates["candidate"].to_numpy()]
     pairs, skipped = _pairs(candidates, objs)
     return Board(
         settings=settings,
         trials=trials,
         candidates=candidates,
-        excluded=_excluded(trials[~usable], objs),
+        excluded=_excluded(trials.loc[~usable, [c for c in trials if c not in ("spec", "val_ppl_by_loops")]], objs),
         hypervolumes=_hypervolumes(candidates, pairs, settings.ref),
         pairs=pairs,
         notes=tuple(notes + skipped),
     )
 
 
-def _with_candidates(trials: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """Adds `candidate` (canonical spec JSON: seeds of one architecture share it), `family` when
-    absent, and the descriptor columns of describe.COLUMNS."""
-    # Descriptors come from the spec; drop any same-named store columns so the join cannot clash.
+def _with_candidates(trials: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, list[str]]:
+    """Adds `candidate` (an integer id: seeds of one architecture share it), `family` when absent,
+    and the columns of describe.COLUMNS; returns as well each candidate id's canonical spec."""
+    # drop/reset_index return a new frame (copy-on-write: no data copied), so the columns added
+    # below never leak into the caller's.
     trials = trials.drop(columns=[c for c in describe.COLUMNS if c in trials]).reset_index(drop=True)
     if "trial_id" not in trials:
         trials["trial_id"] = trials.index.astype(str)
-    if "spec" not in trials:
-        trials["candidate"] = trials["trial_id"].astype(str)
-        trials = trials.assign(**{c: None for c in describe.COLUMNS if c != "structure"}, structure="?")
-        return trials.assign(family=trials.get("family", "unknown")), ["no spec column: seeds are not aggregated"]
-    specs = {s: _parse(s) for s in pd.unique(trials["spec"].dropna())}  # parse each distinct spec once
-    canon = {s: json.dumps(d, sort_keys=True) if d else s for s, d in specs.items()}
-    info = pd.DataFrame.from_dict({s: describe.describe(d) for s, d in specs.items()}, orient="index")
-    trials["candidate"] = trials["spec"].map(canon).fillna(trials["trial_id"].astype(str))
-    trials = trials.join(info[list(describe.COLUMNS)], on="spec")
     if "family" not in trials:
-        trials["family"] = trials["spec"].map({s: d.get("family", "unknown") for s, d in specs.items()})
-    trials["family"] = trials["family"].fillna("unknown")
-    return trials, []
+        trials["family"] = None  # filled from the spec below
+    if "spec" not in trials:
+        trials = trials.assign(candidate=np.arange(len(trials)), family=trials["family"].fillna("unknown"),
+                               **{c: None for c in describe.COLUMNS})
+        return trials, np.full(len(trials), None, dtype=object), ["no spec column: seeds are not aggregated"]
+    # Each distinct spec string is parsed once; rows pick their values by code (-1: no spec).
+    codes, raw = pd.factorize(trials["spec"])
+    parsed = [_parse(s) for s in raw]
+    ids, specs = _canonical(raw, parsed)
+    # Rows without a spec cannot be matched to others: each is its own candidate, numbered after.
+    missing = codes < 0
+    trials["candidate"] = np.where(missing, len(specs) + np.cumsum(missing) - 1, np.append(ids, -1)[codes])
+    info = pd.DataFrame([describe.describe(d) for d in parsed] + [dict.fromkeys(describe.COLUMNS)])
+    for col in describe.COLUMNS:
+        trials[col] = info[col].to_numpy()[codes]  # code -1 takes the appended empty row
+    families = np.array([d.get("family") for d in parsed] + [None], dtype=object)[codes]
+    trials["family"] = trials["family"].fillna(pd.Series(families)).fillna("unknown")
+    return trials, np.append(specs, np.full(missing.sum(), None, dtype=object)), []
+
+
+def _canonical(raw, parsed: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate id of each distinct spec string, and each id's spec as sorted-key JSON: the same
+    architecture written with its keys in another order is the same candidate."""
+    canon = pd.Series([_CANONICAL.encode(d) if d else s for s, d in zip(raw, parsed)], dtype=object)
+    ids, specs = pd.factorize(canon)
+    return ids, np.asarray(specs, dtype=object)
 
 
 def _parse(spec: str) -> dict:
@@ -116,7 +135,7 @@ def _parse(spec: str) -> dict:
 def _candidates(ok: pd.DataFrame, settings: Settings) -> pd.DataFrame:
     extra = [o.column for o in settings.objectives if o.column not in METRICS]
     stats = frontier.aggregate_seeds(ok, KEY, [*METRICS, *extra])
-    first = ok.drop_duplicates(KEY)[[*KEY, "family", *describe.COLUMNS, *(["spec"] if "spec" in ok else [])]]
+    first = ok.drop_duplicates(KEY)[[*KEY, "family", *describe.COLUMNS]]
     cands = first.merge(stats, on=KEY, validate="one_to_one")
     cands["band"] = bands(cands, settings.tolerance)
     metric = settings.objectives[-1]
@@ -163,10 +182,10 @@ def _hypervolumes(cands: pd.DataFrame, pairs, ref) -> pd.DataFrame:
             scopes = [("all", group), *group.groupby("family", sort=True)]
             for family, part in scopes:
                 pts = part[cols].to_numpy(dtype=float)
+                pts = pts[frontier.non_dominated(pts, maximize)]
                 rows.append({
                     "objectives": " vs ".join(map(str, objs)), "study": study, "family": family,
-                    "points": int(frontier.non_dominated(pts, maximize).sum()),
-                    "hypervolume": frontier.hypervolume(pts, point, maximize),
+                    "points": len(pts), "hypervolume": frontier.hypervolume(pts, point, maximize),
                     "reference": tuple(float(v) for v in point),
                 })
     return pd.DataFrame(rows)

@@ -54,10 +54,17 @@ def trial_files(study: Path) -> list[Path]:
 
 
 def read_study(study: Path) -> pa.Table | None:
+    tables = [_read_trial(f) for f in trial_files(study)]
+    return pa.concat_tables(tables, promote_options="permissive") if tables else None
+
+
+def _read_trial(path: Path) -> pa.Table:
     # ParquetFile.read is ~2x faster than read_table per small file (no dataset discovery), and
     # threads do not pay off for files of a few kB.
-    tables = [pq.ParquetFile(f).read(use_threads=False) for f in trial_files(study)]
-    return pa.concat_tables(tables, promote_options="permissive") if tables else None
+    try:
+        return pq.ParquetFile(path).read(use_threads=False)
+    except (pa.ArrowInvalid, OSError) as err:
+        raise LeaderboardError(f"{path}: not a readable Parquet file ({err})") from err
 
 
 def read_studies(studies: dict[str, Path]) -> pd.DataFrame:
@@ -72,3 +79,8 @@ def read_studies(studies: dict[str, Path]) -> pd.DataFrame:
     if not frames:
         raise NoResults(f"no results: no finished trial in {', '.join(map(str, studies.values()))}")
     return pd.concat(frames, ignore_index=True)
+
+
+def read_results(paths: Sequence[str | Path], names: Sequence[str] = ()) -> pd.DataFrame:
+    """Every trial of the studies found under `paths` (see find_studies), as one table."""
+    return read_studies(find_studies(paths, names))

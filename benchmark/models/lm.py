@@ -102,15 +102,18 @@ class LanguageModel(nn.Module):
                 # AbbIE-D eq. 4, h_{k+1} = B(h_k) + h_k, from the second iteration on, so that one
                 # iteration is the plain Transformer (AbbIE §2.1: r = 1 is the special case).
                 x = x + h
+                if trace is not None:  # the stream after the inter-iteration residual
+                    trace[-1] = (trace[-1][0], x)
         return x
 
     def _depth_state(self, e: torch.Tensor) -> torch.Tensor:
         """Depth's random initial state. In eval mode it is drawn from a fixed generator so that
         evaluation is deterministic; in training it follows the global (seeded) RNG."""
-        gen = None
-        if not self.training:
+        if self.training:
+            noise = torch.randn(e.shape, device=e.device, dtype=torch.float32)
+        else:  # one (T, d) draw shared by the batch: a sequence's score never depends on its batch
             gen = torch.Generator(device=e.device).manual_seed(0)
-        noise = torch.randn(e.shape, generator=gen, device=e.device, dtype=torch.float32)
+            noise = torch.randn(e.shape[-2:], generator=gen, device=e.device, dtype=torch.float32).expand(e.shape)
         return (noise * DEPTH_STATE_STD).to(e.dtype)
 
     # ---- hyper-connections --------------------------------------------------------------

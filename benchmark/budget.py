@@ -1,0 +1,347 @@
+"""Parameter budgets: parse amounts (`113M`, `1.2B`, `113_000_000`), and solve the free dimension
+of a candidate so that its parameter count lands on the budget.
+
+The rule (`solve_budget`), with count_params exact and cheap so every step is an integer search:
+
+* `solve: d_model` (the default). d_model runs over its valid values (`_Ladder`): multiples of
+  2 x n_heads (an even head_dim for RoPE); any integer when `head_dim` is given; or, with a
+  `shape.head_dim` target, every d_model that splits into heads of an even width near it.
+  Widths given as ratios (`ffn.ratio`, `ffn.dh_ratio`, the 2.75 default) re-derive from d_model,
+  so parameters grow with d_model and a doubling bracket plus bisection find the two valid
+  d_model values around the budget. Then the FFN hidden width (`d_ff`, or `d_h` for an hourglass
+  FFN; a multiple of `ffn.multiple_of`) absorbs the remainder: for each d_model the width
+  nearest the budget is found the same way. Two knobs are how the hourglass paper matches
+  budgets within 0.001% (Liao et al. §4.1). If neither setting lands within PRECISION (0.05%),
+  the next valid d_model on each side is tried, up to _WIDEN more; of the settings within
+  PRECISION the one nearest the asked-for shape wins (FFN width nearest its ratio, to 1%, then
+  head_dim nearest its target), else the one nearest the budget, if within `tolerance`.
+  With the width given absolutely (`ffn.d_ff` / `ffn.d_h`) only d_model moves: the nearer of
+  the two valid values.
+* `solve: ffn.d_ff`, `ffn.d_h` or `ffn` (whichever width the candidate's FFN kind has): d_model
+  stays as given and the width nearest the budget wins (hourglass paper Table 1: fixed attention).
+
+Errors say why, and what the nearest feasible budget or setting is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any, Callable, Mapping
+
+from .counting import count_params
+from .spec import ArchSpec
+
+COUNTS = ("total", "non_embedding")
+SOLVES = ("d_model", "ffn.d_ff", "ffn.d_h", "ffn")
+_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+PRECISION = 0.0005  # 0.05%: the solver widens its d_model window until a setting lands this close
+_WIDEN = 4          # at most this many extra d_model values either side
+HEAD_BAND = 1.25    # shape.head_dim: head_dim may sit within this factor of its target
+
+
+class BudgetError(ValueError):
+    """No candidate of this shape meets the budget within tolerance; the message says why."""
+
+
+def parse_amount(value: Any) -> int:
+    """`113M`, `1.2B`, `500K`, `113_000_000`, 113000000 -> a positive int (exact: no float rounding)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected an amount like 113M, 1.2B or 500K, got {value!r}")
+    text = str(value).strip().replace("_", "").upper()
+    suffix = text[-1:] if text[-1:] in _SUFFIX else ""
+    try:
+        amount = Decimal(text[: len(text) - len(suffix)]) * _SUFFIX[suffix]
+    except InvalidOperation:
+        raise ValueError(f"expected an amount like 113M, 1.2B or 500K, got {value!r}") from None
+    if amount != amount.to_integral_value() or amount <= 0:
+        raise ValueError(f"expected a positive whole number, got {value!r}")
+    return int(amount)
+
+
+def parse_tolerance(value: Any) -> float:
+    """`0.5%` or a fraction (0.005) -> 0.005; must be in (0, 1)."""
+    text = str(value).strip()
+    try:
+        tol = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ValueError(f"expected a percentage like 0.5% or a fraction like 0.005, got {value!r}") from None
+    if isinstance(value, bool) or not 0 < tol < 1:
+        raise ValueError(f"must be between 0% and 100% (exclusive), got {value!r}")
+    return tol
+
+
+def fmt_count(n: float) -> str:
+    """113_900_000 -> '113.9M' (four significant digits)."""
+    for suffix, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.4g}{suffix}"
+    return f"{n:.0f}"
+
+
+def fmt_fraction(x: float) -> str:
+    return f"{x * 100:g}%"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tokens:
+    """Training tokens: a multiple of a parameter count (`20x`, Chinchilla's 20 tokens per
+    parameter as in AbbIE §3.2) or an absolute amount (`5M`)."""
+
+    per_param: float | None = None
+    absolute: int | None = None
+
+    def resolve(self, params: int) -> int:
+        return self.absolute if self.absolute is not None else int(round(self.per_param * params))
+
+    def __str__(self) -> str:
+        return f"{self.per_param:g}x" if self.absolute is None else fmt_count(self.absolute)
+
+
+def parse_tokens(value: Any) -> Tokens:
+    text = str(value).strip()
+    if text.lower().endswith("x") and not isinstance(value, bool):
+        try:
+            mult = float(text[:-1])
+        except ValueError:
+            mult = -1.0
+        if mult <= 0:
+            raise ValueError(f"expected a multiple of the parameters like 20x, got {value!r}")
+        return Tokens(per_param=mult)
+    try:
+        return Tokens(absolute=parse_amount(value))
+    except ValueError:
+        raise ValueError(f"expected 20x (tokens per parameter) or an amount like 5M, got {value!r}") from None
+
+
+# ---- the solver ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Solution:
+    spec: ArchSpec
+    params: dict[str, int] = field(compare=False)
+    budget: int
+    count: str
+    solved: dict[str, int] = field(compare=False)   # the values the solver chose, by dotted key
+
+    @property
+    def distance(self) -> float:
+        """Signed distance from the budget: (params - budget) / budget."""
+        return (self.params[self.count] - self.budget) / self.budget
+
+
+def _width_key(raw: Mapping[str, Any]) -> tuple[str, str]:
+    """(absolute key, ratio key) of the candidate's FFN hidden width."""
+    kind = raw.get("ffn", {}).get("kind", "swiglu")
+    return ("d_h", "dh_ratio") if kind == "hourglass" else ("d_ff", "ratio")
+
+
+def _ratio_width(raw: Mapping[str, Any]) -> bool:
+    """Is the FFN width derived from d_model (a ratio, or the default ratio)?"""
+    key, ratio_key = _width_key(raw)
+    ffn = raw.get("ffn", {})
+    return ffn.get(ratio_key) is not None or ffn.get(key) is None
+
+
+class _Ladder:
+    """The valid d_model values of a candidate, and the head counts each implies.
+
+    n_heads fixed: multiples of 2 x n_heads (an even head_dim, for RoPE), or any integer when
+    head_dim is given. With a target head size (`shape.head_dim`) heads scale with width: at each
+    d_model, n_heads is the count (a multiple of the GQA group n_heads / n_kv_heads) whose even
+    head_dim = d_model / n_heads is nearest the target, with head_dim within a factor HEAD_BAND of
+    the target (the band rounded outward to whole head counts, so a small model may have one wide
+    head). That makes valid d_model values dense (every few units at d_model ~ 1000, like the
+    hourglass paper's 1032 = 12 x 86), so the FFN width rarely moves far off its ratio."""
+
+    def __init__(self, raw: Mapping[str, Any], head_dim: int | None):
+        heads = raw.get("n_heads", ArchSpec.n_heads)
+        self.target, self.heads = head_dim, heads
+        self.group = heads // (raw.get("n_kv_heads") or heads)
+        self.any = head_dim is None and raw.get("head_dim") is not None
+
+    def keys(self, d_model: int) -> dict[str, int]:
+        """The head keys to set at this d_model ({} when n_heads is fixed or d_model is invalid)."""
+        if self.target is None:
+            return {}
+        g = self.group
+        fewest = max(1, math.floor(d_model / (self.target * HEAD_BAND)))   # the band, rounded outward
+        most = max(fewest, math.ceil(d_model * HEAD_BAND / self.target))  # to whole head counts
+        counts = [n for n in range(-(-fewest // g) * g, most + 1, g) if d_model % n == 0 and d_model // n % 2 == 0]
+        if not counts:
+            return {}
+        n = min(counts, key=lambda n: abs(math.log(d_model / n / self.target)))
+        return {"n_heads": n, "n_kv_heads": n // g}
+
+    def valid(self, d_model: int) -> bool:
+        if d_model < 1:
+            return False
+        if self.target is not None:
+            return bool(self.keys(d_model))
+        return self.any or d_model % self.heads == 0 and d_model // self.heads % 2 == 0
+
+    def up(self, d_model: int) -> int:
+        d_model = max(d_model, 1)
+        while not self.valid(d_model):
+            d_model += 1
+        return d_model
+
+    def down(self, d_model: int) -> int | None:
+        while d_model >= 1 and not self.valid(d_model):
+            d_model -= 1
+        return d_model if d_model >= 1 else None
+
+    def why(self) -> str:
+        if self.target is not None:
+            return f"n_heads giving an even head_dim within {HEAD_BAND}x of {self.target}"
+        return "any integer, since head_dim is given" if self.any else \
+            f"a multiple of 2 x n_heads={self.heads}, for an even head_dim"
+
+
+def _with(raw: Mapping[str, Any], d_model: int | None = None, width: int | None = None,
+          heads: Mapping[str, int] | None = None) -> dict[str, Any]:
+    out = {**raw, **(heads or {})}
+    if d_model is not None:
+        out["d_model"] = d_model
+    if width is not None:
+        key, _ = _width_key(raw)
+        ffn = {k: v for k, v in raw.get("ffn", {}).items() if k not in ("ratio", "dh_ratio")}
+        out["ffn"] = {**ffn, key: width}
+    return out
+
+
+class _Counter:
+    """Memoised parameter count of `raw` at (d_model, width), heads set by the ladder."""
+
+    def __init__(self, raw: Mapping[str, Any], count: str, ladder: _Ladder):
+        self.raw, self.count, self.ladder, self.cache = raw, count, ladder, {}
+
+    def mapping(self, d_model: int | None, width: int | None = None) -> dict[str, Any]:
+        heads = self.ladder.keys(d_model) if d_model is not None else {}
+        return _with(self.raw, d_model, width, heads)
+
+    def __call__(self, d_model: int | None, width: int | None = None) -> int:
+        key = (d_model, width)
+        if key not in self.cache:
+            self.cache[key] = count_params(self.mapping(d_model, width))[self.count]
+        return self.cache[key]
+
+
+def _first_at_least(f: Callable[[int], int], target: int, snap: Callable[[int], int]) -> int:
+    """The smallest snapped value where the increasing f reaches `target` (a doubling bracket,
+    then bisection; `snap` rounds up to the next valid value)."""
+    def reaches(x: int) -> bool:
+        return f(snap(x)) >= target
+    hi = 1
+    while not reaches(hi):
+        hi *= 2
+    lo = hi // 2  # does not reach, or is 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
+    return snap(hi)
+
+
+def _nearest_width(n: _Counter, d_model: int | None, budget: int, multiple: int) -> int:
+    def snap(w: int) -> int:
+        return -(-w // multiple) * multiple
+    w = _first_at_least(lambda w: n(d_model, w), budget, snap)
+    if w > multiple and budget - n(d_model, w - multiple) < n(d_model, w) - budget:
+        return w - multiple
+    return w
+
+
+def solve_budget(raw: Mapping[str, Any], *, budget: int, count: str = "total", tolerance: float = 0.005,
+                 solve: str = "d_model", head_dim: int | None = None) -> Solution:
+    """Set the free dimension of `raw` (an ArchSpec mapping) so that its `count` parameters are
+    within `tolerance` of `budget`; `head_dim` (with solve: d_model) scales n_heads with d_model.
+    Raises BudgetError, or SpecError for an invalid mapping."""
+    _probe(raw)
+    ladder = _Ladder(raw, head_dim)
+    n = _Counter(raw, count, ladder)
+    multiple = raw.get("ffn", {}).get("multiple_of", 1)
+    key, _ = _width_key(raw)
+    if solve == "d_model":
+        d_model, width = _solve_d_model(raw, n, ladder, budget, tolerance, multiple)
+    else:
+        if solve in ("ffn.d_ff", "ffn.d_h") and solve != f"ffn.{key}":
+            kind = raw.get("ffn", {}).get("kind", "swiglu")
+            raise BudgetError(f"solve: {solve} needs an FFN with that width, but this candidate's ffn.kind is "
+                              f"{kind} (width ffn.{key}); use solve: ffn to solve whichever width it has")
+        d_model, width = _solve_width(n, key, budget, tolerance, multiple)
+    spec = ArchSpec.from_dict(n.mapping(d_model, width))
+    solved = {k: v for k, v in (("d_model", d_model), (f"ffn.{key}", width)) if v is not None}
+    return Solution(spec=spec, params=count_params(spec), budget=budget, count=count, solved=solved)
+
+
+def _probe(raw: Mapping[str, Any]) -> None:
+    """Validate everything but the free dimension, so spec errors surface before the search."""
+    heads = raw.get("n_heads", ArchSpec.n_heads)
+    ok_heads = isinstance(heads, int) and not isinstance(heads, bool) and heads > 0
+    ArchSpec.from_dict(_with(raw, d_model=64 * heads) if ok_heads else raw)
+
+
+def _off_shape(n: _Counter, d_model: int, width: int | None) -> tuple[int, float]:
+    """How far a setting sits from the shape asked for: first the tuned FFN width from the width
+    its ratio gives (in whole percent: the papers sweep that ratio), then head_dim from its
+    `shape.head_dim` target (the hourglass paper's own heads range from 86 to 178 wide)."""
+    spec = ArchSpec.from_dict(n.mapping(d_model))
+    ffn = abs(math.log(width / spec.ffn.width)) if width is not None else 0.0
+    return round(100 * ffn), abs(math.log(spec.head_dim / n.ladder.target)) if n.ladder.target else 0.0
+
+
+def _floor(smallest: int, tol: float) -> str:
+    return f"the smallest feasible budget at tolerance {fmt_fraction(tol)} is {math.ceil(smallest / (1 + tol)):,}"
+
+
+def _solve_d_model(raw, n: _Counter, ladder: _Ladder, budget: int, tol: float,
+                   multiple: int) -> tuple[int, int | None]:
+    tune = _ratio_width(raw)
+    above = _first_at_least(n, budget, ladder.up)
+    below = ladder.down(above - 1)
+    seen: list[tuple[int, int | None]] = []
+    # The two valid d_model values around the budget; with a tunable width, more either side until
+    # one lands within PRECISION. Of those that do, the one nearest the shape asked for.
+    for ring in range(1 + (_WIDEN if tune else 0)):
+        if ring:
+            above, below = ladder.up(above + 1), below and ladder.down(below - 1)
+        for d in (above, below):
+            if d is not None:
+                seen.append((d, _nearest_width(n, d, budget, multiple) if tune else None))
+        precise = [p for p in seen if abs(n(*p) - budget) <= PRECISION * budget]
+        if precise:
+            return min(precise, key=lambda p: (*_off_shape(n, *p), abs(n(*p) - budget)))
+    nearest = min(seen, key=lambda p: abs(n(*p) - budget))
+    if abs(n(*nearest) - budget) <= tol * budget:
+        return nearest
+    smallest = n(ladder.up(1), multiple if tune else None)
+    if smallest > budget * (1 + tol):
+        raise BudgetError(
+            f"at d_model={ladder.up(1)} (the smallest valid: {ladder.why()}) this candidate already has "
+            f"{smallest:,} parameters; {_floor(smallest, tol)}")
+    d, w = nearest
+    got = n(d, w)
+    setting = f"d_model={d}" + (f" with ffn.{_width_key(raw)[0]}={w}" if tune else "")
+    advice = ("widen tolerance, or set shape.head_dim or head_dim so d_model has finer steps" if tune else
+              "widen tolerance, or give the FFN width as a ratio (ffn.ratio / ffn.dh_ratio) so it can absorb "
+              "the remainder")
+    raise BudgetError(f"the nearest valid setting ({setting}) gives {fmt_count(got)} "
+                      f"({(got - budget) / budget:+.2%}), outside tolerance {fmt_fraction(tol)}; {advice}")
+
+
+def _solve_width(n: _Counter, key: str, budget: int, tol: float, multiple: int) -> tuple[None, int]:
+    smallest = n(None, multiple)
+    if smallest > budget * (1 + tol):
+        raise BudgetError(
+            f"at ffn.{key}={multiple} (the smallest valid) this candidate already has {smallest:,} parameters; "
+            f"{_floor(smallest, tol)} (or lower d_model or the layer count)")
+    w = _nearest_width(n, None, budget, multiple)
+    got = n(None, w)
+    if abs(got - budget) > tol * budget:
+        unit = n(None, w + multiple) - got
+        raise BudgetError(
+            f"the nearest valid ffn.{key}={w} gives {fmt_count(got)} ({(got - budget) / budget:+.2%}), outside "
+            f"tolerance {fmt_fraction(tol)}: one step of ffn.{key} moves {fmt_count(unit)} parameters here; "
+            "widen tolerance" + (" or lower ffn.multiple_of" if multiple > 1 else ""))
+    return None, w

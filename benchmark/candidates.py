@@ -1,0 +1,221 @@
+"""Points of a search space -> budget-matched candidates.
+
+`define_by_run(space)` is the Optuna define-by-run function the search hands to Ray Tune's
+`OptunaSearch(space=...)`; `grid(space, limit)` enumerates a finite space in file order; both walk
+the axes with `choose`, which skips an axis whose `when` is false, and end in `resolve`: base +
+variant + axis values over the family preset, `shape.*` applied (shape.py), the free dimension
+solved to the budget (budget.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
+
+from .budget import BudgetError, Solution, solve_budget
+from .expr import ExprError
+from .shape import SHAPE_KEYS, apply_shape, fit_width_depth, layer_split
+from .space import Axis, SearchSpace, SpaceError, set_dotted
+from .spec import PRESETS, ArchSpec, FFNSpec, HyperSpec, SpecError, deep_merge
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    """One resolved point: the axis values it was given and its budget solution."""
+
+    values: dict[str, Any]
+    solution: Solution
+
+    @property
+    def spec(self) -> ArchSpec:
+        return self.solution.spec
+
+    @property
+    def distance(self) -> float:
+        return self.solution.distance
+
+    def config(self) -> dict[str, Any]:
+        """Flat constants, JSON-able: the axis values plus the resolved spec and its counts."""
+        p = self.solution.params
+        return {**self.values, "family": self.spec.family, "spec": self.spec.to_dict(),
+                "params_total": p["total"], "params_non_embedding": p["non_embedding"],
+                "budget": self.solution.budget, "count": self.solution.count, "budget_distance": self.distance}
+
+
+# ---- conditions and the walk over axes ------------------------------------------------------
+
+def _get(frag: Any, key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(frag, Mapping) or part not in frag:
+            return None
+        frag = frag[part]
+    return frag
+
+
+def _fragment(space: SearchSpace, values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(ArchSpec mapping, shape values) of base + the chosen variant + the axis values."""
+    variant = space.variants.get(values.get("variant"))
+    raw = deep_merge(space.base, variant.arch if variant else {})
+    shape = dict(variant.shape if variant else {})
+    for key, value in values.items():
+        if key in SHAPE_KEYS:
+            shape[key] = value
+        elif key != "variant":
+            set_dotted(raw, key, value)
+    return raw, shape
+
+
+# ArchSpec's own defaults, for keys nothing sets (ffn.kind -> swiglu, loops -> 1, ...).
+_DEFAULTS = {**{k: v for k, v in vars(ArchSpec()).items() if k not in ("ffn", "layers", "hyper")},
+             **{f"ffn.{k}": v for k, v in vars(FFNSpec()).items()},
+             **{f"hyper.{k}": v for k, v in vars(HyperSpec()).items()}}
+
+
+def _lookup(space: SearchSpace, values: Mapping[str, Any]) -> Callable[[str], Any]:
+    """Name -> value as a condition reads it: the candidate so far over its family preset, then
+    ArchSpec's defaults; null when unset (hyper.* of a model without hyper-connections)."""
+    raw, shape = _fragment(space, values)
+    merged = deep_merge(PRESETS.get(raw.get("family", "transformer"), {}), raw)
+
+    def get(name: str) -> Any:
+        if name == "variant":
+            return values.get("variant")
+        if name in SHAPE_KEYS:
+            return shape.get(name)
+        if name in ("layers.begin", "layers.middle", "layers.end"):
+            return layer_split(merged)[name.split(".")[1]]
+        if name.startswith("hyper.") and merged.get("hyper") is None:
+            return None
+        found = _get(merged, name)
+        return _DEFAULTS.get(name) if found is None else found
+    return get
+
+
+def _active(space: SearchSpace, axis: Axis, values: Mapping[str, Any]) -> bool:
+    if axis.when is None:
+        return True
+    try:
+        return axis.when(_lookup(space, values))
+    except ExprError as e:
+        raise space.source.error(("axes", axis.key, "when"), e.reason) from None
+
+
+def choose(space: SearchSpace, pick: Callable[[Axis], Any]) -> dict[str, Any]:
+    """Walk the axes in file order, asking `pick` for the value of every active axis."""
+    values: dict[str, Any] = {}
+    for axis in space.axes:
+        if _active(space, axis, values):
+            values[axis.key] = pick(axis)
+    return values
+
+
+def define_by_run(space: SearchSpace) -> Callable[[Any], dict[str, Any]]:
+    """`sample(trial) -> dict`, an Optuna define-by-run function: suggests every active axis (an
+    axis whose `when` is false is not suggested at all), solves the budget, and returns the
+    candidate as a flat dict of constants (`Candidate.config`). That is the form Ray Tune's
+    `OptunaSearch(space=sample)` accepts: it merges the returned constants into the trial's
+    config. Raises SpaceError when a point cannot be built or cannot meet the budget."""
+    def sample(trial) -> dict[str, Any]:
+        return resolve(space, choose(space, lambda axis: axis.domain.suggest(trial, axis.key))).config()
+    return sample
+
+
+class _Infinite(Exception):
+    """An active float axis: the space cannot be enumerated."""
+
+
+def grid(space: SearchSpace, limit: int) -> list[dict[str, Any]] | None:
+    """Every point of a finite space (conditions respected), in file order; None if an active
+    axis is a float range or there are more than `limit` points."""
+    def expand(i: int, values: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        if i == len(space.axes):
+            yield values
+        elif not _active(space, space.axes[i], values):
+            yield from expand(i + 1, values)
+        else:
+            axis = space.axes[i]
+            options = axis.domain.grid()
+            if options is None:
+                raise _Infinite
+            for v in options:
+                yield from expand(i + 1, {**values, axis.key: v})
+
+    points = []
+    try:
+        for point in expand(0, {}):
+            points.append(point)
+            if len(points) > limit:
+                return None
+    except _Infinite:
+        return None
+    return points
+
+
+# ---- resolving one point --------------------------------------------------------------------
+
+def resolve(space: SearchSpace, values: Mapping[str, Any]) -> Candidate:
+    """The budget-matched candidate for `values` (axis key -> value); raises SpaceError pointing
+    at the axis, variant or base key behind a spec error, or at `budget` for a budget error."""
+    values = dict(values)
+    if space.budget is None:
+        raise space.source.error(("budget",), "none given: set `budget:` in the file or pass --budget")
+    try:
+        return Candidate(values=values, solution=_solve(space, values))
+    except SpecError as e:
+        raise _locate(space, values, e.key, f"{e.reason}{_about(values)}") from None
+    except BudgetError as e:
+        raise space.source.error(("budget",), f"{e}{_about(values)}") from None
+
+
+def _solve(space: SearchSpace, values: dict[str, Any]) -> Solution:
+    raw, shape = _fragment(space, values)
+    family = ArchSpec.from_dict({"family": raw.get("family", "transformer")}).family  # SpecError if misspelt
+    merged = apply_shape(deep_merge(PRESETS[family], raw), shape)
+
+    head_dim = shape.get("shape.head_dim")
+    if head_dim is not None and merged.get("head_dim") is not None:
+        raise SpecError("shape.head_dim", "sets n_heads from d_model; it cannot be combined with head_dim")
+    if space.anchor is not None:  # hourglass paper Table 1: every candidate keeps the anchor's width and heads
+        anchor = solve_budget(deep_merge(space.base, space.anchor), budget=space.budget, count=space.count,
+                              tolerance=space.tolerance, head_dim=head_dim)
+        merged.update(d_model=anchor.spec.d_model, n_heads=anchor.spec.n_heads, n_kv_heads=anchor.spec.n_kv_heads)
+        head_dim = None
+    elif head_dim is not None and space.solve != "d_model":
+        raise SpecError("shape.head_dim", f"scales n_heads with a solved d_model; it needs solve: d_model or an "
+                        f"anchor, not solve: {space.solve}")
+
+    def solve(r: dict[str, Any]) -> Solution:
+        return solve_budget(r, budget=space.budget, count=space.count, tolerance=space.tolerance, solve=space.solve,
+                            head_dim=head_dim)
+
+    if "shape.d_model_per_layer" in shape:
+        return fit_width_depth(merged, shape, solve)
+    return solve(merged)
+
+
+def _about(values: Mapping[str, Any]) -> str:
+    what = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+    return f" (candidate: {what})" if what else ""
+
+
+def _locate(space: SearchSpace, values: Mapping[str, Any], key: str, reason: str) -> SpaceError:
+    """Point an error about `key` at the entry that set it: an axis, the variant, base or anchor;
+    else (a preset or default value) an axis of the same section, else where the family is chosen."""
+    chosen = [a.key for a in space.axes if a.key in values]
+    exact = [a for a in chosen if a == key or key.startswith(a + ".") or a.startswith(key + ".")]
+    if exact:
+        return space.source.error(("axes", exact[0]), reason)
+    name = values.get("variant")
+    variant = space.variants.get(name)
+    if variant and (_get(variant.arch, key) is not None or key in variant.shape):
+        return space.source.error(("variants", name, *key.split(".")), reason)
+    for where, frag in (("base", space.base), ("anchor", space.anchor or {})):
+        if _get(frag, key) is not None:
+            return space.source.error((where, *key.split(".")), reason)
+    same_section = [a for a in chosen if a.split(".")[0] == key.split(".")[0]]
+    if same_section:
+        return space.source.error(("axes", same_section[0]), reason)
+    family_at = ("axes", "family") if "family" in values else ("base", "family") if "family" in space.base else None
+    if family_at:
+        return space.source.error(family_at, f"{key} (from the family preset): {reason}")
+    return space.source.error((key,), reason)

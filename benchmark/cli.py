@@ -1,0 +1,225 @@
+"""The `run_search.py` command line (SPEC.md "Command lines").
+
+    python run_search.py [SPACE.yaml] --budget 113M [--count total] [--trials N] [--tokens 20x|5M]
+        [--name STUDY] [--results DIR] [--seed S] [--plan] [--json] [--resume] [--address auto]
+        [--seeds N] [--time-budget 30m] [--concurrency N] [--data SOURCE] [--tokenizer bpe]
+    python run_search.py --spec ARCH.yaml [--tokens 2M] [--data SOURCE] [--checkpoint DIR]
+
+`--plan` resolves and prints the candidates without training; without it the search runs
+(`run_study` -> search.run_search). `--spec` trains and evaluates one architecture. Exit codes:
+0 done, 2 a problem with the space, the spec or the flags, reported as one line
+(`path:line:col: key: what is wrong`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .budget import COUNTS, parse_amount, parse_tokens
+from .space import SearchSpace, SpaceError, load_space
+from .yamlsafe import YamlError
+
+DEFAULT_SPACE = Path(__file__).resolve().parent.parent / "search_spaces" / "default.yaml"
+SEARCH_ONLY = ("name", "results", "resume", "address", "seeds", "time_budget", "concurrency")  # search-only flags
+
+
+def _checked(parse):
+    """An argparse type that reports the parser's own message."""
+    def convert(text: str) -> str:
+        try:
+            parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return text
+    return convert
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="run_search.py", description="Plan or run an architecture search at a "
+                                "fixed parameter budget.")
+    p.add_argument("space", nargs="?", default=None, help=f"search-space YAML (default: {DEFAULT_SPACE.name})")
+    p.add_argument("--budget", type=_checked(parse_amount), help="parameter budget, e.g. 113M, 1.2B, 500K")
+    p.add_argument("--count", choices=COUNTS, help="what the budget counts (default: the space's `count`)")
+    p.add_argument("--trials", type=_positive, help="candidates to sample (default: the space's `trials`)")
+    p.add_argument("--tokens", type=_checked(parse_tokens), help="training tokens: 20x (per parameter) or 5M")
+    p.add_argument("--seed", type=int, default=0, help="seed for sampling candidates (default 0)")
+    p.add_argument("--plan", action="store_true", help="print the resolved candidates; train nothing")
+    p.add_argument("--json", action="store_true", help="with --plan: one JSON object per candidate on stdout")
+    p.add_argument("--name", help="study name (default: the space's name)")
+    p.add_argument("--results", help="results directory (default: results/)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted study")
+    p.add_argument("--address", help="Ray cluster address, e.g. auto")
+    p.add_argument("--seeds", type=_positive, help="train every chosen candidate with N seeds (default 1)")
+    p.add_argument("--time-budget", type=_checked(parse_duration), help="cap the whole search, e.g. 30m, 2h")
+    p.add_argument("--concurrency", type=_positive, help="trials at once (default: one per GPU, else 1)")
+    p.add_argument("--spec", help="train and evaluate one architecture (YAML) instead of a search")
+    p.add_argument("--checkpoint", help="with --spec: save the trained model here (safetensors + spec.json)")
+    p.add_argument("--data", default="embedded", help="corpus: embedded, embedded:wiki,bible, hf:NAME, or files")
+    p.add_argument("--tokenizer", default="bpe", help="bpe, bpe:VOCAB, gpt2 or hf:NAME (default bpe = 8192)")
+    p.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto", help="autocast policy")
+    p.add_argument("--no-compile", action="store_true", help="train eagerly (no torch.compile)")
+    return p
+
+
+def parse_duration(text: str) -> float:
+    """'30m' -> 1800.0; plain numbers are seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    t = text.strip().lower()
+    try:
+        return float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except (ValueError, KeyError):
+        raise ValueError(f"expected a duration like 90s, 30m or 2h, got {text!r}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.spec:
+        return run_single(args)
+    path = Path(args.space) if args.space else DEFAULT_SPACE
+    try:
+        space = load_space(path).with_overrides(budget=args.budget, count=args.count, trials=args.trials,
+                                                tokens=args.tokens)
+        if args.plan:
+            return run_plan(space, args)
+        return run_study(space, args)
+    except SpaceError as e:
+        print(e, file=sys.stderr)
+        return 2
+
+
+def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
+    given = [f"--{f.replace('_', '-')}" for f in SEARCH_ONLY if getattr(args, f) not in (None, False)]
+    if given:
+        verb = "applies" if len(given) == 1 else "apply"
+        print(f"run_search.py: {', '.join(given)} {verb} only to a search, not to --plan", file=sys.stderr)
+        return 2
+    import optuna
+    from rich.console import Console
+
+    from . import perf
+    from .plan import make_plan, records, render, summary
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "study created" chatter in a plan
+    plan = make_plan(space, seed=args.seed)
+    rows = records(plan, perf.machine_flops())
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+        print(summary(plan, rows), file=sys.stderr)
+    else:
+        console = Console()
+        render(plan, rows, console if console.is_terminal else Console(width=200))  # a pipe keeps every column
+    return 0
+
+
+def _policy(args: argparse.Namespace) -> dict:
+    return {"precision": args.precision, "compile": not args.no_compile}
+
+
+def _data(args: argparse.Namespace):
+    from .data import DataConfig
+
+    return DataConfig(source=args.data, tokenizer=args.tokenizer)
+
+
+def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
+    """Run (or continue) the search: Ray Tune + OptunaSearch over `candidates.define_by_run(space)`."""
+    from rich.console import Console
+
+    from .search import SearchOptions, run_search
+
+    console = Console(stderr=True)
+    name = args.name or space.name
+    results = Path(args.results or "results")
+    if args.resume and not (results / name).is_dir():
+        print(f"run_search.py: --resume: no study named {name!r} under {results}/", file=sys.stderr)
+        return 2
+    try:
+        data = _data(args)
+    except ValueError as e:
+        print(f"run_search.py: {e}", file=sys.stderr)
+        return 2
+    opts = SearchOptions(name=name, results_dir=results, seed=args.seed, seeds=args.seeds or 1,
+                         concurrency=args.concurrency, address=args.address, data=data,
+                         time_budget_s=parse_duration(args.time_budget) if args.time_budget else None)
+    console.print(f"[bold]{name}[/bold]: {space.description or space.name} -- {space.trials} trials, "
+                  f"budget {space.budget} ({space.count}), tokens {space.training.get('tokens')}")
+    s = run_search(space, opts, console, policy=_policy(args))
+    console.print(f"\n{s.rows} rows in {s.study_dir}/ ({', '.join(f'{k} {v}' for k, v in s.statuses.items())}); "
+                  f"{s.finished_before} were already done, {s.ran} ran now in {s.wall_s:.0f}s"
+                  + (f"; orchestration overhead {s.overhead_s:.2f}s per trial" if s.overhead_s is not None else ""))
+    if s.best:
+        b = s.best
+        console.print(f"best: {b['trial_id']} {b['family']} {b['structure']} {int(b['params_total']):,} params, "
+                      f"val_loss {b['val_loss']:.4f} (ppl {b['val_ppl']:.2f})")
+    console.print(f'load it:  pandas.read_parquet("{s.study_dir}")\nboard:    python leaderboard.py {s.study_dir}')
+    return 0
+
+
+def run_single(args: argparse.Namespace) -> int:
+    """Train and evaluate one architecture from a YAML spec, with a progress bar."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from .spec import ArchSpec, SpecError
+    from .trial import run_trial
+    from .training import TrainConfig
+    from .yamlsafe import load_yaml
+
+    try:
+        doc = load_yaml(args.spec)
+        if not isinstance(doc.data, dict):
+            raise YamlError(f"{args.spec}:1:1: expected a mapping of architecture keys")
+        training = dict(doc.data.pop("training", None) or {})
+        spec = ArchSpec.from_dict(doc.data)
+    except SpecError as e:
+        line, col = doc.where(tuple(e.key.split(".")) if e.key else ())
+        print(f"{args.spec}:{line}:{col}: {e}", file=sys.stderr)
+        return 2
+    except (YamlError, OSError) as e:
+        print(f"run_search.py: {e}", file=sys.stderr)
+        return 2
+    try:
+        if args.tokens:
+            training["tokens"] = args.tokens
+        cfg = TrainConfig.from_dict({"tokens": "20x", **training, "seed": args.seed, **_policy(args)})
+        data = _data(args)
+    except (ValueError, TypeError) as e:
+        print(f"run_search.py: {e}", file=sys.stderr)
+        return 2
+    console = Console()
+    console.print(f"{spec.family} {spec.structure()} d_model {spec.d_model}: preparing data ({args.data}, {args.tokenizer})")
+    from .data import prepare
+
+    prepared = prepare(data)
+    cols = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
+            TextColumn("loss {task.fields[loss]:.3f}"), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*cols, console=console) as bar:
+        task = bar.add_task("training", total=None, loss=float("nan"))
+        row = run_trial(spec, cfg, data=prepared, checkpoint_dir=args.checkpoint,
+                        on_step=lambda step, total, loss: bar.update(task, completed=step, total=total, loss=loss))
+    _print_row(console, row)
+    return 0 if row["status"] == "ok" else 1
+
+
+def _print_row(console, row: dict) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"{row['family']} {row.get('structure', '')}: {row['status']}", show_header=False)
+    for key in ("params_total", "params_non_embedding", "tokens_trained", "train_loss", "val_loss", "val_ppl",
+                "val_loss_by_source", "val_ppl_by_loops", "val_ppl_int8", "val_ppl_int4", "val_ppl_int4_rtn",
+                "bf16_bytes", "int4_bytes", "tokens_per_s", "flops_per_s", "peak_mem_bytes", "wall_s",
+                "dataset_id", "tokenizer_id", "code_version", "error"):
+        if row.get(key) is not None:
+            v = row[key]
+            t.add_row(key, f"{v:,.4g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v))
+    console.print(t)

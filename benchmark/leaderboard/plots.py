@@ -1,0 +1,310 @@
+"""Figures: Pareto frontiers (overall, per family, study against study) and loop-scaling curves.
+
+Figures are built on matplotlib's object API with an Agg canvas: no pyplot, so no global state and
+no display is ever needed. Dominated points are drawn faded and rasterised (a search can hold
+thousands; as vectors they would bloat the SVG), the frontier as a step line on top.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import zlib
+from dataclasses import dataclass
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import LineCollection
+from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter, LogLocator, NullLocator
+
+from benchmark import FAMILIES, frontier
+from benchmark.frontier import Objective
+from benchmark.leaderboard.board import KEY, Board
+
+# Fixed colours per registered family, so a family looks the same in every plot of every study.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf")
+LABELS = {
+    "params_total": "parameters", "params_non_embedding": "non-embedding parameters",
+    "flops_per_token_train": "training FLOPs per token", "flops_per_token_infer": "inference FLOPs per token",
+    "int4_bytes": "size at INT4 (bytes)", "val_ppl": "validation perplexity", "val_ppl_int4": "INT4 perplexity",
+    "val_loss": "validation loss", "tokens_per_s": "tokens per second", "peak_mem_bytes": "peak memory (bytes)",
+}
+# Quantities spanning orders of magnitude get engineering ticks (30M, 113M) and, if wide, a log axis.
+COUNTS = {"params_total", "params_non_embedding", "flops_per_token_train", "flops_per_token_infer",
+          "int4_bytes", "tokens_per_s", "peak_mem_bytes"}
+MAX_PANELS = 4  # loop-scaling panels (budget bands) per figure
+
+
+@dataclass(frozen=True)
+class Plot:
+    name: str  # file stem
+    title: str  # caption on the page and alt text
+    figure: Figure
+
+
+def figures(board: Board) -> tuple[list[Plot], list[str]]:
+    """Every figure the board supports, and a note for each one it cannot draw."""
+    plots, notes = [], []
+    for objs in board.pairs:
+        plots.append(frontier_plot(board, objs))
+    plots.append(family_grid(board, board.settings.objectives))
+    for make in (eval_loop_plot, train_loop_plot):
+        plot, note = make(board)
+        plots += [plot] if plot else []
+        notes += [note] if note else []
+    return plots, notes
+
+
+# SVG text stays text (the default turns every glyph into a path: slower, and three times larger),
+# and element ids are salted with a constant so the same plot gives the same file.
+SVG_STYLE = {"svg.fonttype": "none", "svg.hashsalt": "shapebench"}
+
+
+def render(plot: Plot) -> dict[str, bytes]:
+    png, svg = io.BytesIO(), io.BytesIO()
+    # zlib level 1: the default (6) spends more time compressing than drawing, for ~20% smaller files.
+    plot.figure.savefig(png, format="png", dpi=100, pil_kwargs={"compress_level": 1})
+    with matplotlib.rc_context(SVG_STYLE):
+        plot.figure.savefig(svg, format="svg", dpi=100, metadata={"Date": None})
+    return {"png": png.getvalue(), "svg": svg.getvalue()}
+
+
+def family_color(family: str) -> str:
+    if family in FAMILIES:
+        return PALETTE[FAMILIES.index(family)]
+    return PALETTE[zlib.crc32(family.encode()) % len(PALETTE)]  # stable across runs, unlike hash()
+
+
+def study_color(study: str, studies: list[str]) -> str:
+    return PALETTE[studies.index(study) % len(PALETTE)]
+
+
+def _new(title: str, ncols: int = 1, nrows: int = 1, width: float = 7.0, height: float = 4.6,
+         legend: float = 0.0):
+    """Figure with a title and a grid of axes; `legend` reserves that many inches on the right
+    for a figure legend. Margins are fixed, in inches, rather than constrained layout: measuring
+    every tick label to place the axes cost several times the drawing itself."""
+    width += legend
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharex=ncols * nrows > 1, sharey=ncols * nrows > 1)
+    fig.subplots_adjust(left=0.8 / width, right=1 - (0.25 + legend) / width, bottom=0.65 / height,
+                        top=1 - 0.55 / height, wspace=0.12, hspace=0.4)
+    fig.suptitle(title, y=1 - 0.12 / height, va="top")
+    return fig, axes.ravel()
+
+
+def _figure_legend(fig: Figure, axes) -> None:
+    """One legend in the space _new reserved on the right. Outside the axes it needs no "best"
+    placement, which tests every data point for overlap (seconds on a large study)."""
+    handles = {label: h for ax in axes for h, label in zip(*ax.get_legend_handles_labels())}
+    fig.legend(handles.values(), handles.keys(), loc="center right", fontsize=8, frameon=False)
+
+
+def _label(obj: Objective) -> str:
+    return f"{LABELS.get(obj.column, obj.column)} ({'higher' if obj.maximize else 'lower'} is better)"
+
+
+def _axes_style(ax, x: Objective, y: Objective, xs: np.ndarray):
+    if x.column in COUNTS:
+        finite = xs[np.isfinite(xs) & (xs > 0)]
+        if len(finite) and finite.max() / finite.min() > 3:
+            ax.set_xscale("log")
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 3.0, 5.0)))
+            ax.xaxis.set_minor_locator(NullLocator())  # tick objects, not drawing, dominate render time
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    if y.column in COUNTS:
+        ax.yaxis.set_major_formatter(EngFormatter(sep=""))
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _front(ax, pts: pd.DataFrame, x: Objective, y: Objective, mask: np.ndarray, colour: str,
+           label: str | None = None, point_colours: np.ndarray | None = None, step: bool = True):
+    """Faded dominated points, then the frontier: step line, seed error bars, solid points.
+    `point_colours` (one per row of `pts`) overrides `colour` for the points only."""
+    xs, ys = pts[x.column].to_numpy(float), pts[y.column].to_numpy(float)
+    colours = np.asarray(point_colours if point_colours is not None else [colour] * len(pts), dtype=object)
+    for c in pd.unique(colours[~mask]):
+        # One marker-only line per colour: Agg stamps a cached marker, where a scatter would draw
+        # every point as its own path (seconds for a 25,000-candidate study).
+        faded = ~mask & (colours == c)
+        ax.plot(xs[faded], ys[faded], linestyle="none", marker="o", markersize=3, markeredgewidth=0,
+                color=c, alpha=0.3, rasterized=True)
+    order = np.argsort(xs[mask], kind="stable")
+    fx, fy, fc = xs[mask][order], ys[mask][order], colours[mask][order]
+    if step and len(fx):
+        # The attained region's boundary: for a minimised x the line runs right, then drops.
+        ax.step(fx, fy, where="pre" if x.maximize else "post", color=colour, linewidth=1.5, zorder=3, label=label)
+    if f"{y.column}_se" in pts:
+        _error_bars(ax, fx, fy, pts[f"{y.column}_se"].to_numpy(float)[mask][order], colour)
+    ax.scatter(fx, fy, s=30, c=list(fc), edgecolors="black", linewidths=0.6, zorder=4,
+               label=None if step else label)
+
+
+def _error_bars(ax, xs: np.ndarray, ys: np.ndarray, se: np.ndarray, colour) -> None:
+    """Vertical +-1 s.e. bars as one line collection: errorbar() builds several artists per call,
+    which dominated the loop plots' drawing time."""
+    shown = np.isfinite(se)
+    bars = np.stack([np.column_stack([xs, ys - se]), np.column_stack([xs, ys + se])], axis=1)[shown]
+    ax.add_collection(LineCollection(bars, colors=colour, linewidths=1, zorder=3), autolim=False)
+
+
+def frontier_plot(board: Board, objs: tuple[Objective, ...]) -> Plot:
+    """All candidates on the first and last objective. One study: coloured by family, its frontier
+    in black. Several studies: one colour and one frontier per study, hypervolumes in the legend."""
+    x, y = objs[0], objs[-1]
+    cols = [o.column for o in objs]
+    cands = board.candidates[np.isfinite(board.candidates[cols].to_numpy(float)).all(axis=1)]
+    what = "3-objective frontier, projected" if len(objs) == 3 else "Pareto frontier"
+    title = f"{what}: {y.column} vs {x.column}"
+    fig, (ax,) = _new(title, legend=1.7)
+    mask = frontier.frontier_mask(cands, objs, by=["study"]).to_numpy()
+    studies = board.studies
+    if len(studies) == 1:
+        codes, families = pd.factorize(cands["family"])
+        colours = np.array([family_color(f) for f in families], dtype=object)[codes]
+        _front(ax, cands, x, y, mask, "black", "frontier", colours, step=len(objs) == 2)
+        for family in sorted(cands["family"].unique(), key=_family_order):
+            ax.scatter([], [], s=30, color=family_color(family), label=family)  # legend entry only
+    else:
+        hv = board.hypervolumes.set_index(["objectives", "study", "family"])["hypervolume"]
+        key = " vs ".join(map(str, objs))
+        for study in studies:
+            part = (cands["study"] == study).to_numpy()
+            label = f"{study} (HV {hv.get((key, study, 'all'), float('nan')):.4g})"
+            _front(ax, cands[part], x, y, mask[part], study_color(study, studies), label, step=len(objs) == 2)
+    _axes_style(ax, x, y, cands[x.column].to_numpy(float))
+    ax.set_xlabel(_label(x))
+    ax.set_ylabel(_label(y))
+    _figure_legend(fig, [ax])
+    return Plot(f"frontier_{'_'.join(cols)}", title, fig)
+
+
+def _family_order(family: str):
+    return (family not in FAMILIES, FAMILIES.index(family) if family in FAMILIES else 0, family)
+
+
+def family_grid(board: Board, objs: tuple[Objective, ...]) -> Plot:
+    """One panel per family with that family's own frontier (per study when several)."""
+    x, y = objs[0], objs[-1]
+    cands = board.candidates
+    families = sorted(cands["family"].unique(), key=_family_order)
+    ncols = min(3, len(families))
+    nrows = math.ceil(len(families) / ncols)
+    studies = board.studies
+    title = f"Frontier per family: {y.column} vs {x.column}"
+    fig, axes = _new(title, ncols, nrows, width=3.3 * ncols + 0.6, height=2.5 * nrows + 0.9,
+                     legend=1.6 if len(studies) > 1 else 0.0)
+    for ax, family in zip(axes, families):
+        for study, part in cands[cands["family"] == family].groupby("study", sort=False):
+            colour = family_color(family) if len(studies) == 1 else study_color(study, studies)
+            _front(ax, part, x, y, part["family_front"].to_numpy(bool), colour, study, step=len(objs) == 2)
+        ax.set_title(family, fontsize=10, y=1.0)  # a fixed y skips measuring every tick label
+        _axes_style(ax, x, y, cands[x.column].to_numpy(float))
+    for ax in axes[len(families):]:
+        ax.set_visible(False)
+    if len(studies) > 1:
+        _figure_legend(fig, axes)
+    fig.supxlabel(_label(x), fontsize=10)
+    fig.supylabel(_label(y), fontsize=10)
+    return Plot(f"frontier_by_family_{'_'.join(o.column for o in objs)}", title, fig)
+
+
+# --- loop scaling -------------------------------------------------------------------------------
+
+def eval_loop_curves(board: Board) -> pd.DataFrame:
+    """Perplexity against test-time loop count (AbbIE Fig. 6) for the best-ranked candidate of each
+    study, band and family that has `val_ppl_by_loops`, averaged over its seeds.
+    Long table: study, line, band, family, loops, ppl, se."""
+    t = board.trials
+    if "val_ppl_by_loops" not in t:
+        return pd.DataFrame()
+    with_curve = ((t["status"] == "ok") & t["val_ppl_by_loops"].notna()).to_numpy()
+    cands = board.candidates
+    best = _best_per_family(cands[cands["candidate"].isin(t.loc[with_curve, "candidate"])])[[*KEY, "band", "family"]]
+    # Only the chosen candidates' curves are parsed (and their long JSON strings copied).
+    rows = t.loc[with_curve & t["candidate"].isin(best["candidate"]).to_numpy(), [*KEY, "val_ppl_by_loops"]]
+    points = [(study, cand, int(k), float(v)) for study, cand, curve in rows.itertuples(index=False)
+              for k, v in json.loads(curve).items()]
+    long = pd.DataFrame(points, columns=[*KEY, "loops", "ppl"])
+    if long.empty:
+        return long
+    stats = long.groupby([*KEY, "loops"])["ppl"].agg(["mean", "std", "count"]).reset_index()
+    stats = stats.assign(ppl=stats["mean"], se=stats["std"] / np.sqrt(stats["count"]), line=stats["candidate"])
+    return stats.merge(best, on=KEY)
+
+
+def train_loop_curves(board: Board) -> pd.DataFrame:
+    """Perplexity against training loop count (Hyperloop Fig. 2: the same layers iterated more), for
+    the sweep holding the best-ranked candidate of each study, band and family. A sweep is the set
+    of candidates whose specs differ only in `loops` (and `eval_loops`). Same table as above."""
+    c = board.candidates
+    if "val_ppl" not in c or c["loops"].nunique() < 2:
+        return pd.DataFrame()
+    # `spec` is json.dumps(spec, sort_keys=True), so blanking the loop keys in the string
+    # (vectorised) gives the sweep's key without parsing every spec again.
+    line = c["spec"].str.replace(r'"(eval_)?loops": (\[[^\]]*\]|\d+)', "", regex=True)
+    c = c.assign(line=line, ppl=c["val_ppl"], se=c.get("val_ppl_se"))
+    c = c[c.groupby(["study", "line"])["loops"].transform("nunique") > 1]
+    return c.merge(_best_per_family(c)[["study", "line"]].drop_duplicates(), on=["study", "line"])
+
+
+def _best_per_family(cands: pd.DataFrame) -> pd.DataFrame:
+    """The best-ranked row of each study, band and family."""
+    return cands.loc[cands.groupby(["study", "band", "family"])["rank"].idxmin()]
+
+
+def eval_loop_plot(board: Board) -> tuple[Plot | None, str | None]:
+    curves = eval_loop_curves(board)
+    if curves.empty:
+        return None, "loop-scaling plot (test-time loops) skipped: no val_ppl_by_loops in the results"
+    title = "Perplexity vs test-time loops (best candidate per family and budget)"
+    return _loop_plot(board, curves, "loops at evaluation", title, "loops_eval"), None
+
+
+def train_loop_plot(board: Board) -> tuple[Plot | None, str | None]:
+    curves = train_loop_curves(board)
+    if curves.empty:
+        return None, "loop-scaling plot (training loops) skipped: no candidates that differ only in loops"
+    title = "Perplexity vs training loops (best sweep per family and budget)"
+    return _loop_plot(board, curves, "loops in training", title, "loops_train"), None
+
+
+def _loop_plot(board: Board, curves: pd.DataFrame, xlabel: str, title: str, name: str) -> Plot:
+    """One panel per budget band, a curve per family (see the *_curves functions for which), and
+    non-looped families as dashed horizontal lines at their best perplexity, as in Fig. 2."""
+    cands = board.candidates
+    bands = sorted(curves["band"].unique())
+    if len(bands) > MAX_PANELS:
+        title += f" (smallest {MAX_PANELS} of {len(bands)} budgets)"
+        bands = bands[:MAX_PANELS]
+    loops = sorted(curves.loc[curves["band"].isin(bands), "loops"].unique())
+    fig, axes = _new(title, len(bands), 1, width=4.0 * len(bands) + 0.6, height=4.2, legend=2.0)
+    studies = board.studies
+    styles = ["-", "--", "-.", (0, (5, 1, 1, 1, 1, 1))]  # one per study; dotted is for the baselines
+    for ax, band in zip(axes, bands):
+        for (study, family), line in curves[curves["band"] == band].groupby(["study", "family"], sort=True):
+            line = line.sort_values("loops")
+            label = family if len(studies) == 1 else f"{family} ({study})"
+            xs, ys = line["loops"].to_numpy(float), line["ppl"].to_numpy(float)
+            ax.plot(xs, ys, marker="o", markersize=4, color=family_color(family),
+                    linestyle=styles[studies.index(study) % 4], label=label)
+            _error_bars(ax, xs, ys, line["se"].to_numpy(float), family_color(family))
+        flat = cands[(cands["band"] == band) & (cands["loops"] == 1) & ~cands["family"].isin(curves["family"])]
+        for family, rows in flat.groupby("family"):
+            ax.axhline(rows["val_ppl"].min(), color=family_color(family), linestyle=":", linewidth=1.2,
+                       label=f"{family} (no loops)")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(loops, labels=[f"{n:g}" for n in loops])
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_title(f"budget {EngFormatter(sep='')(band)}", fontsize=10, y=1.0)
+        ax.set_xlabel(xlabel)
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("validation perplexity")
+    _figure_legend(fig, axes)
+    return Plot(name, title, fig)

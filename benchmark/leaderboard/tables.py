@@ -1,0 +1,222 @@
+"""What the leaderboard's tables say: the ranked board per budget band, the studies' provenance,
+hypervolumes, every trial, and the trials kept off the frontiers. Builders return formats.Table;
+formats.py writes them out."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from benchmark.leaderboard.board import Board
+from benchmark.leaderboard.formats import Column, Table
+
+
+# --- number formats: each maps an array of floats to display strings ---------------------------
+
+MISSING = "—"
+_STEPS = np.array([1e3, 1e6, 1e9, 1e12])
+_SCALES = np.array([1.0, 1e3, 1e6, 1e9, 1e12])
+_SUFFIXES = np.array(["", "K", "M", "B", "T"])
+
+
+def counts(values: np.ndarray) -> list[str]:
+    """135.7M, 1.075B, 786K: counts as papers print them (4 significant digits at most)."""
+    step = np.searchsorted(_STEPS, np.abs(values), side="right")
+    scaled = (values / _SCALES[step]).tolist()  # Python floats format several times faster than numpy's
+    return [f"{v:.4g}{u}" if math.isfinite(v) else MISSING for v, u in zip(scaled, _SUFFIXES[step].tolist())]
+
+
+def count(value: float) -> str:
+    return counts(np.array([value], dtype=float))[0]
+
+
+def decimals(digits: int) -> Callable[[np.ndarray], list[str]]:
+    return lambda values: [f"{v:.{digits}f}" if math.isfinite(v) else MISSING for v in values.tolist()]
+
+
+def integers(values: np.ndarray) -> list[str]:
+    return [str(int(v)) if math.isfinite(v) else MISSING for v in values.tolist()]
+
+
+def general(values: np.ndarray) -> list[str]:
+    return [f"{v:.4g}" if math.isfinite(v) else MISSING for v in values.tolist()]
+
+
+def _as_float(values) -> np.ndarray:
+    return pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=float)
+
+
+def numeric(frame: pd.DataFrame, col: str, header: str, fmt: Callable, tex: str | None = None) -> Column:
+    keys = _as_float(frame[col])
+    # Format each distinct value once: seeds repeat params, shapes and seed numbers many times over.
+    distinct, position = np.unique(keys, return_inverse=True)
+    cells = np.array(fmt(distinct), dtype=object)[position.ravel()].tolist()
+    return Column(header=header, cells=cells, keys=keys, tex=tex)
+
+
+def text(frame: pd.DataFrame, col: str, header: str) -> Column:
+    values = frame[col].astype(object)
+    return Column(header=header, cells=values.where(values.notna(), MISSING).astype(str).tolist())
+
+
+def mean_se(frame: pd.DataFrame, col: str, header: str, digits: int = 2) -> Column:
+    """`14.40 ± 0.03` over seeds; a single seed has no error bar."""
+    means = _as_float(frame[col])
+    ses = _as_float(frame[f"{col}_se"]) if f"{col}_se" in frame else np.full(len(frame), np.nan)
+    cells = [(f"{m:.{digits}f}" + (f" ± {s:.{digits}f}" if math.isfinite(s) else "")) if math.isfinite(m) else MISSING
+             for m, s in zip(means.tolist(), ses.tolist())]
+    return Column(header=header, cells=cells, keys=means)
+
+
+# --- the leaderboard ----------------------------------------------------------------------------
+
+# Results columns as headed in the papers (Hyperloop Table 1, hourglass Table 3).
+HEADERS = {
+    "params_total": "Params", "params_non_embedding": "Non-emb. params", "val_ppl": "PPL",
+    "val_ppl_int4": "PPL (INT4)", "val_loss": "Loss", "tokens_per_s": "Tok/s",
+    "flops_per_token_train": "Train FLOPs/tok", "flops_per_token_infer": "Infer FLOPs/tok",
+    "int4_bytes": "INT4 size (B)", "peak_mem_bytes": "Peak mem (B)", "wall_s": "Wall (s)",
+    "params_attention": "Attn params", "params_ffn": "FFN params",
+}
+# Seed-averaged quality metrics carry an error bar; the rest are properties of the architecture.
+WITH_SE = {"val_ppl": 2, "val_ppl_int4": 2, "val_loss": 4}
+# Shown after the objectives when the study has them, in this order.
+OPTIONAL = ("val_ppl_int4", "tokens_per_s", "params_attention", "params_ffn")
+SHAPE = (("d_model", "d_model", r"$d_\mathrm{model}$"), ("d_h", "d_h", "$d_h$"), ("K", "K", "$K$"),
+         ("L", "L", "$L$"), ("depth", "Unrolled", None))
+
+
+def metric_column(frame: pd.DataFrame, col: str) -> Column:
+    header = HEADERS.get(col, col)
+    if col in WITH_SE:
+        return mean_se(frame, col, header, WITH_SE[col])
+    return numeric(frame, col, header, counts)
+
+
+def leaderboard(board: Board, top: int | None = None) -> list[Table]:
+    """One ranked table per budget band. Within a band, rows come in family blocks (the family
+    holding the best rank first) and in rank order inside each block; `#` is the rank in the band."""
+    cands = board.candidates
+    objs = [o.column for o in board.settings.objectives]
+    metrics = list(dict.fromkeys(["params_total", *objs, *OPTIONAL]))
+    absent = [m for m in metrics if m not in cands or cands[m].isna().all()]
+    notes = [f"column {HEADERS.get(m, m)} skipped: no {m} in the results" for m in absent]
+    several = len(board.studies) > 1
+    tables = []
+    for band, rows in cands.groupby("band", sort=True, dropna=False):
+        shown = f"top {top} of {len(rows)}" if top is not None and top < len(rows) else f"{len(rows)}"
+        rows = rows if top is None else rows[rows["rank"] <= top]
+        best = rows.groupby("family")["rank"].transform("min")
+        rows = rows.assign(_best=best).sort_values(["_best", "family", "rank"], kind="stable")
+        columns = [numeric(rows, "rank", "#", integers),
+                   *([text(rows, "study", "Study")] if several else []),
+                   text(rows, "family", "Family"), text(rows, "structure", "Structure"),
+                   *(metric_column(rows, m) for m in metrics if m not in absent),
+                   *(numeric(rows, c, h, integers, tex) for c, h, tex in SHAPE),
+                   numeric(rows, "n_seeds", "Seeds", integers),
+                   Column(header="Pareto", cells=_marks(rows))]
+        tables.append(Table(title=f"Budget {count(band)}", columns=columns, notes=notes, caption=(
+            f"{shown} candidates ranked by {board.metric}, mean ± s.e. over seeds; "
+            f"★ on its study's {' / '.join(objs)} frontier, ☆ on its family's only")))
+    return tables
+
+
+def _marks(rows: pd.DataFrame) -> list[str]:
+    return ["★" if f else "☆" if ff else "" for f, ff in zip(rows["front"], rows["family_front"])]
+
+
+# --- around the board ---------------------------------------------------------------------------
+
+def provenance(board: Board) -> Table:
+    """Where each study's numbers come from (modded-nanogpt habit: every result names its code)."""
+    rows = [_provenance_row(study, trials) for study, trials in board.trials.groupby("study", sort=False)]
+    frame = pd.DataFrame(rows)
+    return Table(title="Studies", columns=[
+        text(frame, "study", "Study"), numeric(frame, "trials", "Trials", integers),
+        text(frame, "status", "Status"), numeric(frame, "candidates", "Candidates", integers),
+        text(frame, "seeds", "Seeds"), text(frame, "code_version", "Code"),
+        text(frame, "dataset_id", "Dataset"), text(frame, "tokenizer_id", "Tokenizer"),
+        text(frame, "started", "First start"), text(frame, "finished", "Last finish"),
+    ])
+
+
+def _provenance_row(study: str, trials: pd.DataFrame) -> dict:
+    def distinct(col):
+        return ", ".join(map(str, pd.unique(trials[col].dropna()))) if col in trials else "—"
+
+    def when(col, pick):
+        if col not in trials:
+            return "—"
+        stamps = pd.to_datetime(trials[col], errors="coerce", utc=True, format="ISO8601").dropna()
+        return pick(stamps).strftime("%Y-%m-%d %H:%M UTC") if len(stamps) else "—"
+
+    seeds = sorted(pd.unique(trials["seed"].dropna())) if "seed" in trials else []
+    return {
+        "study": study, "trials": len(trials),
+        "status": ", ".join(f"{n} {s}" for s, n in trials["status"].value_counts().items()),
+        "candidates": trials["candidate"].nunique(), "seeds": ", ".join(str(int(s)) for s in seeds) or "—",
+        "code_version": distinct("code_version"), "dataset_id": distinct("dataset_id"),
+        "tokenizer_id": distinct("tokenizer_id"),
+        "started": when("started_at", lambda s: s.min()), "finished": when("finished_at", lambda s: s.max()),
+    }
+
+
+def hypervolumes(board: Board) -> Table:
+    """Hypervolume per study (and per family for the primary objectives), against one reference
+    point per objective set shared by all studies, so the numbers compare across studies."""
+    hv = board.hypervolumes
+    primary = hv["objectives"] == hv["objectives"].iloc[0]
+    frame = hv[primary | (hv["family"] == "all")]
+    refs = [", ".join(counts(np.array(ref))) for ref in frame["reference"]]
+    return Table(title="Hypervolume", columns=[
+        text(frame, "objectives", "Objectives"), text(frame, "study", "Study"), text(frame, "family", "Family"),
+        numeric(frame, "points", "Frontier points", integers),
+        numeric(frame, "hypervolume", "Hypervolume", general),
+        Column(header="Reference point", cells=refs),
+    ], caption="reference: the user's --ref, else 1.1 × the worst value of each objective over all studies")
+
+
+def trials(board: Board) -> Table:
+    """Every trial read, any status: the page's one-row-per-trial table."""
+    t = board.trials
+    objs = [o.column for o in board.settings.objectives]
+    shown = dict.fromkeys(["params_total", *objs, "val_ppl_int4", "tokens_per_s", "seed", "wall_s"])
+    return Table(title=f"All trials ({len(t)})", columns=[
+        *([text(t, "study", "Study")] if len(board.studies) > 1 else []),
+        text(t, "trial_id", "Trial"), text(t, "status", "Status"), text(t, "family", "Family"),
+        text(t, "structure", "Structure"),
+        *(numeric(t, c, HEADERS.get(c, c.capitalize()), _trial_format(c)) for c in shown if c in t),
+    ])
+
+
+def _trial_format(col: str) -> Callable:
+    return decimals(WITH_SE[col]) if col in WITH_SE else integers if col == "seed" else counts
+
+
+def excluded(board: Board) -> Table:
+    """Trials that never enter a frontier: not `ok`, or ok without a finite objective."""
+    frame = board.excluded
+    shown = ("study",) * (len(board.studies) > 1) + ("trial_id", "family", "structure", "seed")
+    cols = [c for c in shown if c in frame]
+    return Table(title=f"Trials kept off the frontiers ({len(frame)})", columns=[
+        *(text(frame, c, c.replace("_", " ").capitalize()) for c in cols),
+        text(frame, "reason", "Reason"), text(frame, "error", "Error"),
+    ])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Document:
+    """The tables every output shows, built once per run."""
+    ranked: list[Table]  # one per budget band
+    studies: Table
+    hypervolume: Table
+    excluded: Table
+
+
+def document(board: Board, top: int | None = None) -> Document:
+    return Document(ranked=leaderboard(board, top), studies=provenance(board), hypervolume=hypervolumes(board),
+                    excluded=excluded(board))

@@ -1,0 +1,132 @@
+"""`run_search.py --plan`: a space's candidates, resolved without training: exact parameter counts,
+distance from the budget, FLOPs per token and the time each trial would take on this machine.
+
+Which candidates: every point of the grid when the space is finite (choice / int / fixed axes) and
+has at most `trials` points; otherwise `trials` distinct points drawn by Optuna's RandomSampler
+seeded with `seed`, through the same define-by-run walk the search uses. Same seed, same plan.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .budget import fmt_count, fmt_fraction, parse_tokens
+from .candidates import Candidate, choose, grid, resolve
+from .counting import count_flops
+from .space import SearchSpace
+
+# Seconds a trial spends outside the training steps (model build, data, the final evaluation).
+TRIAL_OVERHEAD_S = 5.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    space: SearchSpace
+    candidates: tuple[Candidate, ...]
+    sampled: bool           # False: the whole grid
+    seed: int
+    seconds: float          # time spent planning
+
+
+def plan_points(space: SearchSpace, seed: int = 0) -> tuple[list[dict[str, Any]], bool]:
+    """(axis values of each candidate, whether they were sampled rather than enumerated)."""
+    points = grid(space, limit=space.trials)
+    if points is not None:
+        return points, False
+    import optuna  # only a sampled plan needs it
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    seen: dict[str, dict[str, Any]] = {}
+    for _ in range(20 * space.trials):  # distinct points; a small space may have fewer than `trials`
+        trial = study.ask()
+        values = choose(space, lambda axis, trial=trial: axis.domain.suggest(trial, axis.key))
+        seen.setdefault(repr(sorted(values.items())), values)
+        if len(seen) == space.trials:
+            break
+    return list(seen.values()), True
+
+
+def make_plan(space: SearchSpace, seed: int = 0) -> Plan:
+    """Resolve every candidate; raises SpaceError for the first one that cannot be built."""
+    start = time.perf_counter()
+    points, sampled = plan_points(space, seed)
+    candidates = tuple(resolve(space, values) for values in points)
+    return Plan(space=space, candidates=candidates, sampled=sampled, seed=seed,
+                seconds=time.perf_counter() - start)
+
+
+def records(plan: Plan, flops_per_s: float) -> list[dict[str, Any]]:
+    """One JSON-able record per candidate (SPEC.md: `run_search.py --plan --json`)."""
+    space = plan.space
+    out = []
+    for i, c in enumerate(plan.candidates):
+        flops = count_flops(c.spec, space.training_value("seq_len"))
+        tokens = space.tokens_for(c.solution.params)
+        config = c.config()
+        out.append({
+            "candidate": i, "family": c.spec.family, "structure": c.spec.structure(), "values": c.values,
+            "spec": config["spec"], **{k: config[k] for k in ("params_total", "params_non_embedding", "budget",
+                                                              "count", "budget_distance")},
+            "flops_per_token_train": flops["train"], "flops_per_token_infer": flops["infer"],
+            "tokens": tokens, "est_seconds": flops["train"] * tokens / flops_per_s + TRIAL_OVERHEAD_S,
+        })
+    return out
+
+
+def median_distance(plan: Plan) -> float:
+    return statistics.median(abs(c.distance) for c in plan.candidates)
+
+
+# ---- the table ----------------------------------------------------------------------------
+
+def fmt_seconds(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def _ffn(spec) -> str:
+    f = spec.ffn
+    if f.kind == "hourglass":
+        return f"hourglass {f.K}×{f.d_h} ({f.d_h / spec.d_model:.2f}×)"
+    return f"swiglu {f.d_ff} ({f.d_ff / spec.d_model:.2f}×)"
+
+
+def _hyper(spec) -> str:
+    h = spec.hyper
+    return "-" if h is None else f"{h.streams}× {h.mixing} / {h.every}"
+
+
+def render(plan: Plan, rows: list[dict[str, Any]], console) -> None:
+    """A rich table of the candidates and a one-line summary."""
+    from rich.table import Table
+
+    space = plan.space
+    table = Table(title=f"{space.name}: {space.description}".rstrip(": "), title_justify="left")
+    for col in ("#", "family", "structure", "streams × mixing / every", "d_model", "heads", "FFN (width/d_model)",
+                "params", "non-emb", "Δ budget", "train FLOP/tok", "est. time"):
+        table.add_column(col, justify="right" if col in ("#", "d_model", "heads", "params", "non-emb") else "left")
+    for c, r in zip(plan.candidates, rows, strict=True):
+        s = c.spec
+        heads = str(s.n_heads) if s.n_kv_heads == s.n_heads else f"{s.n_heads}/{s.n_kv_heads} kv"
+        table.add_row(str(r["candidate"]), s.family, s.structure(), _hyper(s), str(s.d_model), heads, _ffn(s),
+                      f"{r['params_total']:,}", f"{r['params_non_embedding']:,}", f"{r['budget_distance']:+.3%}",
+                      fmt_count(r["flops_per_token_train"]), fmt_seconds(r["est_seconds"]))
+    console.print(table)
+    console.print(summary(plan, rows))
+
+
+def _tokens(space: SearchSpace) -> str:
+    tokens = parse_tokens(space.training_value("tokens"))
+    return str(tokens) if tokens.absolute else f"{tokens} ({space.training_value('tokens_per')} parameters)"
+
+
+def summary(plan: Plan, rows: list[dict[str, Any]]) -> str:
+    space = plan.space
+    how = f"{len(rows)} sampled (seed {plan.seed})" if plan.sampled else f"{len(rows)} (the whole grid)"
+    total = sum(r["est_seconds"] for r in rows)
+    return (f"{how} candidates at {fmt_count(space.budget)} {space.count} parameters "
+            f"± {fmt_fraction(space.tolerance)}; "
+            f"median |Δ budget| {median_distance(plan):.4%}; {_tokens(space)} tokens each; "
+            f"est. {fmt_seconds(total)} of training here; planned in {plan.seconds:.2f} s")

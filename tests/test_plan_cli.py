@@ -1,0 +1,103 @@
+"""`run_search.py --plan`: the JSON records, the table, overrides, reproducibility, and the flags
+that belong to the search (which must fail loudly rather than do nothing)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmark import count_flops, count_params, perf
+from benchmark.cli import main
+from benchmark.plan import TRIAL_OVERHEAD_S
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = str(ROOT / "search_spaces" / "quickstart.yaml")
+FLOPS = 5e10  # a stand-in for this machine's measured training FLOP/s
+
+
+@pytest.fixture(autouse=True)
+def fixed_machine(monkeypatch):
+    monkeypatch.setattr(perf, "machine_flops", lambda: FLOPS)
+
+
+def plan_json(capsys, *args):
+    assert main([*args, "--plan", "--json"]) == 0
+    out, err = capsys.readouterr()
+    return [json.loads(line) for line in out.splitlines()], err
+
+
+def test_json_records(capsys):
+    rows, err = plan_json(capsys, QUICKSTART)
+    assert len(rows) == 6 and "median |Δ budget|" in err
+    for r in rows:
+        assert {"family", "spec", "params_total", "params_non_embedding", "budget", "budget_distance",
+                "flops_per_token_train", "est_seconds"} <= set(r)
+        counted = count_params(r["spec"])
+        assert (counted["total"], counted["non_embedding"]) == (r["params_total"], r["params_non_embedding"])
+        assert r["budget"] == 1_500_000 and r["budget_distance"] == (r["params_total"] - 1_500_000) / 1_500_000
+        assert abs(r["budget_distance"]) <= 0.005
+        assert r["flops_per_token_train"] == count_flops(r["spec"], 128)["train"]
+        assert r["est_seconds"] == pytest.approx(r["flops_per_token_train"] * 1_500_000 / FLOPS + TRIAL_OVERHEAD_S)
+    assert [r["family"] for r in rows] == ["transformer"] * 2 + ["looped"] * 2 + ["hyperloop"] * 2
+
+
+def test_overrides(capsys):
+    rows, _ = plan_json(capsys, QUICKSTART, "--budget", "3M", "--count", "non_embedding", "--tokens", "20x")
+    for r in rows:
+        assert r["budget"] == 3_000_000 and abs(r["params_non_embedding"] / 3_000_000 - 1) <= 0.005
+        assert r["tokens"] == 20 * r["params_total"]     # "20x" multiplies training.tokens_per (total by default)
+
+
+def test_sampled_plans_follow_the_seed(capsys):
+    default = str(ROOT / "search_spaces" / "default.yaml")
+    a, _ = plan_json(capsys, default, "--budget", "20M", "--trials", "5", "--seed", "7")
+    b, _ = plan_json(capsys, default, "--budget", "20M", "--trials", "5", "--seed", "7")
+    c, _ = plan_json(capsys, default, "--budget", "20M", "--trials", "5", "--seed", "8")
+    assert len(a) == 5 and a == b and a != c
+
+
+def test_table(capsys):
+    assert main([QUICKSTART, "--plan"]) == 0
+    out = capsys.readouterr().out
+    assert "quickstart" in out and "1L→2L(×3)→1L" in out and "4× diagonal / loop" in out
+    assert "6 (the whole grid) candidates at 1.5M total parameters ± 0.5%" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--plan", "--resume"], "run_search.py: --resume applies only to a search, not to --plan"),
+    (["--plan", "--name", "x", "--address", "auto"],
+     "run_search.py: --name, --address apply only to a search, not to --plan"),
+    ([], "run_search.py: not implemented yet: lands with the search issue (use --plan to see the candidates)"),
+])
+def test_search_flags_fail_loudly(args, message, capsys):
+    assert main([QUICKSTART, *args]) == 2
+    assert capsys.readouterr().err == message + "\n"
+
+
+def test_bad_flags_are_usage_errors(capsys):
+    with pytest.raises(SystemExit) as e:
+        main([QUICKSTART, "--plan", "--budget", "lots"])
+    assert e.value.code == 2
+    assert "argument --budget: expected an amount like 113M, 1.2B or 500K, got 'lots'" in capsys.readouterr().err
+
+
+def test_missing_file(capsys, tmp_path):
+    assert main([str(tmp_path / "nope.yaml"), "--plan"]) == 2
+    assert capsys.readouterr().err == f"{tmp_path / 'nope.yaml'}: cannot read: No such file or directory\n"
+
+
+def test_run_search_py_plans_the_default_space(tmp_path, monkeypatch):
+    """The real entry point, without SPACE (search_spaces/default.yaml), from another directory."""
+    monkeypatch.setenv("SHAPEBENCH_CACHE", str(tmp_path / "cache"))
+    perf.record_flops(FLOPS, source="test")                     # so the child does not probe
+    work = tmp_path / "work"
+    work.mkdir()
+    run = subprocess.run([sys.executable, str(ROOT / "run_search.py"), "--plan", "--json", "--budget", "113M"],
+                         cwd=work, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    rows = [json.loads(line) for line in run.stdout.splitlines()]
+    assert len(rows) == 32 and {r["budget"] for r in rows} == {113_000_000}
+    assert all(abs(r["budget_distance"]) <= 0.005 for r in rows)
+    assert list(work.iterdir()) == []

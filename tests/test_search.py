@@ -1,0 +1,138 @@
+"""The search end to end through Ray Tune and Optuna on ~100K-parameter trials: rows, the
+persisted Optuna study, resume after SIGKILL, and trials that diverge or raise."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+
+from benchmark.data import DataConfig
+from benchmark.search import OPTUNA_DB, SearchOptions, _ray_temp_dir, ray_processes, run_search
+from benchmark.space import load_space
+
+pytestmark = pytest.mark.slow
+
+SPACE = """
+name: tiny
+description: end-to-end smoke test
+budget: 100K
+count: total
+tolerance: 2%
+base: {{vocab_size: 320, n_heads: 2, layers: {{begin: 1, middle: 1, end: 1}}}}
+axes:
+{axes}
+training: {{tokens: {tokens}, seq_len: 32, batch_size: 8, lr: {lr}, grad_clip: {clip}, eval_tokens: 2K}}
+objectives: [val_loss:min]
+trials: {trials}
+"""
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("search")
+    rng = random.Random(0)
+    words = "the cat dog sat ran on under a mat log hill and then".split()
+    (root / "text.txt").write_text("\n\n".join(" ".join(rng.choice(words) for _ in range(40)) for _ in range(400)))
+    return root
+
+
+FAMILIES = "  family: [transformer, looped, hyperloop, abbie-d]"
+
+
+def space_file(root: Path, name: str, trials=4, tokens="40K", lr="3e-3", clip=1.0, axes=FAMILIES) -> Path:
+    path = root / f"{name}.yaml"
+    path.write_text(SPACE.format(trials=trials, tokens=tokens, lr=lr, clip=clip, axes=axes))
+    return path
+
+
+def options(corpus: Path, results: Path, name: str) -> SearchOptions:
+    return SearchOptions(name=name, results_dir=results, asha=False, retries=1,
+                         data=DataConfig(source=str(corpus / "text.txt"), tokenizer="bpe:320",
+                                         cache_dir=str(corpus / "cache")))
+
+
+POLICY = {"compile": False, "precision": "fp32"}
+
+
+def test_a_search_runs_through_ray_tune_and_optuna(corpus, tmp_path):
+    space = load_space(space_file(tmp_path, "tiny"))
+    opts = options(corpus, tmp_path / "results", "tiny")
+    summary = run_search(space, opts, console=None, policy=POLICY)
+    df = pd.read_parquet(tmp_path / "results" / "tiny")
+    assert len(df) == 4 and df["trial_id"].nunique() == 4
+    assert set(df["status"]) == {"ok"} and df["val_loss"].notna().all()
+    assert (abs(df["budget_distance"]) <= 0.02).all()
+    assert summary.ran == 4 and summary.overhead_s is not None
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'results' / 'tiny' / OPTUNA_DB}")
+    states = [t.state.name for t in study.trials]
+    assert states.count("COMPLETE") == 4 and "RUNNING" not in states
+    # running it again finds the study complete and runs nothing
+    again = run_search(space, opts, console=None, policy=POLICY)
+    assert again.ran == 0 and again.finished_before == 4 and len(pd.read_parquet(tmp_path / "results" / "tiny")) == 4
+    assert not ray_processes(_ray_temp_dir(opts.study_dir))
+
+
+DRIVER = """
+import sys
+sys.path.insert(0, {root!r})
+from pathlib import Path
+from benchmark.data import DataConfig
+from benchmark.search import SearchOptions, run_search
+from benchmark.space import load_space
+opts = SearchOptions(name="killme", results_dir=Path({results!r}), asha=False,
+                     data=DataConfig(source={text!r}, tokenizer="bpe:320", cache_dir={cache!r}))
+run_search(load_space({space!r}), opts, console=None, policy={{"compile": False, "precision": "fp32"}})
+"""
+
+
+def test_resume_after_the_driver_is_killed(corpus, tmp_path):
+    space_path = space_file(tmp_path, "killme", trials=5, tokens="60K")
+    results = tmp_path / "results"
+    code = textwrap.dedent(DRIVER.format(root=str(Path(__file__).resolve().parent.parent), results=str(results),
+                                         text=str(corpus / "text.txt"), cache=str(corpus / "cache"),
+                                         space=str(space_path)))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    trials = results / "killme" / "trials"
+    deadline = time.time() + 600
+    while time.time() < deadline and len(list(trials.glob("[!.]*.parquet")) if trials.is_dir() else []) < 2:
+        assert proc.poll() is None, "the driver ended before it could be killed"
+        time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = set(pd.read_parquet(results / "killme")["trial_id"])
+    assert 2 <= len(before) < 5
+
+    opts = options(corpus, results, "killme")
+    summary = run_search(load_space(space_path), opts, console=None, policy=POLICY)
+    df = pd.read_parquet(results / "killme")
+    assert summary.finished_before == len(before)
+    assert df["trial_id"].is_unique and len(df) == 5        # each finished trial exactly once, total reached
+    assert before <= set(df["trial_id"])
+    study = optuna.load_study(study_name="killme", storage=f"sqlite:///{results / 'killme' / OPTUNA_DB}")
+    assert "RUNNING" not in [t.state.name for t in study.trials]
+    assert not ray_processes(_ray_temp_dir(opts.study_dir))  # nothing of the killed run is left
+
+
+def test_diverging_and_raising_trials_are_recorded_and_the_search_completes(corpus, tmp_path):
+    # vocab 200 < the tokenizer's: that candidate raises (and is retried once); lr 50 without
+    # (effectively no) clipping makes the other diverge.
+    space = load_space(space_file(tmp_path, "faults", trials=4, lr="50", clip="1e9", tokens="20K",
+                                  axes="  vocab_size: [320, 200]"))
+    opts = options(corpus, tmp_path / "results", "faults")
+    summary = run_search(space, opts, console=None, policy=POLICY)
+    df = pd.read_parquet(tmp_path / "results" / "faults")
+    assert set(df["status"]) == {"diverged", "failed"}
+    failed = df[df["status"] == "failed"]
+    assert (failed.groupby("trial_id")["attempt"].apply(sorted).map(tuple) == (0, 1)).all()  # retried once
+    assert failed["error"].str.contains("vocab_size: the spec has 200").all()
+    assert summary.ran == 4 and df["trial_id"].nunique() == 4
+    study = optuna.load_study(study_name="faults", storage=f"sqlite:///{tmp_path / 'results' / 'faults' / OPTUNA_DB}")
+    assert "RUNNING" not in [t.state.name for t in study.trials]

@@ -1,0 +1,306 @@
+"""The search-space language: loading, domains, conditions, the define-by-run function, the grid,
+and every space in the repository planning within tolerance at its own budget and at 2M."""
+
+import json
+import math
+import statistics
+from dataclasses import fields
+from pathlib import Path
+
+import optuna
+import pytest
+
+from benchmark import ArchSpec, count_params
+from benchmark.budget import solve_budget
+from benchmark.candidates import choose, define_by_run, grid, resolve
+from benchmark.expr import ExprError, parse_condition
+from benchmark.plan import make_plan, plan_points
+from benchmark.space import (
+    TRAINING_DEFAULTS,
+    TRAINING_KEYS,
+    Choice,
+    Fixed,
+    FloatRange,
+    IntRange,
+    SpaceError,
+    load_space,
+)
+from benchmark.yamlsafe import YamlError, load_yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SPACES = sorted((ROOT / "search_spaces").glob("*.yaml")) + sorted((ROOT / "search_spaces" / "papers").glob("*.yaml"))
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+SPEC_EXAMPLE = """\
+name: hyperloop-vs-looped
+description: one line shown in plans and leaderboards
+budget: 113M
+count: total
+tolerance: 0.5%
+solve: d_model
+base: {n_heads: 8}
+axes:
+  family: [looped, hyperloop]
+  layers.middle: {int: [2, 6]}
+  hyper.streams: {choice: [2, 4, 8], when: "family == 'hyperloop'"}
+  ffn.dh_ratio: {float: [0.1, 0.9]}
+  shape.d_model_per_layer: {logfloat: [57, 250]}
+training: { tokens: 20x, seq_len: 256, batch_size: 16, lr: 6e-4, schedule: cosine, warmup: 0.05 }
+objectives: [val_loss:min, params:min]
+trials: 32
+"""
+
+
+def write(tmp_path, text, name="space.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_the_spec_example_loads(tmp_path):
+    s = load_space(write(tmp_path, SPEC_EXAMPLE))
+    assert (s.name, s.budget, s.count, s.tolerance, s.solve, s.trials) == (
+        "hyperloop-vs-looped", 113_000_000, "total", pytest.approx(0.005), "d_model", 32)
+    assert s.base == {"n_heads": 8}
+    assert [a.key for a in s.axes] == ["family", "layers.middle", "hyper.streams", "ffn.dh_ratio",
+                                       "shape.d_model_per_layer"]
+    assert s.axes[0].domain == Choice(values=("looped", "hyperloop"))
+    assert s.axes[1].domain == IntRange(lo=2, hi=6)
+    assert s.axes[2].when.text == "family == 'hyperloop'"
+    assert s.axes[3].domain == FloatRange(lo=0.1, hi=0.9)
+    assert s.axes[4].domain == FloatRange(lo=57.0, hi=250.0, log=True)
+    assert s.training["lr"] == 6e-4 and s.training["tokens"] == "20x"
+    assert s.objectives == (("val_loss", "min"), ("params", "min"))
+
+
+def test_defaults_and_fixed_values(tmp_path):
+    text = "axes:\n  shape.layers: 6\n  loops: {value: 2}\n  ffn.ratio: {float: [2, 4], log: true}\n"
+    s = load_space(write(tmp_path, text))
+    assert s.name == "space" and s.budget is None and s.tolerance == 0.005 and s.trials == 16
+    assert s.axes[0].domain == Fixed(value=6) and s.axes[1].domain == Fixed(value=2)
+    assert s.axes[2].domain.log
+    assert s.training == {} and s.training_value("seq_len") == 256
+    assert s.tokens_for({"total": 1000, "non_embedding": 600}) == 20_000
+
+
+def test_training_keys_are_the_harness_fields():
+    """`training:` is handed to the trial harness: the allow-list is TrainConfig's fields, the
+    planning defaults are its defaults, and every repository space's section is one it accepts."""
+    from benchmark.training import TrainConfig
+
+    assert set(TRAINING_KEYS) == {f.name for f in fields(TrainConfig)}
+    assert {k: getattr(TrainConfig(), k) for k in TRAINING_DEFAULTS} == TRAINING_DEFAULTS
+    for path in SPACES:
+        TrainConfig.from_dict(load_space(path).training)
+
+
+def test_yaml_positions_and_safety(tmp_path):
+    doc = load_yaml(write(tmp_path, "a: 1\nb:\n  c: [1, {d: x}]\n  lr: 6e-4\n"))
+    assert doc.data == {"a": 1, "b": {"c": [1, {"d": "x"}], "lr": 0.0006}}
+    assert doc.key_marks[("b", "c")] == (3, 3) and doc.value_marks[("b", "c", 1, "d")] == (3, 14)
+    for text, message in [
+        ("a: !!python/name:os.system x\n", "1:4: a: YAML tag !!python/name:os.system is not allowed"),
+        ("a: 1\na: 2\n", "2:1: a: duplicate key (first given at line 1)"),
+        ("a: &x 1\nb: *x\n", "2:4: anchors and aliases (*name) are not supported"),
+        ("<<: {a: 1}\n", "1:1: merge keys (<<) are not supported"),
+    ]:
+        with pytest.raises(YamlError) as e:
+            load_yaml(write(tmp_path, text))
+        assert str(e.value).startswith(message)
+
+
+@pytest.mark.parametrize("text, names, value", [
+    ("family == 'hyperloop' and loops > 2", {"family", "loops"}, True),
+    ("not (loops >= 4) or false", {"loops"}, True),
+    ("family not in ['looped', 'transformer']", {"family"}, True),
+    ("hyper.streams in [2, 4] and ffn.K == null", {"hyper.streams", "ffn.K"}, True),
+    ("ffn.K > 1", {"ffn.K"}, False),                    # null (unset) is never ordered
+    ("1 < 2 and 2.5e0 >= loops or family == \"x\"", {"loops", "family"}, False),
+])
+def test_conditions(text, names, value):
+    env = {"family": "hyperloop", "loops": 3, "hyper.streams": 4, "ffn.K": None}
+    c = parse_condition(text)
+    assert set(c.names) == names and c(env.get) is value
+
+
+@pytest.mark.parametrize("text, reason, offset", [
+    ("family ==", "expected a value, found the end", 9),
+    ("loops > > 2", "expected a value, found '>'", 8),
+    ("family == 'x", "unterminated string", 10),
+    ("(loops", "expected ')', found the end", 6),
+    ("a b", "unexpected 'b'", 2),
+    ("a @ b", "unexpected character '@'", 2),
+])
+def test_condition_errors(text, reason, offset):
+    with pytest.raises(ExprError) as e:
+        parse_condition(text)
+    assert (e.value.reason, e.value.offset) == (reason, offset)
+
+
+def test_condition_type_errors_surface_at_run_time():
+    with pytest.raises(ExprError, match="cannot compare 'hyperloop' > 2"):
+        parse_condition("family > 2")({"family": "hyperloop"}.get)
+
+
+def test_a_false_condition_means_the_axis_is_not_suggested(tmp_path):
+    """FixedTrial raises if asked for a parameter it was not given: a looped candidate must never
+    ask for hyper.streams."""
+    s = load_space(write(tmp_path, SPEC_EXAMPLE))
+    sample = define_by_run(s)
+    cfg = sample(optuna.trial.FixedTrial({"family": "looped", "layers.middle": 3, "ffn.dh_ratio": 0.4,
+                                          "shape.d_model_per_layer": 100.0}))
+    assert "hyper.streams" not in cfg and cfg["family"] == "looped"
+    cfg = sample(optuna.trial.FixedTrial({"family": "hyperloop", "layers.middle": 3, "hyper.streams": 8,
+                                          "ffn.dh_ratio": 0.4, "shape.d_model_per_layer": 100.0}))
+    assert cfg["spec"]["hyper"]["streams"] == 8 and cfg["hyper.streams"] == 8
+
+
+def test_conditions_read_base_keys_presets_and_defaults(tmp_path):
+    s = load_space(write(tmp_path, """\
+budget: 20M
+base: {family: hyperloop}
+axes:
+  loops: {choice: [2, 5], when: "hyper.every == 'loop' and layers.middle == 4"}   # from the preset
+  ffn.K: {choice: [2, 4], when: "ffn.kind == 'hourglass'"}                          # default swiglu
+  lora_rank: {choice: [4], when: "loops > 4"}
+"""))
+    points = grid(s, limit=10)
+    assert points == [{"loops": 2}, {"loops": 5, "lora_rank": 4}]
+
+
+def test_grid_enumerates_conditional_points_in_file_order(tmp_path):
+    s = load_space(write(tmp_path, """\
+budget: 20M
+axes:
+  family: [transformer, hyperloop, mhc]
+  hyper.streams: {choice: [2, 4], when: "family in ['hyperloop', 'mhc']"}
+  layers.n: {int: [4, 8], step: 4, when: "family != 'hyperloop'"}
+"""))
+    points = grid(s, limit=100)
+    assert len(points) == 2 + 2 + 4
+    assert points[0] == {"family": "transformer", "layers.n": 4}
+    assert points[2] == {"family": "hyperloop", "hyper.streams": 2}
+    assert grid(s, limit=7) is None
+    assert grid(load_space(write(tmp_path, SPEC_EXAMPLE)), limit=1000) is None   # float axes: sampled
+
+
+def test_variants_and_anchor(tmp_path):
+    """Hourglass Table 1 in miniature: d_model solved once for the conventional anchor, then held."""
+    s = load_space(write(tmp_path, """\
+budget: 113M
+count: non_embedding
+tolerance: 1%
+solve: ffn
+anchor: {ffn: {ratio: 4}}
+base: {n_heads: 12, layers: {n: 12}}
+variants:
+  conventional: {ffn: {kind: swiglu}}
+  K8: {ffn: {kind: hourglass, K: 8}}
+"""))
+    cands = [resolve(s, v) for v in grid(s, limit=10)]
+    assert [c.values["variant"] for c in cands] == ["conventional", "K8"]
+    assert [c.spec.d_model for c in cands] == [768, 768]                 # the paper's fixed d_model
+    assert (cands[0].spec.ffn.d_ff, cands[1].spec.ffn.d_h) == (3062, 383)  # the paper: 3072 and 384
+    assert all(abs(c.distance) < 0.001 for c in cands)
+
+
+def test_shape_axes(tmp_path):
+    s = load_space(write(tmp_path, """\
+budget: 50M
+base: {family: hyperloop}
+axes:
+  shape.layers: [10]
+  shape.middle_frac: [0.6]
+  shape.unrolled_layers: [22]
+  shape.head_dim: 64
+"""))
+    c = resolve(s, grid(s, limit=1)[0])
+    assert c.spec.structure() == "2L→6L(×3)→2L" and c.spec.unrolled_layers() == 22
+    assert c.spec.head_dim * c.spec.n_heads == c.spec.d_model
+
+
+def test_width_depth_ratio_picks_the_nearest_layer_count(tmp_path):
+    base = {"n_heads": 12, "ffn": {"kind": "hourglass", "K": 4, "dh_ratio": 0.4}}
+    s = load_space(write(tmp_path, f"budget: 113M\ncount: non_embedding\nbase: {json.dumps(base)}\naxes:\n"
+                                   "  shape.d_model_per_layer: [110]\n  shape.head_dim: 64\n"))
+    c = resolve(s, grid(s, limit=1)[0])
+    layers = c.spec.layers.unique
+
+    def ratio_at(n):
+        spec = solve_budget({**base, "layers": {"n": n}}, budget=113_000_000, count="non_embedding", head_dim=64).spec
+        return spec.d_model / n
+
+    assert ratio_at(layers) == c.spec.d_model / layers and 95 < ratio_at(layers) < 125  # Fig. 4: K = 4 best near 110
+    for n in (layers - 1, layers + 1):
+        assert abs(math.log(ratio_at(layers) / 110)) <= abs(math.log(ratio_at(n) / 110))
+
+
+def test_define_by_run_under_tpe_only_yields_valid_specs_within_budget():
+    """200 TPE trials over the default space: every returned spec validates, its parameters are
+    what count_params says, it is within tolerance, and the dict is plain JSON (what Ray Tune's
+    OptunaSearch merges into a trial's config)."""
+    space = load_space(ROOT / "search_spaces" / "default.yaml")
+    sample = define_by_run(space)
+    configs = []
+
+    def objective(trial):
+        configs.append(sample(trial))
+        return configs[-1]["params_non_embedding"] / 1e8 + abs(configs[-1]["budget_distance"])
+
+    optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0)).optimize(objective, n_trials=200)
+    assert len(configs) == 200 and len({c["family"] for c in configs}) == 9
+    for c in configs:
+        spec = ArchSpec.from_dict(c["spec"])
+        assert count_params(spec)["total"] == c["params_total"]
+        assert abs(c["budget_distance"]) <= space.tolerance
+        assert all(isinstance(k, str) for k in c)
+    json.dumps(configs)
+
+
+def test_sampled_plans_are_reproducible_per_seed():
+    space = load_space(ROOT / "search_spaces" / "default.yaml")
+    a, sampled = plan_points(space, seed=3)
+    assert sampled and len(a) == space.trials
+    assert plan_points(space, seed=3)[0] == a
+    assert plan_points(space, seed=4)[0] != a
+
+
+def test_choose_walks_axes_in_order():
+    space = load_space(ROOT / "search_spaces" / "papers" / "hyperloop-table5-placement.yaml")
+    asked = []
+    values = choose(space, lambda axis: asked.append(axis.key) or axis.domain.grid()[0])
+    assert asked == ["shape.head_dim", "hyper.every", "hyper.loop_embedding"]
+    assert values == {"shape.head_dim": 64, "hyper.every": "layer", "hyper.loop_embedding": False}
+
+
+def test_every_repository_space_plans_within_tolerance_at_its_budget_and_at_2m():
+    distances = []
+    for path in SPACES:
+        space = load_space(path)
+        assert space.description, path.name
+        for budget in (None, "2M"):
+            plan = make_plan(space.with_overrides(budget=budget))
+            assert plan.candidates, path.name
+            for c in plan.candidates:
+                assert abs(c.distance) <= space.tolerance, (path.name, budget, c.values)
+                distances.append(abs(c.distance))
+    assert len(SPACES) >= 21
+    assert statistics.median(distances) <= 0.0005
+
+
+def test_paper_spaces_recover_the_papers_shapes():
+    hourglass = make_plan(load_space(ROOT / "search_spaces/papers/hourglass-table2-k-by-l.yaml"))
+    assert [c.spec.d_model for c in hourglass.candidates] == [768, 1176, 1488, 1032, 1368]   # Table 2
+    hyperloop = make_plan(load_space(ROOT / "search_spaces/papers/hyperloop-table1-136m.yaml"))
+    by_family = {c.spec.family: c.spec for c in hyperloop.candidates}
+    assert (by_family["hyperloop"].d_model, by_family["hyperloop"].n_heads) == (1024, 16)     # App. A
+    assert by_family["hyperloop"].structure() == "2L→4L(×3)→2L" and by_family["transformer"].layers.unique == 16
+
+
+def test_resolve_points_errors_at_the_axis(tmp_path):
+    s = load_space(write(tmp_path, "budget: 20M\naxes:\n  family: [hyperloop]\n  hyper.every: [5]\n"))
+    with pytest.raises(SpaceError) as e:
+        resolve(s, {"family": "hyperloop", "hyper.every": 5})
+    assert str(e.value) == (f"{tmp_path / 'space.yaml'}:4:16: axes.hyper.every: the loop embedding is added at "
+                            "loop-level connections; needs every: loop, got 5 (candidate: family=hyperloop, "
+                            "hyper.every=5)")
