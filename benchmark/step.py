@@ -15,9 +15,8 @@ PRECISIONS = ("auto", "bf16", "fp32")
 
 @dataclass(frozen=True, kw_only=True)
 class ExecPolicy:
-    """How a model runs. `precision: auto` picks bf16 autocast where the device has bf16 matmuls
-    (CUDA with bf16, CPUs with AVX512-BF16/AMX through oneDNN); `compile` wraps the loss in
-    torch.compile (measured 2.3-3.3x faster than eager fp32 together on a 2-core CPU)."""
+    """How a model runs. `precision: auto` picks bf16 autocast where bf16 matmuls are fast (CUDA
+    with bf16; CPUs with AMX); `compile` wraps the loss in torch.compile."""
 
     precision: str = "auto"
     compile: bool = True
@@ -35,11 +34,22 @@ class ExecPolicy:
 
 
 def bf16_supported(device: torch.device) -> bool:
+    """Whether bf16 autocast is *faster* here. On CPUs that needs AMX tiles: with AVX512-BF16 alone
+    oneDNN's bf16 matmul measured slower than fp32 MKL on our 2-core runners (see perf.py), so
+    `auto` stays in fp32 there. A fixed rule per machine, not a timing probe, keeps runs reproducible."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     if device.type == "cpu":
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        return _cpu_has_amx() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     return False
+
+
+def _cpu_has_amx() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "amx_bf16" in f.read()
+    except OSError:
+        return False
 
 
 def default_device() -> torch.device:

@@ -69,11 +69,16 @@ def test_table(capsys):
     (["--plan", "--resume"], "run_search.py: --resume applies only to a search, not to --plan"),
     (["--plan", "--name", "x", "--address", "auto"],
      "run_search.py: --name, --address apply only to a search, not to --plan"),
-    ([], "run_search.py: not implemented yet: lands with the search issue (use --plan to see the candidates)"),
 ])
 def test_search_flags_fail_loudly(args, message, capsys):
     assert main([QUICKSTART, *args]) == 2
     assert capsys.readouterr().err == message + "\n"
+
+
+def test_resume_needs_an_existing_study(capsys, tmp_path):
+    assert main([QUICKSTART, "--resume", "--name", "nosuch", "--results", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"run_search.py: --resume: no study named 'nosuch' under {tmp_path}/\n"
+    assert not list(tmp_path.iterdir())
 
 
 def test_bad_flags_are_usage_errors(capsys):

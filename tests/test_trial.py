@@ -109,3 +109,20 @@ def test_token_budgets():
         TrainConfig(schedule="linear")
     with pytest.raises(ValueError, match="training.warmpu: unknown key"):
         TrainConfig.from_dict({"warmpu": 0.1})
+
+
+def test_one_trial_from_the_command_line(corpus, tmp_path, capsys):
+    from benchmark.cli import main
+
+    spec = tmp_path / "arch.yaml"
+    spec.write_text("family: looped\nd_model: 32\nn_heads: 2\nvocab_size: 300\n"
+                    "layers: {begin: 1, middle: 1, end: 1}\ntraining: {seq_len: 32, batch_size: 8, eval_tokens: 1K}\n")
+    text = corpus.dataset_id.split("@")[0]
+    args = ["--spec", str(spec), "--tokens", "8K", "--data", text, "--tokenizer", "bpe:300",
+            "--no-compile", "--precision", "fp32", "--checkpoint", str(tmp_path / "ck")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "val_ppl" in out and "val_ppl_int4" in out and (tmp_path / "ck" / "model.safetensors").is_file()
+    spec.write_text("family: looped\nd_model: 32\nn_heads: 2\nlayers: {begin: 1, middle: 0}\n")
+    assert main(args) == 2
+    assert capsys.readouterr().err == f"{spec}:4:20: layers.middle: layers.middle must be > 0 when loops > 1\n"
