@@ -215,7 +215,7 @@ def _print_row(console, row: dict) -> None:
     from rich.table import Table
 
     t = Table(title=f"{row['family']} {row.get('structure', '')}: {row['status']}", show_header=False)
-    for key in ("params_total", "params_non_embedding", "tokens_trained", "train_loss", "val_loss", "val_ppl",
+    for key in ("params_total", "params_non_embedding", "tokens_trained", "train_loss", "val_loss", "val_ppl", "val_ppl_unigram",
                 "val_loss_by_source", "val_ppl_by_loops", "val_ppl_int8", "val_ppl_int4", "val_ppl_int4_rtn",
                 "bf16_bytes", "int4_bytes", "tokens_per_s", "flops_per_s", "peak_mem_bytes", "wall_s",
                 "dataset_id", "tokenizer_id", "code_version", "error"):

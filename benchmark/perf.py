@@ -150,12 +150,16 @@ def run_models(families: list[str], steps: int) -> dict:
     console = Console()
     peak = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
     console.print(f"matmul peak here: fp32 {peak['fp32'] / 1e9:.0f} GFLOP/s, bf16 {peak['bf16'] / 1e9:.0f} GFLOP/s "
-                  f"({torch.get_num_threads()} threads, {default_device()})")
+                  f"({torch.get_num_threads()} threads, {default_device()}); default path: "
+                  f"{ExecPolicy().autocast_dtype(default_device()) or 'fp32'}, compiled")
     default, eager = ExecPolicy(), ExecPolicy(precision="fp32", compile=False)
+    bf16 = ExecPolicy(precision="bf16", compile=True)
     rows, results = [], {}
-    for fam in families:
+    for i, fam in enumerate(families):
         spec = reference_spec(fam)
-        for name, policy in (("default", default), ("eager fp32", eager)):
+        # the first family also runs compiled bf16, to show what `auto` chose against
+        paths = [("default", default), ("eager fp32", eager)] + ([("compiled bf16", bf16)] if i == 0 else [])
+        for name, policy in paths:
             console.print(f"[dim]{fam} / {name} ...[/dim]")
             m = measure(spec, policy, steps=steps)
             results[(fam, name)] = m

@@ -33,7 +33,7 @@ SCHEMA = pa.schema([
     ("budget", _i64), ("budget_count", _str), ("budget_distance", _f64),
     ("params_total", _i64), ("params_non_embedding", _i64), ("params_attention", _i64), ("params_ffn", _i64),
     ("flops_per_token_train", _f64), ("flops_per_token_infer", _f64),
-    ("tokens_trained", _i64), ("train_loss", _f64), ("val_loss", _f64), ("val_ppl", _f64),
+    ("tokens_trained", _i64), ("train_loss", _f64), ("val_loss", _f64), ("val_ppl", _f64), ("val_ppl_unigram", _f64),
     ("val_loss_by_source", _str), ("val_ppl_by_loops", _str), ("evals", _str),
     ("val_ppl_int8", _f64), ("val_ppl_int4", _f64), ("val_ppl_int4_rtn", _f64),
     ("bf16_bytes", _i64), ("int8_bytes", _i64), ("int4_bytes", _i64),

@@ -30,7 +30,6 @@ budget-matched candidates is candidates.py.
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -39,7 +38,7 @@ from typing import Any, Callable, Iterator, Mapping
 from .budget import COUNTS, SOLVES, parse_amount, parse_tokens, parse_tolerance
 from .expr import Condition, ExprError, parse_condition
 from .shape import SHAPE_KEYS
-from .spec import EVERY_NAMES, FAMILIES, FFN_KINDS, INJECTIONS, MIXINGS, ArchSpec, FFNSpec, HyperSpec, LayerSplit
+from .spec import EVERY_NAMES, did_you_mean, FAMILIES, FFN_KINDS, INJECTIONS, MIXINGS, ArchSpec, FFNSpec, HyperSpec, LayerSplit
 from .yamlsafe import Document, YamlError, dotted, load_yaml
 
 TOP_KEYS = ("name", "description", "budget", "count", "tolerance", "solve", "anchor", "base", "variants",
@@ -50,14 +49,9 @@ DEFAULT_TRIALS = 16
 
 # ---- small value parsers (ValueError carries the message) -----------------------------------
 
-def _suggest(word: Any, options) -> str:
-    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
 def _one_of(v: Any, options) -> Any:
     if v not in options:
-        raise ValueError(f"'{v}' is not one of {', '.join(map(str, options))}{_suggest(v, options)}")
+        raise ValueError(f"'{v}' is not one of {', '.join(map(str, options))}{did_you_mean(v, options)}")
     return v
 
 
@@ -368,7 +362,7 @@ def load_space(path: str | Path) -> SearchSpace:
                             f"got {type(doc.data).__name__}")
     for k in doc.data:
         if k not in TOP_KEYS:
-            raise src.error((k,), f"unknown key{_suggest(k, TOP_KEYS)}", value=False)
+            raise src.error((k,), f"unknown key{did_you_mean(k, TOP_KEYS)}", value=False)
     return _Reader(src, doc.data).space()
 
 
@@ -462,7 +456,7 @@ class _Reader:
                                 f"there is fixed, e.g. {key}: {value})", value=False)
             else:
                 options = LEAF_KEYS + (tuple(SHAPE_KEYS) if shape_ok else ())
-                raise self.fail(where, f"unknown key{_suggest(key, options)}", value=False)
+                raise self.fail(where, f"unknown key{did_you_mean(key, options)}", value=False)
         return Variant(arch=arch, shape=shape)
 
     def variants(self) -> dict[str, Variant]:
@@ -501,7 +495,7 @@ class _Reader:
             first = fields(SECTIONS[key])[0].name
             raise self.fail(path, f"`{key}` is a section; name a key inside it, e.g. {key}.{first}", value=False)
         if key not in LEAF_KEYS and key not in SHAPE_KEYS:
-            raise self.fail(path, f"unknown key{_suggest(key, LEAF_KEYS + tuple(SHAPE_KEYS))}", value=False)
+            raise self.fail(path, f"unknown key{did_you_mean(key, LEAF_KEYS + tuple(SHAPE_KEYS))}", value=False)
         if self.solved(key):
             raise self.fail(path, f"{self.solved(key)}; it cannot also be an axis", value=False)
         if self.solve != "d_model" and key in ("ffn.ratio", "ffn.dh_ratio"):
@@ -515,7 +509,7 @@ class _Reader:
             return Fixed(value=self.checked(path, key, spec)), None
         for k in spec:
             if k not in DOMAIN_KEYS:
-                raise self.fail(path + (k,), f"unknown key{_suggest(k, DOMAIN_KEYS)}", value=False)
+                raise self.fail(path + (k,), f"unknown key{did_you_mean(k, DOMAIN_KEYS)}", value=False)
         kinds = [k for k in ("choice", "int", "float", "logfloat", "value") if k in spec]
         if len(kinds) != 1:
             also = f", not {' and '.join(kinds)}" if kinds else ""
@@ -587,7 +581,7 @@ class _Reader:
         names = sorted(set(LEAF_KEYS) | set(SHAPE_KEYS) | ({"variant"} & declared))
         for name in when.names:
             if name not in names:
-                raise self.fail(path, f"unknown name '{name}'{_suggest(name, names)}")
+                raise self.fail(path, f"unknown name '{name}'{did_you_mean(name, names)}")
             if name in self.top["axes"] and name not in declared:
                 raise self.fail(path, f"reads axis '{name}', which is decided at or after this one; "
                                 "declare it above")
@@ -598,7 +592,7 @@ class _Reader:
             raise self.fail(("training",), f"expected a mapping, got {raw!r}")
         for k, v in raw.items():
             if k not in TRAINING_KEYS:
-                raise self.fail(("training", k), f"unknown key{_suggest(k, TRAINING_KEYS)}", value=False)
+                raise self.fail(("training", k), f"unknown key{did_you_mean(k, TRAINING_KEYS)}", value=False)
             try:
                 TRAINING_KEYS[k](v)
             except ValueError as e:

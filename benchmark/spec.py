@@ -64,7 +64,8 @@ class SpecError(ValueError):
         super().__init__(f"{key}: {reason}" if key else reason)
 
 
-def _suggest(word: str, options) -> str:
+def did_you_mean(word: Any, options) -> str:
+    """' (did you mean 'x'?)' for the closest option, else ''. Shared by every validator."""
     close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
@@ -72,7 +73,7 @@ def _suggest(word: str, options) -> str:
 def _choice(key: str, value: Any, options) -> Any:
     if value not in options:
         valid = ", ".join(map(str, options))
-        raise SpecError(key, f"'{value}' is not one of {valid}{_suggest(value, options)}")
+        raise SpecError(key, f"'{value}' is not one of {valid}{did_you_mean(value, options)}")
     return value
 
 
@@ -107,7 +108,7 @@ def _check_keys(prefix: str, raw: Mapping[str, Any], allowed) -> None:
     for k in raw:
         if k not in allowed:
             key = f"{prefix}.{k}" if prefix else str(k)
-            raise SpecError(key, f"unknown key{_suggest(k, allowed)}")
+            raise SpecError(key, f"unknown key{did_you_mean(k, allowed)}")
 
 
 def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

@@ -71,6 +71,11 @@ class TrainStep:
         self.model, self.optimizer, self.clip = model, optimizer, clip
         self.dtype = policy.autocast_dtype(device)
         loss = lambda x, y: lm_loss(model, x, y, self.dtype)  # noqa: E731 (compiled as a unit)
+        if policy.compile:
+            # A fresh model per step function: drop code compiled for earlier models, which would
+            # otherwise fill dynamo's per-function cache (8 entries) and silently fall back to eager
+            # after eight architectures in one process (a reused Ray worker, the perf benchmark).
+            torch._dynamo.reset()
         self.loss = torch.compile(loss, dynamic=False) if policy.compile else loss
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

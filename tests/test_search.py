@@ -136,3 +136,18 @@ def test_diverging_and_raising_trials_are_recorded_and_the_search_completes(corp
     assert summary.ran == 4 and df["trial_id"].nunique() == 4
     study = optuna.load_study(study_name="faults", storage=f"sqlite:///{tmp_path / 'results' / 'faults' / OPTUNA_DB}")
     assert "RUNNING" not in [t.state.name for t in study.trials]
+
+
+def test_successive_halving_records_every_trial_once(corpus, tmp_path):
+    """One objective: ASHA over training tokens may stop weak trials early; a stopped trial is
+    recorded as `pruned` with the tokens it got, every other as `ok`; none is lost or doubled."""
+    space = load_space(space_file(tmp_path, "asha", trials=5, tokens="40K"))
+    opts = SearchOptions(**{**options(corpus, tmp_path / "results", "asha").__dict__, "asha": True})
+    run_search(space, opts, console=None, policy=POLICY)
+    df = pd.read_parquet(tmp_path / "results" / "asha")
+    assert len(df) == 5 and df["trial_id"].is_unique
+    assert set(df["status"]) <= {"ok", "pruned"} and "ok" in set(df["status"])
+    full = df.loc[df["status"] == "ok", "tokens_trained"].max()
+    assert (df.loc[df["status"] == "pruned", "tokens_trained"] < full).all()
+    evals = df.loc[df["status"] == "ok", "evals"].map(lambda s: len(__import__("json").loads(s)))
+    assert (evals >= 4).all()  # intermediate evaluations gave ASHA its rungs

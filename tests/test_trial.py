@@ -46,7 +46,7 @@ def test_same_seed_same_losses_different_seed_different(corpus):
     assert a["val_loss"] != c["val_loss"]
     assert a["tokens_trained"] == 79 * 256  # ceil(20K / (8 x 32)) steps of 256 tokens
     assert set(json.loads(a["val_ppl_by_loops"])) == {"1", "2", "3"}
-    assert a["val_loss"] < math.log(300) - 1  # it learned something
+    assert a["val_ppl"] < 0.5 * a["val_ppl_unigram"]  # it learned more than token frequencies
 
 
 def test_row_has_the_spec_columns(corpus):
