@@ -111,6 +111,10 @@ def trainable(config: dict[str, Any], ctx: dict[str, Any]) -> None:
 
     torch.set_num_threads(max(1, int(ctx["threads"])))
     number = int(config["optuna_trial"])
+    if "infeasible" in config:  # the sampled point has no candidate within the budget
+        write_row(ctx["study_dir"], {"study": ctx["study"], "trial_id": f"t{number:04d}", "optuna_trial": number,
+                                     "status": "failed", "error": config["infeasible"], "seed": ctx["seed"]})
+        raise RuntimeError(config["infeasible"])
     data = prepare(ctx["data"])
     results = []
     for k in range(ctx["seeds"]):
@@ -124,11 +128,10 @@ def trainable(config: dict[str, Any], ctx: dict[str, Any]) -> None:
     ok = [r for r in results if r["status"] == "ok"]
     if not ok:  # Optuna has no value for it: the trial ends as an error (FAIL); its rows are written
         raise RuntimeError(f"trial {number}: {results[-1]['status']}: {results[-1]['error']}")
-    metrics = {name: statistics.fmean(row_metrics(r, ctx["count"])[name] for r in ok) if ok else math.nan
+    metrics = {name: statistics.fmean(row_metrics(r, ctx["count"])[name] for r in ok)
                for name in ("val_loss", "val_ppl", "params", "flops", "val_ppl_int4", "int4_bytes")}
     tune.report({**metrics, "tokens": max(r.get("tokens_trained") or 0 for r in results),
-                 "row_written": True, "status": "ok" if ok else results[0]["status"],
-                 "trial_wall_s": sum(r.get("wall_s") or 0 for r in results)})
+                 "row_written": True, "status": "ok", "trial_wall_s": sum(r.get("wall_s") or 0 for r in results)})
 
 
 def _attempts(config, ctx, trial_id, cfg, data, report, run_trial) -> dict[str, Any]:
@@ -251,8 +254,12 @@ class _Sample:
 
     def __call__(self, trial) -> dict[str, Any]:
         from .candidates import define_by_run
+        from .space import SpaceError
 
-        return {**define_by_run(self.space)(trial), "optuna_trial": trial.number}
+        try:
+            return {**define_by_run(self.space)(trial), "optuna_trial": trial.number}
+        except SpaceError as e:  # recorded as a failed trial, not a crashed search
+            return {"optuna_trial": trial.number, "infeasible": str(e)}
 
 
 def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] | None = None) -> SearchSummary:
@@ -301,11 +308,9 @@ def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] 
         scheduler = ASHAScheduler(time_attr="tokens", metric=names[0], mode=modes[0], max_t=total,
                                   grace_period=max(1, total // 8), reduction_factor=3)
     ctx = {"study": opts.name, "study_dir": str(opts.study_dir.resolve()), "data": opts.data,
-           "training": {**space.training, **({"eval_every": 0} if scheduler is None else {})},
+           "training": {**space.training, "eval_every": _eval_every(space) if scheduler else 0},
            "count": space.count, "seeds": opts.seeds, "seed": opts.seed, "retries": opts.retries,
            "threads": per_trial["cpu"], "checkpoints": opts.checkpoints, "policy": policy or {}}
-    if scheduler is not None:
-        ctx["training"] = {**ctx["training"], "eval_every": _eval_every(space)}
     view = LiveView(console, opts.name, remaining, names[0])
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(trainable, ctx=ctx), per_trial),
