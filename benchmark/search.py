@@ -216,13 +216,19 @@ def _trial_numbers(finished: dict[str, dict]) -> dict[int, list[dict]]:
     return out
 
 
-def _open_study(opts: SearchOptions, names: list[str], directions: list[str], finished: dict[str, dict]):
-    """Load or create the persisted Optuna study and close what a killed driver left open."""
+def _open_study(opts: SearchOptions, names: list[str], directions: list[str], finished: dict[str, dict],
+                grid_points: list[dict[str, Any]] = ()):
+    """Load or create the persisted Optuna study (a new one starts with the points of a finite
+    space enqueued, so a sampler never repeats a candidate while others are untried) and close
+    what a killed driver left open."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.RDBStorage(f"sqlite:///{(opts.study_dir / OPTUNA_DB).resolve()}")
     study = optuna.create_study(storage=storage, study_name=opts.name, directions=directions, load_if_exists=True)
+    if not study.trials:
+        for point in grid_points:  # a finite space is covered once before anything repeats
+            study.enqueue_trial(point)
     _close_running(study, names, finished)
     return storage
 
@@ -270,6 +276,7 @@ def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] 
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
 
+    from .candidates import grid
     from .data import prepare
     from .live import LiveView
 
@@ -281,7 +288,7 @@ def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] 
     remaining = max(0, space.trials - len(done))
     names, modes = objective_metrics(space)
     directions = ["minimize" if m == "min" else "maximize" for m in modes]
-    storage = _open_study(opts, names, directions, finished)
+    storage = _open_study(opts, names, directions, finished, grid(space, limit=space.trials) or [])
     summary = SearchSummary(opts.study_dir, space.trials, len(done), 0, 0, {}, 0.0, None, None)
     if remaining == 0:
         return _finish(summary, opts, t0)

@@ -69,6 +69,7 @@ def test_a_search_runs_through_ray_tune_and_optuna(corpus, tmp_path):
     df = pd.read_parquet(tmp_path / "results" / "tiny")
     assert len(df) == 4 and df["trial_id"].nunique() == 4
     assert set(df["status"]) == {"ok"} and df["val_loss"].notna().all()
+    assert sorted(df["family"]) == ["abbie-d", "hyperloop", "looped", "transformer"]  # the grid, once each
     assert (abs(df["budget_distance"]) <= 0.02).all()
     assert summary.ran == 4 and summary.overhead_s is not None
     study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'results' / 'tiny' / OPTUNA_DB}")
