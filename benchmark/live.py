@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from .results import finished_trials, write_row
+from .search import trial_id
 
 
 class LiveView:
@@ -119,12 +120,12 @@ def _record_unwritten(trial, last: dict, ctx: dict, status: str) -> None:
     """A row for a trial that ended without writing one (ASHA stopped it, or its worker died)."""
     config = trial.config
     number = int(config["optuna_trial"])
-    trial_id = f"t{number:04d}" + (f"-s{ctx['seed']}" if ctx["seeds"] > 1 else "")
-    if status == "failed" and trial_id in finished_trials(ctx["study_dir"]):
+    name = trial_id(number, ctx, ctx["seed"])
+    if status == "failed" and name in finished_trials(ctx["study_dir"]):
         return  # the trainable recorded its failed attempts itself
     loss = last.get("val_loss")
     write_row(ctx["study_dir"], {
-        "study": ctx["study"], "trial_id": trial_id, "status": status, "optuna_trial": number,
+        "study": ctx["study"], "trial_id": name, "status": status, "optuna_trial": number,
         "error": None if status == "pruned" else (str(getattr(trial, "error_msg", None) or "the trial's worker died")),
         "family": config.get("family"), "spec": json.dumps(config.get("spec"), sort_keys=True),
         "params_total": config.get("params_total"), "params_non_embedding": config.get("params_non_embedding"),

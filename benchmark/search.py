@@ -101,6 +101,11 @@ def _train_config(training: dict[str, Any], count: str, seed: int, policy: dict[
     return TrainConfig.from_dict({**training, "tokens_per": count, "seed": seed, **policy})
 
 
+def trial_id(number: int, ctx: dict[str, Any], seed: int) -> str:
+    """A trial's name in the results: its Optuna number, plus the seed when there are several."""
+    return f"t{number:04d}" + (f"-s{seed}" if ctx["seeds"] > 1 else "")
+
+
 def trainable(config: dict[str, Any], ctx: dict[str, Any]) -> None:
     """Train one candidate (for every seed), write its rows, report to Tune."""
     import torch
@@ -112,18 +117,17 @@ def trainable(config: dict[str, Any], ctx: dict[str, Any]) -> None:
     torch.set_num_threads(max(1, int(ctx["threads"])))
     number = int(config["optuna_trial"])
     if "infeasible" in config:  # the sampled point has no candidate within the budget
-        write_row(ctx["study_dir"], {"study": ctx["study"], "trial_id": f"t{number:04d}", "optuna_trial": number,
+        write_row(ctx["study_dir"], {"study": ctx["study"], "trial_id": trial_id(number, ctx, ctx["seed"]), "optuna_trial": number,
                                      "status": "failed", "error": config["infeasible"], "seed": ctx["seed"]})
         raise RuntimeError(config["infeasible"])
     data = prepare(ctx["data"])
     results = []
     for k in range(ctx["seeds"]):
         seed = ctx["seed"] + k
-        trial_id = f"t{number:04d}" + (f"-s{seed}" if ctx["seeds"] > 1 else "")
         cfg = _train_config(ctx["training"], ctx["count"], seed, ctx["policy"])
         report = (lambda rec: tune.report({"tokens": rec["tokens"], "val_loss": rec["val_loss"],
                                            "val_ppl": rec["val_ppl"], "row_written": False})) if k == 0 else None
-        row = _attempts(config, ctx, trial_id, cfg, data, report, run_trial)
+        row = _attempts(config, ctx, trial_id(number, ctx, seed), cfg, data, report, run_trial)
         results.append(row)
     ok = [r for r in results if r["status"] == "ok"]
     if not ok:  # Optuna has no value for it: the trial ends as an error (FAIL); its rows are written
@@ -168,17 +172,14 @@ def _ray_temp_dir(study_dir: Path) -> str:
 def end_stale_ray(temp_dir: str) -> list[int]:
     """End processes whose command line names this study's Ray session directory."""
     killed = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
+    for pid in ray_processes(temp_dir):
+        if pid == os.getpid():
             continue
-        if temp_dir in cmd and int(proc.name) != os.getpid():
-            try:
-                os.kill(int(proc.name), signal.SIGKILL)
-                killed.append(int(proc.name))
-            except OSError:
-                pass
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except OSError:
+            pass
     return killed
 
 
