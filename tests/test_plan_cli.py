@@ -39,7 +39,8 @@ def test_json_records(capsys):
         assert r["budget"] == 1_500_000 and r["budget_distance"] == (r["params_total"] - 1_500_000) / 1_500_000
         assert abs(r["budget_distance"]) <= 0.005
         assert r["flops_per_token_train"] == count_flops(r["spec"], 128)["train"]
-        assert r["est_seconds"] == pytest.approx(r["flops_per_token_train"] * 1_500_000 / FLOPS + TRIAL_OVERHEAD_S)
+        assert r["tokens"] == 800_000                    # training.tokens of the quickstart space
+        assert r["est_seconds"] == pytest.approx(r["flops_per_token_train"] * r["tokens"] / FLOPS + TRIAL_OVERHEAD_S)
     assert [r["family"] for r in rows] == ["transformer"] * 2 + ["looped"] * 2 + ["hyperloop"] * 2
 
 
