@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import multiprocessing
+import os
 import subprocess
 import sys
 import time
@@ -18,7 +20,7 @@ import pytest
 from benchmark import ArchSpec
 from benchmark.leaderboard import (LeaderboardError, NoResults, Settings, build_board, find_studies, publish,
                                    read_results)
-from benchmark.leaderboard import formats, tables
+from benchmark.leaderboard import formats, report, tables
 from benchmark.leaderboard.bands import bands, cluster
 from benchmark.leaderboard.describe import describe, structure
 from benchmark.leaderboard.report import FILES
@@ -206,7 +208,8 @@ def test_seeds_of_one_spec_become_one_candidate(board):
     assert len(board.candidates) == ok["spec"].nunique()
     assert board.candidates["n_seeds"].sum() == len(ok)
     one = board.candidates.loc[board.candidates["n_seeds"].idxmax()]
-    seeds = ok[ok["spec"] == one["spec"]]["val_ppl"]  # the generator writes specs with sorted keys
+    spec = json.loads(one["spec"])
+    seeds = ok[[json.loads(s) == spec for s in ok["spec"]]]["val_ppl"]
     assert one["val_ppl"] == pytest.approx(seeds.mean())
     assert one["val_ppl_se"] == pytest.approx(seeds.std() / math.sqrt(len(seeds)))
 
@@ -307,6 +310,37 @@ def test_every_format_is_written(board, tmp_path):
                  "frontier_int4_bytes_val_ppl_int4", "frontier_by_family_params_total_val_ppl", "loops_eval"):
         assert (tmp_path / "plots" / f"{plot}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert b"<svg" in (tmp_path / "plots" / f"{plot}.svg").read_bytes()[:2000]
+
+
+def test_plots_drawn_in_a_child_process_are_those_drawn_here(board, tmp_path, monkeypatch):
+    """On Linux with two cores or more the plots are drawn in a forked process while the documents
+    are written; on one core, in this process. The two must write the same files byte for byte."""
+    forked = publish(board, ["md", "html"], out=tmp_path / "forked")
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    here = publish(board, ["md", "html"], out=tmp_path / "here")
+    assert [p.relative_to(tmp_path / "forked") for p in forked] == [p.relative_to(tmp_path / "here") for p in here]
+    assert len(forked) == 2 + 2 * 5  # md, html, and 5 plots as PNG and SVG
+    for a, b in zip(forked, here):
+        assert a.read_bytes() == b.read_bytes(), a.name
+    assert b'src="data:image/svg+xml;base64,' in (tmp_path / "here" / "index.html").read_bytes()
+    assert b'src="plots/' not in (tmp_path / "here" / "index.html").read_bytes()  # every figure embedded
+
+
+def test_a_plot_that_fails_in_the_child_is_reported_and_nothing_is_left_running(board, tmp_path, monkeypatch):
+    def broken(planned):
+        raise ValueError("no such colour: mauve")
+    monkeypatch.setattr(report.plots, "render_all", broken)
+    with pytest.raises(RuntimeError, match=r"(?s)broken failed in a child process \(exit code 0\).*"
+                                            r"ValueError: no such colour: mauve"):
+        publish(board, ["html"], out=tmp_path)
+    assert multiprocessing.active_children() == []
+
+
+def test_a_document_that_fails_first_stops_the_drawing(board, tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "csv", lambda board: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        publish(board, ["csv", "html"], out=tmp_path)
+    assert multiprocessing.active_children() == []
 
 
 def test_training_loop_sweep_gets_its_plot(results, tmp_path):

@@ -3,10 +3,10 @@ hypervolumes. Everything the tables, plots and page show is computed here, once.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
+import orjson
 import pandas as pd
 
 from benchmark import frontier
@@ -23,8 +23,6 @@ METRICS = (
     "budget_distance",
 )
 KEY = ["study", "candidate"]
-# One encoder for every spec: json.dumps(..., sort_keys=True) builds a new one per call.
-_CANONICAL = json.JSONEncoder(sort_keys=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,15 +117,17 @@ def _with_candidates(trials: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, li
 def _canonical(raw, parsed: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     """Candidate id of each distinct spec string, and each id's spec as sorted-key JSON: the same
     architecture written with its keys in another order is the same candidate."""
-    canon = pd.Series([_CANONICAL.encode(d) if d else s for s, d in zip(raw, parsed)], dtype=object)
+    # orjson: parsing and re-encoding 25,000 specs took a fifth of a large board's build with json.
+    canon = pd.Series([orjson.dumps(d, option=orjson.OPT_SORT_KEYS).decode() if d else s
+                       for s, d in zip(raw, parsed)], dtype=object)
     ids, specs = pd.factorize(canon)
     return ids, np.asarray(specs, dtype=object)
 
 
 def _parse(spec: str) -> dict:
     try:
-        parsed = json.loads(spec)
-    except (TypeError, ValueError):
+        parsed = orjson.loads(spec)
+    except (TypeError, orjson.JSONDecodeError):
         return {}
     return parsed if isinstance(parsed, dict) else {}
 

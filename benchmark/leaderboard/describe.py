@@ -7,15 +7,8 @@ hidden width d_h (the SwiGLU width for conventional FFNs), its sub-block count K
 
 from __future__ import annotations
 
-import json
-
 # Descriptor columns, in table order; every spec yields all of them (None where unknown).
 COLUMNS = ("structure", "d_model", "d_h", "K", "L", "depth", "loops", "streams")
-
-
-def canonical(spec_json: str) -> str:
-    """Same architecture -> same string, whatever the key order it was written with."""
-    return json.dumps(json.loads(spec_json), sort_keys=True)
 
 
 def describe(spec: dict) -> dict:

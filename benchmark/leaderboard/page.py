@@ -2,6 +2,8 @@
 
 Everything is inline (styles, a few lines of script, table rows as JSON, plots as base64 data:
 URIs), and the favicon is an empty data: URI, so opening the page makes no network request at all.
+The page is laid out first with each figure linked as `plots/<name>.svg`, and `embed` then puts the
+drawn figures in: the plots can be drawn elsewhere while the tables are written.
 """
 
 from __future__ import annotations
@@ -74,8 +76,8 @@ for (const table of document.querySelectorAll("table.sortable")) {
 """
 
 
-def page(board: Board, doc: tables.Document, plots: list[tuple[Plot, dict[str, bytes]]], notes: list[str]) -> str:
-    """`plots`: each figure with its rendered bytes (plots.render)."""
+def page(board: Board, doc: tables.Document, plots: list[Plot], notes: list[str]) -> str:
+    """The page with its figures linked, not yet embedded (see embed)."""
     objs = " vs ".join(map(str, board.settings.objectives))
     sections = [
         f"<h1>Leaderboard: {html.escape(', '.join(board.studies))}</h1>",
@@ -84,7 +86,7 @@ def page(board: Board, doc: tables.Document, plots: list[tuple[Plot, dict[str, b
         f"within each budget band; mean ± standard error over seeds.</p>",
         "<h2>Studies</h2>", formats.html_table(doc.studies, titled=False),
         "<h2>Hypervolume</h2>", _table_with_caption(doc.hypervolume, titled=False),
-        "<h2>Plots</h2>", '<div class="plots">', *(_figure(p, r) for p, r in plots), "</div>",
+        "<h2>Plots</h2>", '<div class="plots">', *(_figure(p) for p in plots), "</div>",
         "<h2>Leaderboard</h2>", *(_table_with_caption(t) for t in doc.ranked),
         "<h2>All trials</h2>",
         f'<div class="scroll">{formats.html_table(tables.trials(board), "trials", titled=False)}</div>',
@@ -105,8 +107,19 @@ def _table_with_caption(table: formats.Table, titled: bool = True) -> str:
     return formats.html_table(table, titled=titled) + caption
 
 
-def _figure(plot: Plot, rendered: dict[str, bytes]) -> str:
-    data = base64.b64encode(rendered["svg"]).decode("ascii")
-    alt = html.escape(plot.title)
-    wide = ' class="wide"' if plot.figure.get_figwidth() > 9.5 else ""  # multi-panel figures span the row
-    return f'<figure{wide}><img alt="{alt}" src="data:image/svg+xml;base64,{data}"></figure>'
+def _figure(plot: Plot) -> str:
+    wide = ' class="wide"' if plot.wide else ""
+    return f'<figure{wide}><img alt="{html.escape(plot.title)}" src="{_link(plot.name)}"></figure>'
+
+
+def _link(name: str) -> str:
+    return f"plots/{name}.svg"
+
+
+def embed(text: str, images: dict[str, dict[str, bytes]]) -> str:
+    """The page with each linked figure replaced by its SVG as a data: URI (images: plots.render_all)."""
+    for name, files in images.items():
+        data = base64.b64encode(files["svg"]).decode("ascii")
+        # Once, and from the front: the figures come before the tables, which are most of the page.
+        text = text.replace(f'src="{_link(name)}"', f'src="data:image/svg+xml;base64,{data}"', 1)
+    return text

@@ -11,7 +11,9 @@ import io
 import json
 import math
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import matplotlib
 import numpy as np
@@ -42,12 +44,15 @@ MAX_PANELS = 4  # loop-scaling panels (budget bands) per figure
 
 @dataclass(frozen=True)
 class Plot:
+    """A figure the board supports, planned but not yet drawn: what names it and where it goes is
+    known at once, so the documents can be written while a separate process draws (see render)."""
     name: str  # file stem
     title: str  # caption on the page and alt text
-    figure: Figure
+    wide: bool  # several panels: the page lets it span the whole row
+    draw: Callable[[], Figure]
 
 
-def figures(board: Board) -> tuple[list[Plot], list[str]]:
+def plan(board: Board) -> tuple[list[Plot], list[str]]:
     """Every figure the board supports, and a note for each one it cannot draw."""
     plots, notes = [], []
     for objs in board.pairs:
@@ -60,17 +65,23 @@ def figures(board: Board) -> tuple[list[Plot], list[str]]:
     return plots, notes
 
 
+def render_all(plots: list[Plot]) -> dict[str, dict[str, bytes]]:
+    """Plot name -> its PNG and SVG files."""
+    return {plot.name: render(plot) for plot in plots}
+
+
 # SVG text stays text (the default turns every glyph into a path: slower, and three times larger),
 # and element ids are salted with a constant so the same plot gives the same file.
 SVG_STYLE = {"svg.fonttype": "none", "svg.hashsalt": "shapebench"}
 
 
 def render(plot: Plot) -> dict[str, bytes]:
+    figure = plot.draw()
     png, svg = io.BytesIO(), io.BytesIO()
     # zlib level 1: the default (6) spends more time compressing than drawing, for ~20% smaller files.
-    plot.figure.savefig(png, format="png", dpi=100, pil_kwargs={"compress_level": 1})
+    figure.savefig(png, format="png", dpi=100, pil_kwargs={"compress_level": 1})
     with matplotlib.rc_context(SVG_STYLE):
-        plot.figure.savefig(svg, format="svg", dpi=100, metadata={"Date": None})
+        figure.savefig(svg, format="svg", dpi=100, metadata={"Date": None})
     return {"png": png.getvalue(), "svg": svg.getvalue()}
 
 
@@ -157,11 +168,16 @@ def _error_bars(ax, xs: np.ndarray, ys: np.ndarray, se: np.ndarray, colour) -> N
 def frontier_plot(board: Board, objs: tuple[Objective, ...]) -> Plot:
     """All candidates on the first and last objective. One study: coloured by family, its frontier
     in black. Several studies: one colour and one frontier per study, hypervolumes in the legend."""
+    what = "3-objective frontier, projected" if len(objs) == 3 else "Pareto frontier"
+    title = f"{what}: {objs[-1].column} vs {objs[0].column}"
+    return Plot(f"frontier_{'_'.join(o.column for o in objs)}", title, False,
+                partial(_draw_frontier, board, objs, title))
+
+
+def _draw_frontier(board: Board, objs: tuple[Objective, ...], title: str) -> Figure:
     x, y = objs[0], objs[-1]
     cols = [o.column for o in objs]
     cands = board.candidates[np.isfinite(board.candidates[cols].to_numpy(float)).all(axis=1)]
-    what = "3-objective frontier, projected" if len(objs) == 3 else "Pareto frontier"
-    title = f"{what}: {y.column} vs {x.column}"
     fig, (ax,) = _new(title, legend=1.7)
     mask = frontier.frontier_mask(cands, objs, by=["study"]).to_numpy()
     studies = board.studies
@@ -182,7 +198,7 @@ def frontier_plot(board: Board, objs: tuple[Objective, ...]) -> Plot:
     ax.set_xlabel(_label(x))
     ax.set_ylabel(_label(y))
     _figure_legend(fig, [ax])
-    return Plot(f"frontier_{'_'.join(cols)}", title, fig)
+    return fig
 
 
 def _family_order(family: str):
@@ -191,13 +207,18 @@ def _family_order(family: str):
 
 def family_grid(board: Board, objs: tuple[Objective, ...]) -> Plot:
     """One panel per family with that family's own frontier (per study when several)."""
+    families = sorted(board.candidates["family"].unique(), key=_family_order)
+    title = f"Frontier per family: {objs[-1].column} vs {objs[0].column}"
+    return Plot(f"frontier_by_family_{'_'.join(o.column for o in objs)}", title, len(families) > 2,
+                partial(_draw_family_grid, board, objs, families, title))
+
+
+def _draw_family_grid(board: Board, objs: tuple[Objective, ...], families: list[str], title: str) -> Figure:
     x, y = objs[0], objs[-1]
     cands = board.candidates
-    families = sorted(cands["family"].unique(), key=_family_order)
     ncols = min(3, len(families))
     nrows = math.ceil(len(families) / ncols)
     studies = board.studies
-    title = f"Frontier per family: {y.column} vs {x.column}"
     fig, axes = _new(title, ncols, nrows, width=3.3 * ncols + 0.6, height=2.5 * nrows + 0.9,
                      legend=1.6 if len(studies) > 1 else 0.0)
     for ax, family in zip(axes, families):
@@ -212,7 +233,7 @@ def family_grid(board: Board, objs: tuple[Objective, ...]) -> Plot:
         _figure_legend(fig, axes)
     fig.supxlabel(_label(x), fontsize=10)
     fig.supylabel(_label(y), fontsize=10)
-    return Plot(f"frontier_by_family_{'_'.join(o.column for o in objs)}", title, fig)
+    return fig
 
 
 # --- loop scaling -------------------------------------------------------------------------------
@@ -246,9 +267,9 @@ def train_loop_curves(board: Board) -> pd.DataFrame:
     c = board.candidates
     if "val_ppl" not in c or c["loops"].nunique() < 2:
         return pd.DataFrame()
-    # `spec` is json.dumps(spec, sort_keys=True), so blanking the loop keys in the string
-    # (vectorised) gives the sweep's key without parsing every spec again.
-    line = c["spec"].str.replace(r'"(eval_)?loops": (\[[^\]]*\]|\d+)', "", regex=True)
+    # `spec` is compact JSON with sorted keys (board._canonical), so blanking the loop keys in the
+    # string (vectorised) gives the sweep's key without parsing every spec again.
+    line = c["spec"].str.replace(r'"(eval_)?loops":(\[[^\]]*\]|\d+)', "", regex=True)
     c = c.assign(line=line, ppl=c["val_ppl"], se=c.get("val_ppl_se"))
     c = c[c.groupby(["study", "line"])["loops"].transform("nunique") > 1]
     return c.merge(_best_per_family(c)[["study", "line"]].drop_duplicates(), on=["study", "line"])
@@ -278,11 +299,15 @@ def train_loop_plot(board: Board) -> tuple[Plot | None, str | None]:
 def _loop_plot(board: Board, curves: pd.DataFrame, xlabel: str, title: str, name: str) -> Plot:
     """One panel per budget band, a curve per family (see the *_curves functions for which), and
     non-looped families as dashed horizontal lines at their best perplexity, as in Fig. 2."""
-    cands = board.candidates
     bands = sorted(curves["band"].unique())
     if len(bands) > MAX_PANELS:
         title += f" (smallest {MAX_PANELS} of {len(bands)} budgets)"
         bands = bands[:MAX_PANELS]
+    return Plot(name, title, len(bands) > 1, partial(_draw_loops, board, curves, bands, xlabel, title))
+
+
+def _draw_loops(board: Board, curves: pd.DataFrame, bands: list, xlabel: str, title: str) -> Figure:
+    cands = board.candidates
     loops = sorted(curves.loc[curves["band"].isin(bands), "loops"].unique())
     fig, axes = _new(title, len(bands), 1, width=4.0 * len(bands) + 0.6, height=4.2, legend=2.0)
     studies = board.studies
@@ -307,4 +332,4 @@ def _loop_plot(board: Board, curves: pd.DataFrame, xlabel: str, title: str, name
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("validation perplexity")
     _figure_legend(fig, axes)
-    return Plot(name, title, fig)
+    return fig

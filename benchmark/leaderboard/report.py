@@ -3,10 +3,16 @@ under an output folder (with the plots as PNG and SVG) or to stdout."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import io
+import multiprocessing
+import os
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.csv as pa_csv
@@ -16,6 +22,7 @@ from benchmark.leaderboard import describe, formats, page, plots, tables
 from benchmark.leaderboard.board import METRICS, Board
 
 FORMATS = ("terminal", "md", "csv", "latex", "html")
+T = TypeVar("T")
 FILES = {"md": "leaderboard.md", "csv": "leaderboard.csv", "latex": "leaderboard.tex", "html": "index.html"}
 
 
@@ -26,42 +33,94 @@ def publish(board: Board, outputs: Sequence[str], out: Path | None = None, top: 
     What had to be left out (a plot, a column) is said in each document, and on stderr."""
     # Piped output is not a terminal: rich would wrap every table to 80 columns; keep rows whole.
     console = console or Console(width=None if sys.stdout.isatty() else 200)
-    drawn, plot_notes = plots.figures(board) if out is not None or "html" in outputs else ([], [])
-    rendered = [(p, plots.render(p)) for p in drawn]
-    doc = tables.document(board, top)
-    notes = [*board.notes, *plot_notes, *doc.ranked[0].notes]
-    written = _write_plots(rendered, out / "plots") if out is not None else []
-    for fmt in outputs:
-        if fmt == "terminal":
-            terminal(board, doc, notes, console)
-            continue
-        text = {
-            "md": lambda: markdown(board, doc, notes, [p for p, _ in rendered] if out is not None else []),
-            "csv": lambda: csv(board),
-            "latex": lambda: latex(board, doc),
-            "html": lambda: page.page(board, doc, rendered, notes),
-        }[fmt]()
-        if out is None:
-            sys.stdout.write(text)
-            continue
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / FILES[fmt]
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
-        if fmt == "csv":
-            written.append(_write_hypervolumes(board, out / "hypervolume.csv"))
+    planned, plot_notes = plots.plan(board) if out is not None or "html" in outputs else ([], [])
+    written = []
+    # The plots are drawn in another process while the documents are written (see _in_background).
+    drawing = _in_background(plots.render_all, planned) if planned else contextlib.nullcontext(lambda: {})
+    with drawing as images:
+        doc = tables.document(board, top)
+        notes = [*board.notes, *plot_notes, *doc.ranked[0].notes]
+        for fmt in outputs:
+            if fmt == "terminal":
+                terminal(board, doc, notes, console)
+                continue
+            text = {
+                "md": lambda: markdown(board, doc, notes, planned if out is not None else []),
+                "csv": lambda: csv(board),
+                "latex": lambda: latex(board, doc),
+                "html": lambda: page.embed(page.page(board, doc, planned, notes), images()),
+            }[fmt]()
+            if out is None:
+                sys.stdout.write(text)
+                continue
+            out.mkdir(parents=True, exist_ok=True)
+            path = out / FILES[fmt]
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+            if fmt == "csv":
+                written.append(_write_hypervolumes(board, out / "hypervolume.csv"))
+        if out is not None:
+            written += _write_plots(images(), out / "plots")
     if "terminal" not in outputs:
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
     return written
 
 
-def _write_plots(rendered, folder: Path) -> list[Path]:
+@contextlib.contextmanager
+def _in_background(fn: Callable[..., T], *args) -> Iterator[Callable[[], T]]:
+    """Runs fn(*args) in a forked child process; gives the function that waits for (and then
+    keeps) its result. Drawing the plots is pure Python (threads would only take turns holding
+    the GIL) and takes about as long as writing every document, so on two cores the two overlap.
+    A fork shares the board without copying it. Where fork is not the safe default (macOS,
+    Windows) or there is one core, fn runs here and now. A child still running when the block
+    ends (the caller failed first) is stopped."""
+    if sys.platform != "linux" or (os.cpu_count() or 1) < 2:
+        result = fn(*args)
+        yield lambda: result
+        return
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_send_result, args=(send, fn, args), daemon=True)
+    child.start()
+    send.close()
+
+    @functools.cache
+    def wait() -> T:
+        try:
+            ok, value = receive.recv()
+        except EOFError:  # it died without a word: killed, or out of memory
+            ok, value = False, ""
+        child.join()
+        if not ok:
+            raise RuntimeError(f"{fn.__qualname__} failed in a child process (exit code {child.exitcode})"
+                               + (f":\n{value}" if value else ""))
+        return value
+
+    try:
+        yield wait
+    finally:
+        if child.is_alive():
+            child.terminate()
+            child.join()
+        receive.close()
+
+
+def _send_result(send, fn, args) -> None:
+    try:
+        send.send((True, fn(*args)))
+    except BaseException:  # noqa: BLE001 - every failure goes back to the parent, with its traceback
+        send.send((False, traceback.format_exc()))
+    finally:
+        send.close()
+
+
+def _write_plots(images: dict[str, dict[str, bytes]], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for plot, files in rendered:
+    for name, files in images.items():
         for ext, data in files.items():
-            path = folder / f"{plot.name}.{ext}"
+            path = folder / f"{name}.{ext}"
             path.write_bytes(data)
             written.append(path)
     return written
