@@ -1,9 +1,7 @@
 """Find studies on disk and read their trials into one table.
 
-A study is a folder holding `trials/*.parquet`, one file per finished trial, written atomically:
-names starting with `.` (temporary files mid-write) or `_` are skipped, as pyarrow's own dataset
-reader does. Files are read one by one and concatenated with permissive schema promotion, so a
-column missing from older files (or all-null in a failed trial) does not break the read.
+A study is a folder holding `trials/*.parquet`, one file per finished trial attempt, as the
+results store writes it (benchmark.results, which also reads a study).
 """
 
 from __future__ import annotations
@@ -12,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
+
+from benchmark import results
 
 
 class LeaderboardError(Exception):
@@ -49,30 +47,15 @@ def _label(study: Path, taken: dict[str, Path]) -> str:
     return study.name if study.name not in taken else f"{study.parent.name}/{study.name}"
 
 
-def trial_files(study: Path) -> list[Path]:
-    return sorted(p for p in (study / "trials").glob("*.parquet") if not p.name.startswith((".", "_")))
-
-
-def read_study(study: Path) -> pa.Table | None:
-    tables = [_read_trial(f) for f in trial_files(study)]
-    return pa.concat_tables(tables, promote_options="permissive") if tables else None
-
-
-def _read_trial(path: Path) -> pa.Table:
-    # For files of a few kB, pyarrow's defaults cost more than the reading: read_table's dataset
-    # discovery (2x), and pre-buffering, which hands each file to the IO thread pool (1.5x).
-    try:
-        return pq.ParquetFile(path, pre_buffer=False).read(use_threads=False)
-    except (pa.ArrowInvalid, OSError) as err:
-        raise LeaderboardError(f"{path}: not a readable Parquet file ({err})") from err
-
-
 def read_studies(studies: dict[str, Path]) -> pd.DataFrame:
     """All trials of all studies; `study` is set to the study's label (its folder name)."""
     frames = []
     for label, folder in studies.items():
-        table = read_study(folder)
-        if table is not None:
+        try:
+            table = results.read_table(folder)
+        except results.ResultsError as err:
+            raise LeaderboardError(str(err)) from err
+        if table.num_rows:
             frame = table.to_pandas()
             frame["study"] = label
             frames.append(frame)
