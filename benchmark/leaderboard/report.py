@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -82,7 +83,11 @@ def _in_background(fn: Callable[..., T], *args) -> Iterator[Callable[[], T]]:
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
     child = context.Process(target=_send_result, args=(send, fn, args), daemon=True)
-    child.start()
+    with warnings.catch_warnings():
+        # Python >= 3.12 warns on any fork of a process that has threads (pyarrow's pool): this
+        # child only computes with numpy, pandas and matplotlib, and Arrow renews its pools on fork.
+        warnings.filterwarnings("ignore", r"This process .*multi-threaded", DeprecationWarning)
+        child.start()
     send.close()
 
     @functools.cache
