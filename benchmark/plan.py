@@ -95,7 +95,7 @@ def _ffn(spec) -> str:
 
 def _hyper(spec) -> str:
     h = spec.hyper
-    return "-" if h is None else f"{h.streams}× {h.mixing} / {h.every}"
+    return "-" if h is None else h.label
 
 
 def render(plan: Plan, rows: list[dict[str, Any]], console) -> None:

@@ -169,6 +169,16 @@ class HyperSpec:
     mixing: str = "diagonal"
     sinkhorn_iters: int = 20
     loop_embedding: bool = False
+    # HC's dynamic part passes through tanh (Zhu et al. eq. 10-13); false gives the paper's
+    # "W/O tanh" rows (Tables 1-2).
+    tanh: bool = True
+
+    @property
+    def label(self) -> str:
+        """How plans and leaderboards name it: `4× diagonal / loop + loop emb.`,
+        `2× dynamic w/o tanh / sublayer`."""
+        return (f"{self.streams}× {self.mixing}{'' if self.tanh else ' w/o tanh'} / {self.every}"
+                + (" + loop emb." if self.loop_embedding else ""))
 
     @property
     def span_layers(self) -> int | None:
@@ -340,6 +350,7 @@ def _build_hyper(raw: Mapping[str, Any]) -> HyperSpec:
         mixing=_choice("hyper.mixing", raw.get("mixing", "diagonal"), MIXINGS),
         sinkhorn_iters=_int("hyper.sinkhorn_iters", raw.get("sinkhorn_iters", 20), 1),
         loop_embedding=_bool("hyper.loop_embedding", raw.get("loop_embedding", False)),
+        tanh=_bool("hyper.tanh", raw.get("tanh", True)),
     )
 
 
@@ -396,6 +407,8 @@ def _check_hyper(h: HyperSpec, layers: LayerSplit, loops: int, injection: str) -
         raise SpecError("hyper.every", "every: loop needs a looped middle block (layers.middle > 0, loops > 1)")
     if h.loop_embedding and h.every != "loop":
         raise SpecError("hyper.loop_embedding", f"the loop embedding is added at loop-level connections; needs every: loop, got {h.every}")
+    if not h.tanh and h.mixing != "dynamic":
+        raise SpecError("hyper.tanh", f"tanh squashes the dynamic part of HC (mixing: dynamic); mixing {h.mixing} has none")
     if h.mixing in ("static", "dynamic") and h.every == "loop":
         raise SpecError("hyper.mixing", f"{h.mixing} hyper-connections (Zhu et al.) wrap sublayers or layers, not loops")
     span = h.span_layers

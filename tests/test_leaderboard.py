@@ -187,8 +187,14 @@ def test_structure_and_shape_columns_follow_the_papers():
     assert structure(12, 0, 0, 1) == "12L"
     looped = describe({"d_model": 768, "layers": {"begin": 2, "middle": 4, "end": 2}, "loops": 3,
                        "ffn": {"kind": "swiglu", "ratio": 2.75}, "hyper": {"streams": 4}})
-    assert looped == {"structure": "2L→4L(×3)→2L", "d_model": 768, "d_h": 2112, "K": 1, "L": 8, "depth": 16,
-                      "loops": 3, "streams": 4}
+    assert looped == {"structure": "2L→4L(×3)→2L", "variant": "4× diagonal / loop", "d_model": 768, "d_h": 2112,
+                      "K": 1, "L": 8, "depth": 16, "loops": 3, "streams": 4}
+    # What the HC and LoRA ablations vary shows in `variant` (older results lack newer keys: defaults).
+    assert describe({"hyper": {"streams": 2, "every": "sublayer", "mixing": "dynamic", "tanh": False}})["variant"] \
+        == "2× dynamic w/o tanh / sublayer"
+    assert describe({"lora_rank": 8, "hyper": {"streams": 4, "loop_embedding": True}})["variant"] \
+        == "4× diagonal / loop + loop emb., LoRA r=8"
+    assert describe({"layers": {"n": 12}})["variant"] is None
     # Hourglass paper Table 3, 113M hourglass row: d_model 1032, d_h 418, L 12, K 4.
     hourglass = describe({"d_model": 1032, "layers": {"n": 12}, "ffn": {"kind": "hourglass", "K": 4, "d_h": 418}})
     assert (hourglass["d_h"], hourglass["K"], hourglass["L"], hourglass["structure"]) == (418, 4, 12, "12L")

@@ -106,6 +106,27 @@ def test_other_mixings_differ_from_the_residual(mixing):
     assert (hc(tokens()) - std(tokens())).abs().max() > 1e-4
 
 
+def test_dynamic_hc_without_tanh_is_the_same_model_with_the_dynamic_part_unsquashed():
+    """HC Tables 1-2, "W/O tanh": same parameters, same function at init (W = 0), and once W moves,
+    each gate's dynamic part is s * norm(H) W where DHC has s * tanh(norm(H) W)."""
+    spec = {"layers": {"n": 2}, "hyper": {"streams": 2, "mixing": "dynamic"}}
+    dhc = build(tiny("hc", **spec))
+    raw = same_weights(build(tiny("hc", **{**spec, "hyper": {**spec["hyper"], "tanh": False}}), seed=1), dhc)
+    assert sum(p.numel() for p in raw.parameters()) == sum(p.numel() for p in dhc.parameters())
+    torch.testing.assert_close(raw(tokens()), dhc(tokens()), rtol=0, atol=0)
+    with torch.no_grad():
+        for p in dhc.hyper.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    same_weights(raw, dhc)
+    Y = torch.randn(3, 5, 2, 32)
+    for g_tanh, g_raw in zip(dhc.hyper, raw.hyper):
+        pre = g_tanh.norm(Y) @ g_tanh.weight
+        am, beta, ar = g_raw(Y)
+        torch.testing.assert_close(beta, g_raw.scale[1] * pre[..., 0] + g_raw.static_beta)
+        torch.testing.assert_close(g_tanh(Y)[1], g_tanh.scale[1] * torch.tanh(pre[..., 0]) + g_tanh.static_beta)
+    assert (raw(tokens()) - dhc(tokens())).abs().max() > 1e-4
+
+
 def test_hourglass_with_K1_is_a_swiglu_ffn_of_width_dh():
     swi = build(tiny("transformer", ffn={"kind": "swiglu", "d_ff": 24}))
     hg = build(tiny("transformer", ffn={"kind": "hourglass", "K": 1, "d_h": 24}), seed=1)

@@ -68,6 +68,7 @@ def test_replace_rederives_ratio_widths():
     ({"family": "hyperloop", "hyper": {"every": "layer"}}, "hyper.loop_embedding", "the loop embedding is added at loop-level connections; needs every: loop, got layer"),
     ({"family": "hyperloop", "hyper": {"mixing": "sinkorn"}}, "hyper.mixing", "'sinkorn' is not one of identity, diagonal, sinkhorn, static, dynamic (did you mean 'sinkhorn'?)"),
     ({"family": "mhc", "hyper": {"every": "loop"}}, "hyper.every", "every: loop needs a looped middle block (layers.middle > 0, loops > 1)"),
+    ({"family": "hc", "hyper": {"mixing": "static", "tanh": False}}, "hyper.tanh", "tanh squashes the dynamic part of HC (mixing: dynamic); mixing static has none"),
     ({"family": "looped", "hyper": {"streams": 4}}, "injection", "a looped model with a hyper section needs injection: hyper, got none"),
     ({"injection": "hyper", "layers": {"begin": 1, "middle": 2}, "loops": 2}, "hyper", "injection: hyper needs a hyper section (streams, every, mixing)"),
     ({"ffn": {"ratio": 2, "d_ff": 100}, "d_model": 64}, "ffn.d_ff", "ffn.d_ff 100 disagrees with ffn.ratio (gives 128); give one of them"),

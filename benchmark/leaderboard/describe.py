@@ -7,8 +7,13 @@ hidden width d_h (the SwiGLU width for conventional FFNs), its sub-block count K
 
 from __future__ import annotations
 
+from dataclasses import fields
+
+from benchmark.spec import HyperSpec
+
 # Descriptor columns, in table order; every spec yields all of them (None where unknown).
-COLUMNS = ("structure", "d_model", "d_h", "K", "L", "depth", "loops", "streams")
+COLUMNS = ("structure", "variant", "d_model", "d_h", "K", "L", "depth", "loops", "streams")
+_HYPER_KEYS = {f.name for f in fields(HyperSpec)}
 
 
 def describe(spec: dict) -> dict:
@@ -22,6 +27,7 @@ def describe(spec: dict) -> dict:
     hourglass = ffn.get("kind") == "hourglass"
     return {
         "structure": structure(begin, middle, end, loops),
+        "variant": variant(spec),
         "d_model": d_model,
         "d_h": _width(ffn, "d_h" if hourglass else "d_ff", "dh_ratio" if hourglass else "ratio", d_model),
         "K": int(ffn.get("K") or 1) if hourglass else 1,
@@ -38,6 +44,16 @@ def structure(begin: int, middle: int, end: int, loops: int) -> str:
         return f"{begin + middle + end}L"
     parts = [f"{begin}L" if begin else "", f"{middle}L(×{loops})", f"{end}L" if end else ""]
     return "→".join(p for p in parts if p)
+
+
+def variant(spec: dict) -> str | None:
+    """What sets a model apart beyond its layers and widths: its hyper-connections (streams,
+    mixing, placement) and per-loop LoRA, e.g. `4× diagonal / loop + loop emb.`, `LoRA r=8`."""
+    hyper = spec.get("hyper")
+    parts = [HyperSpec(**{k: v for k, v in hyper.items() if k in _HYPER_KEYS}).label] if hyper else []
+    if spec.get("lora_rank"):
+        parts.append(f"LoRA r={spec['lora_rank']}")
+    return ", ".join(parts) or None
 
 
 def _width(ffn: dict, key: str, ratio_key: str, d_model) -> int | None:

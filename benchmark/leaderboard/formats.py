@@ -8,10 +8,11 @@ to_markdown and Styler.to_latex would add tabulate and jinja2 as dependencies fo
 from __future__ import annotations
 
 import html
-import json
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
+import orjson
 import rich.table
 
 
@@ -57,11 +58,12 @@ def markdown(table: Table) -> str:
 _TEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
         "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
         "→": r"$\to$", "×": r"$\times$", "±": r"$\pm$", "★": r"$\star$", "☆": r"$\circ$", "—": "---"}
-_TEX_TABLE = str.maketrans(_TEX)
+# One pass that stops only at those characters: str.translate looks up every character (4x slower).
+_TEX_PATTERN = re.compile("|".join(map(re.escape, _TEX)))
 
 
 def tex_escape(text: str) -> str:
-    return text.translate(_TEX_TABLE)
+    return _TEX_PATTERN.sub(lambda match: _TEX[match.group()], text)
 
 
 def latex(table: Table, label: str = "") -> str:
@@ -86,8 +88,7 @@ def html_table(table: Table, table_id: str = "", titled: bool = True) -> str:
     ident = f' id="{table_id}"' if table_id else ""
     caption = f"<caption>{html.escape(table.title)}</caption>" if titled and table.title else ""
     # "<" only occurs inside JSON strings, where \u003c means the same and cannot close the script.
-    cells = json.dumps([c.cells for c in table.columns], ensure_ascii=False, separators=(",", ":"))
-    cells = cells.replace("<", "\\u003c")
+    cells = orjson.dumps([c.cells for c in table.columns]).decode().replace("<", "\\u003c")
     keys = ",".join("null" if c.keys is None else _ranks(c.keys) for c in table.columns)
     data = f'{{"cells":{cells},"keys":[{keys}]}}'
     return (f'<table class="sortable"{ident}>{caption}<thead><tr>{heads}</tr></thead><tbody></tbody></table>'
@@ -98,11 +99,11 @@ def _ranks(values: np.ndarray) -> str:
     """A JSON array of each value's dense rank in its column (equal values, equal ranks), null
     where the value is missing. Ranks sort exactly as the values do, and integers print several
     times faster than floats: this is most of the page's writing time on a large study."""
-    ranks = np.full(len(values), -1)
+    ranks = np.full(len(values), -1, dtype=np.int64)
     finite = np.isfinite(values)
-    ranks[finite] = np.unique(values[finite], return_inverse=True)[1]
+    ranks[finite] = np.unique(values[finite], return_inverse=True)[1].ravel()
     # Ranks are never negative, so "-1" can only be a missing value.
-    return "[" + ",".join(map(str, ranks.tolist())).replace("-1", "null") + "]"
+    return orjson.dumps(ranks, option=orjson.OPT_SERIALIZE_NUMPY).decode().replace("-1", "null")
 
 
 def rich_table(table: Table) -> rich.table.Table:

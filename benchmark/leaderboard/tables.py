@@ -106,6 +106,7 @@ def leaderboard(board: Board, top: int | None = None) -> list[Table]:
     absent = [m for m in metrics if m not in cands or cands[m].isna().all()]
     notes = [f"column {HEADERS.get(m, m)} skipped: no {m} in the results" for m in absent]
     several = len(board.studies) > 1
+    variants = _has_variants(cands)
     tables = []
     for band, rows in cands.groupby("band", sort=True, dropna=False):
         shown = f"top {top} of {len(rows)}" if top is not None and top < len(rows) else f"{len(rows)}"
@@ -115,6 +116,7 @@ def leaderboard(board: Board, top: int | None = None) -> list[Table]:
         columns = [numeric(rows, "rank", "#", integers),
                    *([text(rows, "study", "Study")] if several else []),
                    text(rows, "family", "Family"), text(rows, "structure", "Structure"),
+                   *([text(rows, "variant", "Variant")] if variants else []),
                    *(metric_column(rows, m) for m in metrics if m not in absent),
                    *(numeric(rows, c, h, integers, tex) for c, h, tex in SHAPE),
                    numeric(rows, "n_seeds", "Seeds", integers),
@@ -123,6 +125,11 @@ def leaderboard(board: Board, top: int | None = None) -> list[Table]:
             f"{shown} candidates ranked by {board.metric}, mean ± s.e. over seeds; "
             f"★ on its study's {' / '.join(objs)} frontier, ☆ on its family's only")))
     return tables
+
+
+def _has_variants(frame: pd.DataFrame) -> bool:
+    """A Variant column (hyper-connections, LoRA) only where some model has one."""
+    return "variant" in frame and bool(frame["variant"].notna().any())
 
 
 def _marks(rows: pd.DataFrame) -> list[str]:
@@ -188,7 +195,7 @@ def trials(board: Board) -> Table:
     return Table(title=f"All trials ({len(t)})", columns=[
         *([text(t, "study", "Study")] if len(board.studies) > 1 else []),
         text(t, "trial_id", "Trial"), text(t, "status", "Status"), text(t, "family", "Family"),
-        text(t, "structure", "Structure"),
+        text(t, "structure", "Structure"), *([text(t, "variant", "Variant")] if _has_variants(t) else []),
         *(numeric(t, c, HEADERS.get(c, c.capitalize()), _trial_format(c)) for c in shown if c in t),
     ])
 

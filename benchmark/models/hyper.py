@@ -74,11 +74,12 @@ class SigmoidGate(nn.Module):
 
 class ZhuGate(nn.Module):
     """Static or dynamic hyper-connections (Zhu et al. 2025, eq. 1-14). Static: learnable
-    B (1 x n), A_m (n x 1), A_r (n x n). Dynamic adds s ∘ tanh(norm(H) W) per stream (eq. 10-13).
+    B (1 x n), A_m (n x 1), A_r (n x n). Dynamic adds s ∘ tanh(norm(H) W) per stream (eq. 10-13),
+    or s ∘ norm(H) W without the tanh (the paper's "W/O tanh" ablation).
     Initialised (eq. 14) so the network equals a Pre-Norm residual: W = 0, B = 1,
     A_m = e_{k mod n}, A_r = I."""
 
-    def __init__(self, d: int, n: int, index: int, dynamic: bool):
+    def __init__(self, d: int, n: int, index: int, dynamic: bool, tanh: bool = True):
         super().__init__()
         self.n = n
         am = torch.zeros(n)
@@ -86,7 +87,7 @@ class ZhuGate(nn.Module):
         self.static_beta = nn.Parameter(torch.ones(n))
         self.static_am = nn.Parameter(am)
         self.static_ar = nn.Parameter(torch.eye(n))
-        self.dynamic = dynamic
+        self.dynamic, self.tanh = dynamic, tanh
         if dynamic:
             self.norm = RMSNorm(d, affine=False)  # OLMo's norm has no parameters (HC App. B)
             self.weight = nn.Parameter(torch.zeros(d, n + 2))  # columns: W_β | W_m | W_r (n)
@@ -95,7 +96,9 @@ class ZhuGate(nn.Module):
     def forward(self, Y: torch.Tensor):
         if not self.dynamic:
             return self.static_am, self.static_beta, self.static_ar.t()
-        dyn = torch.tanh(self.norm(Y) @ self.weight)                # (B, T, n, n + 2)
+        dyn = self.norm(Y) @ self.weight                            # (B, T, n, n + 2)
+        if self.tanh:
+            dyn = torch.tanh(dyn)
         beta = self.scale[1] * dyn[..., 0] + self.static_beta       # (B, T, n)
         am = self.scale[0] * dyn[..., 1] + self.static_am           # (B, T, n)
         ar = self.scale[0] * dyn[..., 2:] + self.static_ar          # (B, T, n, n), row i from h_i
@@ -105,7 +108,7 @@ class ZhuGate(nn.Module):
 def make_gate(hyper, d: int, index: int) -> nn.Module:
     """The gate for the index-th connection of a model (HC's A_m depends on the index)."""
     if hyper.mixing in ("static", "dynamic"):
-        return ZhuGate(d, hyper.streams, index, hyper.mixing == "dynamic")
+        return ZhuGate(d, hyper.streams, index, hyper.mixing == "dynamic", hyper.tanh)
     return SigmoidGate(d, hyper.streams, hyper.mixing, hyper.sinkhorn_iters)
 
 
