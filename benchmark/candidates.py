@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterator, Mapping
 from .budget import BudgetError, Solution, solve_budget
 from .expr import ExprError
 from .shape import SHAPE_KEYS, apply_shape, fit_width_depth, layer_split
-from .space import Axis, SearchSpace, SpaceError, set_dotted
-from .spec import PRESETS, ArchSpec, FFNSpec, HyperSpec, SpecError, deep_merge
+from .space import Axis, SearchSpace, SpaceError
+from .spec import PRESETS, ArchSpec, FFNSpec, HyperSpec, SpecError, deep_merge, set_dotted
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator, Mapping
 from .budget import COUNTS, SOLVES, parse_amount, parse_tokens, parse_tolerance
 from .expr import Condition, ExprError, parse_condition
 from .shape import SHAPE_KEYS
-from .spec import EVERY_NAMES, did_you_mean, FAMILIES, FFN_KINDS, INJECTIONS, MIXINGS, ArchSpec, FFNSpec, HyperSpec, LayerSplit
+from .spec import EVERY_NAMES, did_you_mean, FAMILIES, FFN_KINDS, INJECTIONS, MIXINGS, ArchSpec, FFNSpec, HyperSpec, LayerSplit, set_dotted
 from .yamlsafe import Document, YamlError, dotted, load_yaml
 
 TOP_KEYS = ("name", "description", "budget", "count", "tolerance", "solve", "anchor", "base", "variants",
@@ -374,14 +374,6 @@ def _flatten(frag: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, A
             yield from _flatten(v, key + ".")
         else:
             yield key, v
-
-
-def set_dotted(frag: dict[str, Any], key: str, value: Any) -> None:
-    *path, leaf = key.split(".")
-    node = frag
-    for part in path:
-        node = node.setdefault(part, {})
-    node[leaf] = value
 
 
 class _Reader:

@@ -238,11 +238,7 @@ class ArchSpec:
         if self.n_kv_heads == self.n_heads:
             raw["n_kv_heads"] = None
         for key, value in changes.items():
-            node = raw
-            *path, leaf = key.split(".")
-            for p in path:
-                node = node.setdefault(p, {})
-            node[leaf] = value
+            set_dotted(raw, key, value)
         # Widths given as ratios are re-derived (d_model may have changed).
         if raw["ffn"].get("ratio") is not None:
             raw["ffn"]["d_ff"] = None
@@ -335,6 +331,15 @@ def _build_layers(raw: Any) -> LayerSplit:
     if begin + middle + end == 0:
         raise SpecError("layers", "the model needs at least one layer")
     return LayerSplit(begin=begin, middle=middle, end=end)
+
+
+def set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
+    """raw["a"]["b"] = value for key "a.b", creating the sections on the way."""
+    *path, leaf = key.split(".")
+    node = raw
+    for part in path:
+        node = node.setdefault(part, {})
+    node[leaf] = value
 
 
 def _build_hyper(raw: Mapping[str, Any]) -> HyperSpec:

@@ -1,8 +1,6 @@
 """Model zoo behaviour on real tensors: equivalences between each variant at its simplest
 setting and its baseline, Sinkhorn, loop overrides, tracing, and that every family learns."""
 
-import copy
-
 import pytest
 import torch
 import torch.nn.functional as F

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from benchmark import ArchSpec, build_model
+from benchmark import ArchSpec
 from benchmark.checkpoint import CheckpointError, load_checkpoint
 from benchmark.data import DataConfig, prepare
 from benchmark.training import TrainConfig

@@ -28,8 +28,8 @@ def find_studies(paths: Sequence[str | Path], names: Sequence[str] = ()) -> dict
     for root in map(Path, paths):
         if not root.is_dir():
             raise NoResults(f"no results: {root} does not exist")
-        studies = [root] if (root / "trials").is_dir() else sorted(
-            p for p in root.iterdir() if (p / "trials").is_dir())
+        studies = [root] if results.trials_dir(root).is_dir() else sorted(
+            p for p in root.iterdir() if results.trials_dir(p).is_dir())
         if not studies:
             raise NoResults(f"no results: {root} holds no study (expected {root}/<study>/trials/*.parquet)")
         for study in studies:
