@@ -14,8 +14,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmark.frontier import Objective
-from benchmark.leaderboard import FORMATS, LeaderboardError, Settings, build_board, publish, read_results
+from benchmark.leaderboard import (
+    FORMATS,
+    LeaderboardError,
+    Settings,
+    build_board,
+    publish,
+    read_results,
+)
+from benchmark.leaderboard.frontier import Objective
 
 FILE_FORMATS = [f for f in FORMATS if f != "terminal"]
 

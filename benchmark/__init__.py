@@ -2,16 +2,16 @@
 
 Public API (private modules re-exported here, loaded on first use so that light tools such as
 `run_search.py --plan` and the results store do not pay for importing torch):
-  ArchSpec, SpecError, FAMILIES   the architecture spec (spec.py)
+  ArchSpec, SpecError, FAMILIES   the architecture spec (arch/spec.py)
   build_model, param_components   the model zoo (models/)
-  count_params, count_flops       analytic accounting (counting.py)
+  count_params, count_flops       analytic accounting (arch/counting.py)
 """
 
 import importlib
 
 _EXPORTS = {
-    "ArchSpec": "spec", "SpecError": "spec", "FAMILIES": "spec",
-    "count_params": "counting", "count_flops": "counting",
+    "ArchSpec": "arch.spec", "SpecError": "arch.spec", "FAMILIES": "arch.spec",
+    "count_params": "arch.counting", "count_flops": "arch.counting",
     "build_model": "models", "param_components": "models",
 }
 __all__ = list(_EXPORTS)

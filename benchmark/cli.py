@@ -18,10 +18,10 @@ import json
 import sys
 from pathlib import Path
 
-from .budget import COUNTS, parse_amount, parse_tokens
-from .results import check_study_name
-from .space import SearchSpace, SpaceError, load_space
-from .yamlsafe import YamlError
+from benchmark.space.budget import COUNTS, parse_amount, parse_tokens
+from benchmark.space.language import SearchSpace, SpaceError, load_space
+from benchmark.space.yamlsafe import YamlError
+from benchmark.store.results import check_study_name
 
 DEFAULT_SPACE = Path(__file__).resolve().parent.parent / "search_spaces" / "default.yaml"
 SEARCH_ONLY = ("name", "results", "resume", "address", "seeds", "time_budget", "concurrency")  # search-only flags
@@ -106,8 +106,8 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
     import optuna
     from rich.console import Console
 
-    from . import perf
-    from .plan import make_plan, records, render, summary
+    from benchmark import perf
+    from benchmark.space.plan import make_plan, records, render, summary
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "study created" chatter in a plan
     plan = make_plan(space, seed=args.seed)
@@ -127,7 +127,7 @@ def _policy(args: argparse.Namespace) -> dict:
 
 
 def _data(args: argparse.Namespace):
-    from .data import DataConfig
+    from benchmark.data.corpus import DataConfig
 
     return DataConfig(source=args.data, tokenizer=args.tokenizer)
 
@@ -136,7 +136,7 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
     """Run (or continue) the search: Ray Tune + OptunaSearch over `candidates.define_by_run(space)`."""
     from rich.console import Console
 
-    from .search import SearchOptions, run_search
+    from benchmark.search.driver import SearchOptions, run_search
 
     console = Console(stderr=True)
     name = args.name or space.name
@@ -169,12 +169,18 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
 def run_single(args: argparse.Namespace) -> int:
     """Train and evaluate one architecture from a YAML spec, with a progress bar."""
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    from .spec import ArchSpec, SpecError
-    from .trial import run_trial
-    from .training import TrainConfig
-    from .yamlsafe import load_yaml
+    from benchmark.arch.spec import ArchSpec, SpecError
+    from benchmark.space.yamlsafe import load_yaml
+    from benchmark.trial.config import TrainConfig
+    from benchmark.trial.run import run_trial
 
     try:
         doc = load_yaml(args.spec)
@@ -201,7 +207,7 @@ def run_single(args: argparse.Namespace) -> int:
         return 2
     console = Console()
     console.print(f"{spec.family} {spec.structure()} d_model {spec.d_model}: preparing data ({args.data}, {args.tokenizer})")
-    from .data import prepare
+    from benchmark.data.corpus import prepare
 
     prepared = prepare(data)
     cols = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),

@@ -30,12 +30,16 @@ import torch
 import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
-from lm_eval.utils import get_rolling_token_windows, make_disjoint_window, simple_parse_args_string
+from lm_eval.utils import (
+    get_rolling_token_windows,
+    make_disjoint_window,
+    simple_parse_args_string,
+)
 
-from .checkpoint import TOKENIZER, CheckpointError, load_checkpoint
-from .models import LanguageModel
-from .step import default_device
-from .tokenizer import HF_EOT_CANDIDATES, Tokenizer
+from benchmark.data.tokenizer import HF_EOT_CANDIDATES, Tokenizer
+from benchmark.models import LanguageModel
+from benchmark.trial.checkpoint import TOKENIZER, CheckpointError, load_checkpoint
+from benchmark.trial.step import default_device
 
 MAX_GEN_TOKS = 256  # lm-eval's default for generate_until
 
@@ -190,7 +194,7 @@ def generation_settings(gen_kwargs: dict[str, Any]) -> tuple[list[str], int]:
 
 
 def checkpoint_tokenizer(path: str | Path, meta: dict[str, Any]) -> Tokenizer:
-    """The tokenizer saved with the checkpoint (benchmark.trial writes it)."""
+    """The tokenizer saved with the checkpoint (benchmark.trial.run writes it)."""
     file = Path(path) / TOKENIZER
     if not file.is_file():
         raise CheckpointError(f"{path}: no {TOKENIZER}; lm-eval needs the checkpoint's tokenizer")

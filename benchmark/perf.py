@@ -22,8 +22,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .counting import count_flops, count_params
-from .spec import FAMILIES, ArchSpec
+from benchmark.arch.counting import count_flops, count_params
+from benchmark.arch.spec import FAMILIES, ArchSpec
+from benchmark.store.atomic import atomic_open
 
 REFERENCE = {"d_model": 256, "n_heads": 4, "vocab_size": 8192, "ffn": {"ratio": 2.75}}
 LOOPED_SPLIT = {"begin": 2, "middle": 2, "end": 2}  # 6 unique layers, like the 6-layer Transformer
@@ -49,8 +50,8 @@ def measure(spec: ArchSpec, policy, steps: int = 8, warmup: int = 2,
             seq_len: int = 256, batch_size: int = 16, seed: int = 0) -> Measurement:
     import torch
 
-    from .models import build_model
-    from .step import TrainStep, default_device
+    from benchmark.models import build_model
+    from benchmark.trial.step import TrainStep, default_device
 
     device = default_device()
     torch.manual_seed(seed)
@@ -74,7 +75,7 @@ def matmul_peak(dtype, n: int = 2048, reps: int = 10) -> float:
     """Achieved FLOP/s of an n x n matmul, the machine's practical peak for that dtype."""
     import torch
 
-    from .step import default_device
+    from benchmark.trial.step import default_device
 
     device = default_device()
     a = torch.randn(n, n, device=device).to(dtype)
@@ -94,7 +95,7 @@ def matmul_peak(dtype, n: int = 2048, reps: int = 10) -> float:
 # ---- the throughput used for estimates ------------------------------------------------------
 
 def _cache_file() -> Path:
-    from .data import cache_root
+    from benchmark.data.corpus import cache_root
 
     return cache_root() / "perf.json"
 
@@ -118,7 +119,7 @@ def machine_flops(probe: bool = True) -> float:
         pass
     if not probe:
         raise LookupError("no measured throughput for this machine yet")
-    from .step import ExecPolicy
+    from benchmark.trial.step import ExecPolicy
 
     spec = ArchSpec.from_dict({"d_model": 128, "n_heads": 4, "layers": {"n": 4}, "vocab_size": 4096})
     m = measure(spec, ExecPolicy(compile=False), steps=3, warmup=1, seq_len=128, batch_size=8)
@@ -130,10 +131,8 @@ def record_flops(flops_per_s: float, source: str) -> None:
     """Remember achieved training FLOP/s for estimates (atomic write; best effort)."""
     path = _cache_file()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"machine": _machine_key(), "flops_per_s": flops_per_s, "source": source}))
-        os.replace(tmp, path)
+        with atomic_open(path) as f:
+            f.write(json.dumps({"machine": _machine_key(), "flops_per_s": flops_per_s, "source": source}))
     except OSError:
         pass
 
@@ -145,7 +144,7 @@ def run_models(families: list[str], steps: int) -> dict:
     from rich.console import Console
     from rich.table import Table
 
-    from .step import ExecPolicy, default_device
+    from benchmark.trial.step import ExecPolicy, default_device
 
     console = Console()
     peak = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}

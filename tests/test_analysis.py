@@ -9,8 +9,13 @@ import torch
 import torch.nn.functional as F
 
 from benchmark import FAMILIES, ArchSpec, build_model
-from benchmark.analysis import cross_loop_similarity, fixed_point_distances, layer_states, logit_lens
 from benchmark.models.hyper import DIAGONAL_BIAS_INIT
+from benchmark.trial.analysis import (
+    cross_loop_similarity,
+    fixed_point_distances,
+    layer_states,
+    logit_lens,
+)
 
 TINY = {"vocab_size": 61, "d_model": 32, "n_heads": 4}
 SPLIT = {"begin": 1, "middle": 2, "end": 1}

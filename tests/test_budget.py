@@ -5,7 +5,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmark import FAMILIES, count_params
-from benchmark.budget import PRECISION, BudgetError, Tokens, parse_amount, parse_tokens, parse_tolerance, solve_budget
+from benchmark.space.budget import (
+    PRECISION,
+    BudgetError,
+    Tokens,
+    parse_amount,
+    parse_tokens,
+    parse_tolerance,
+    solve_budget,
+)
 
 
 @pytest.mark.parametrize("text, amount", [

@@ -5,8 +5,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from benchmark import FAMILIES, ArchSpec, SpecError, build_model, count_flops, count_params, param_components
-from benchmark.counting import forward_flops
+from benchmark import (
+    FAMILIES,
+    ArchSpec,
+    SpecError,
+    build_model,
+    count_flops,
+    count_params,
+    param_components,
+)
+from benchmark.arch.counting import forward_flops
 
 
 def assert_exact(spec):

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from benchmark import data
-from benchmark.data import (
+from benchmark.data import corpus as data
+from benchmark.data.corpus import (
     Corpus,
     DataConfig,
     batches,
@@ -22,7 +22,7 @@ from benchmark.data import (
     prepare,
     tokenized,
 )
-from benchmark.tokenizer import Tokenizer, gpt2, package_dir
+from benchmark.data.tokenizer import Tokenizer, gpt2, package_dir
 
 # The two small embedded parts, cut to their first 300 documents: reads in well under a second.
 SMALL = {"source": "embedded:wiki,bible", "max_docs": 300, "val_fraction": 0.1, "tokenizer": "gpt2"}
@@ -333,7 +333,7 @@ def test_corrupt_cache_is_rebuilt(small, tok, count_encodes, caplog, corrupt):
     (path,) = _cache_files(small, "validation")
     corrupt(path)
     count_encodes.clear()
-    with caplog.at_level(logging.WARNING, logger="benchmark.data"):
+    with caplog.at_level(logging.WARNING, logger="benchmark.data.corpus"):
         rebuilt = tokenized(corpus, tok, "validation")
     assert "is invalid" in caplog.text and "rebuilding it" in caplog.text
     assert count_encodes, "the corrupt cache was used instead of rebuilt"

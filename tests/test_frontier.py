@@ -11,8 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmark.frontier import (Objective, aggregate_seeds, frontier_mask, hypervolume, non_dominated,
-                                reference_point)
+from benchmark.leaderboard.frontier import (
+    Objective,
+    aggregate_seeds,
+    frontier_mask,
+    hypervolume,
+    non_dominated,
+    reference_point,
+)
 
 
 def brute_non_dominated(points: np.ndarray, maximize) -> np.ndarray:

@@ -18,12 +18,21 @@ import pandas as pd
 import pytest
 
 from benchmark import ArchSpec
-from benchmark.leaderboard import (LeaderboardError, NoResults, Settings, build_board, find_studies, publish,
-                                   read_results)
-from benchmark.leaderboard import formats, report, tables
+from benchmark.arch.spec import FAMILIES, format_structure
+from benchmark.leaderboard import (
+    LeaderboardError,
+    NoResults,
+    Settings,
+    build_board,
+    find_studies,
+    formats,
+    publish,
+    read_results,
+    report,
+    tables,
+)
 from benchmark.leaderboard.bands import bands, cluster
 from benchmark.leaderboard.describe import describe
-from benchmark.spec import FAMILIES, format_structure
 from benchmark.leaderboard.report import FILES
 
 ROOT = Path(__file__).resolve().parents[1]

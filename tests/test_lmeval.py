@@ -23,11 +23,11 @@ from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
 
 from benchmark import build_model
-from benchmark.data import DataConfig, load_corpus, prepare
+from benchmark.data.corpus import DataConfig, load_corpus, prepare
 from benchmark.lmeval import ShapebenchLM
 from benchmark.tasks import make_tasks
-from benchmark.training import TrainConfig
-from benchmark.trial import run_trial
+from benchmark.trial.config import TrainConfig
+from benchmark.trial.run import run_trial
 
 ANIMALS = "cat dog fox owl hen pig cow bee".split()
 # Each action fixes its preposition and place, so the last word of a sentence is predictable; the

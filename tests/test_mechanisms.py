@@ -22,9 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from benchmark import FAMILIES, ArchSpec, build_model
-from benchmark.analysis import hyper_diagnostics
 from benchmark.models.hyper import res_matrix
-from benchmark.training import TrainConfig, make_optimizer
+from benchmark.trial.analysis import hyper_diagnostics
+from benchmark.trial.config import TrainConfig
+from benchmark.trial.training import make_optimizer
 
 TINY = {"vocab_size": 97, "d_model": 32, "n_heads": 4}
 SPLIT = {"layers": {"begin": 1, "middle": 2, "end": 1}}

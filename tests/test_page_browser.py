@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
+from test_leaderboard import synthetic_trials, write_study
 
 from benchmark.leaderboard import Settings, build_board, publish, read_results
-from test_leaderboard import synthetic_trials, write_study
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 BROWSER = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")

@@ -10,7 +10,7 @@ import pytest
 
 from benchmark import count_flops, count_params, perf
 from benchmark.cli import main
-from benchmark.plan import TRIAL_OVERHEAD_S
+from benchmark.space.plan import TRIAL_OVERHEAD_S
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = str(ROOT / "search_spaces" / "quickstart.yaml")

@@ -8,8 +8,16 @@ import pytest
 import torch
 
 from benchmark import ArchSpec, build_model
-from benchmark.quant import QuantConfig, collect_hessians, gptq, model_bytes, quantizable, quantize, rtn
-from benchmark.step import ExecPolicy, TrainStep, lm_loss
+from benchmark.trial.quant import (
+    QuantConfig,
+    collect_hessians,
+    gptq,
+    model_bytes,
+    quantizable,
+    quantize,
+    rtn,
+)
+from benchmark.trial.step import ExecPolicy, TrainStep, lm_loss
 
 
 def gaussian(rows, cols, seed=0):

@@ -7,7 +7,15 @@ import os
 import pandas as pd
 import pytest
 
-from benchmark.results import COLUMNS, SCHEMA_VERSION, ResultsError, finished_trials, read_study, sweep_orphans, write_row
+from benchmark.store.results import (
+    COLUMNS,
+    SCHEMA_VERSION,
+    ResultsError,
+    finished_trials,
+    read_study,
+    sweep_orphans,
+    write_row,
+)
 
 
 def _writer(study_dir, worker, n):
@@ -47,7 +55,8 @@ def test_version_1_files_read_beside_version_2_with_the_diagnostics_null(tmp_pat
     pandas' one line as well as through read_study."""
     import pyarrow.parquet as pq
 
-    from benchmark.results import DIAGNOSTICS, to_table
+    from benchmark.store.metrics import DIAGNOSTICS
+    from benchmark.store.results import to_table
 
     old = to_table({"study": "s", "trial_id": "old", "status": "ok", "val_loss": 3.0}).drop_columns(list(DIAGNOSTICS))
     old = old.set_column(0, "schema_version", pa_int64([1]))

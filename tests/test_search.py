@@ -14,9 +14,15 @@ import optuna
 import pandas as pd
 import pytest
 
-from benchmark.data import DataConfig
-from benchmark.search import OPTUNA_DB, SearchOptions, _ray_temp_dir, ray_processes, run_search
-from benchmark.space import load_space
+from benchmark.data.corpus import DataConfig
+from benchmark.search.driver import (
+    OPTUNA_DB,
+    SearchOptions,
+    _ray_temp_dir,
+    ray_processes,
+    run_search,
+)
+from benchmark.space.language import load_space
 
 pytestmark = pytest.mark.slow
 
@@ -85,9 +91,9 @@ DRIVER = """
 import sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from benchmark.data import DataConfig
-from benchmark.search import SearchOptions, run_search
-from benchmark.space import load_space
+from benchmark.data.corpus import DataConfig
+from benchmark.search.driver import SearchOptions, run_search
+from benchmark.space.language import load_space
 opts = SearchOptions(name="killme", results_dir=Path({results!r}), asha=False,
                      data=DataConfig(source={text!r}, tokenizer="bpe:320", cache_dir={cache!r}))
 run_search(load_space({space!r}), opts, console=None, policy={{"compile": False, "precision": "fp32"}})

@@ -12,11 +12,10 @@ import optuna
 import pytest
 
 from benchmark import ArchSpec, count_params
-from benchmark.budget import solve_budget
-from benchmark.candidates import choose, define_by_run, grid, resolve
-from benchmark.expr import ExprError, parse_condition
-from benchmark.plan import make_plan, plan_points
-from benchmark.space import (
+from benchmark.space.budget import solve_budget
+from benchmark.space.candidates import choose, define_by_run, grid, resolve
+from benchmark.space.expr import ExprError, parse_condition
+from benchmark.space.language import (
     TRAINING_DEFAULTS,
     TRAINING_KEYS,
     Choice,
@@ -26,7 +25,8 @@ from benchmark.space import (
     SpaceError,
     load_space,
 )
-from benchmark.yamlsafe import YamlError, load_yaml
+from benchmark.space.plan import make_plan, plan_points
+from benchmark.space.yamlsafe import YamlError, load_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SPACES = sorted((ROOT / "search_spaces").rglob("*.yaml"))  # every shipped space, papers/ and ablations/ too
@@ -87,7 +87,7 @@ def test_defaults_and_fixed_values(tmp_path):
 def test_training_keys_are_the_harness_fields():
     """`training:` is handed to the trial harness: the allow-list is TrainConfig's fields, the
     planning defaults are its defaults, and every repository space's section is one it accepts."""
-    from benchmark.training import TrainConfig
+    from benchmark.trial.config import TrainConfig
 
     assert set(TRAINING_KEYS) == {f.name for f in fields(TrainConfig)}
     assert {k: getattr(TrainConfig(), k) for k in TRAINING_DEFAULTS} == TRAINING_DEFAULTS
@@ -323,7 +323,7 @@ def test_ray_tune_can_checkpoint_the_searcher_of_every_space(path, tmp_path):
     '_Parser.compare.<locals>.<lambda>'"). The restored searcher samples the same candidate."""
     from ray.tune.search.optuna import OptunaSearch
 
-    from benchmark.search import _Sample
+    from benchmark.search.driver import _Sample
 
     space = load_space(path)
     searcher = OptunaSearch(space=_Sample(space), metric="val_loss", mode="min",

@@ -3,7 +3,7 @@
 import pytest
 
 from benchmark import FAMILIES, ArchSpec, SpecError
-from benchmark.spec import PRESETS
+from benchmark.arch.spec import PRESETS
 
 
 def test_every_family_has_a_preset_that_validates():

@@ -8,7 +8,7 @@ import sys
 import pytest
 import tokenizers
 
-from benchmark.tokenizer import EOT, gpt2, load_tokenizer, parse_spec, train_bpe
+from benchmark.data.tokenizer import EOT, gpt2, load_tokenizer, parse_spec, train_bpe
 
 SAMPLE = "The quick brown fox — naïve café, 東京 🙂\n\tTabs,  double  spaces and <tags>!"
 
@@ -55,7 +55,7 @@ def test_bpe_training_is_deterministic_across_processes():
     first, second = train_bpe(CORPUS, 300), train_bpe(CORPUS, 300)
     assert first.inner.to_str() == second.inner.to_str()
     # A fresh interpreter has fresh hash seeds (Python's and Rust's): the result must not change.
-    code = "import json, sys; from benchmark.tokenizer import train_bpe; " \
+    code = "import json, sys; from benchmark.data.tokenizer import train_bpe; " \
         "print(train_bpe(json.load(sys.stdin), 300).fingerprint)"
     out = subprocess.run(
         [sys.executable, "-c", code], input=json.dumps(CORPUS), capture_output=True, text=True, check=True

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from benchmark import ArchSpec
-from benchmark.checkpoint import CheckpointError, load_checkpoint
-from benchmark.data import DataConfig, prepare
-from benchmark.training import TrainConfig
-from benchmark.trial import run_trial
-from benchmark.budget import fmt_count, parse_amount
+from benchmark.data.corpus import DataConfig, prepare
+from benchmark.space.budget import fmt_count, parse_amount
+from benchmark.trial.checkpoint import CheckpointError, load_checkpoint
+from benchmark.trial.config import TrainConfig
+from benchmark.trial.run import run_trial
 
 WORDS = "the cat dog sat ran on under a mat log hill big small red blue and then".split()
 
@@ -62,7 +62,8 @@ def test_row_has_the_spec_columns(corpus):
 
 def test_rows_carry_the_hyper_connection_diagnostics(corpus, tmp_path):
     """Hyperloop's row has every diagnostic; a looped model's has none; both survive the store."""
-    from benchmark.results import DIAGNOSTICS, read_study, write_row
+    from benchmark.store.metrics import DIAGNOSTICS
+    from benchmark.store.results import read_study, write_row
 
     hyper = run_trial({**SPEC, "family": "hyperloop", "hyper": {"streams": 2}}, TrainConfig(**CFG),
                       data=corpus, quantize=False)

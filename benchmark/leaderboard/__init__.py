@@ -9,7 +9,12 @@ frontiers and hypervolumes, tables in every format, plots, and a self-contained 
 from benchmark.leaderboard.board import Board, Settings
 from benchmark.leaderboard.board import build as build_board
 from benchmark.leaderboard.report import FORMATS, publish
-from benchmark.leaderboard.studies import LeaderboardError, NoResults, find_studies, read_results
+from benchmark.leaderboard.studies import (
+           LeaderboardError,
+           NoResults,
+           find_studies,
+           read_results,
+)
 
 __all__ = ["Board", "FORMATS", "LeaderboardError", "NoResults", "Settings", "build_board", "find_studies",
            "publish", "read_results"]

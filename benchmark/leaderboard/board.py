@@ -9,12 +9,11 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from benchmark import frontier
-from benchmark.frontier import DEFAULT_PAIRS, Objective
-from benchmark.leaderboard import describe
+from benchmark.leaderboard import describe, frontier
 from benchmark.leaderboard.bands import DEFAULT_TOLERANCE, bands
+from benchmark.leaderboard.frontier import DEFAULT_PAIRS, Objective
 from benchmark.leaderboard.studies import LeaderboardError, NoResults
-from benchmark.results import DIAGNOSTICS
+from benchmark.store.metrics import DIAGNOSTICS
 
 # Numeric results columns averaged over seeds (those present in a study).
 METRICS = (

@@ -23,9 +23,10 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, LogLocator, NullLocator
 
-from benchmark import FAMILIES, frontier
-from benchmark.frontier import Objective
+from benchmark import FAMILIES
+from benchmark.leaderboard import frontier
 from benchmark.leaderboard.board import KEY, Board
+from benchmark.leaderboard.frontier import Objective
 
 # Fixed colours per registered family, so a family looks the same in every plot of every study.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",

@@ -1,7 +1,7 @@
 """Find studies on disk and read their trials into one table.
 
 A study is a folder holding `trials/*.parquet`, one file per finished trial attempt, as the
-results store writes it (benchmark.results, which also reads a study).
+results store writes it (benchmark.store.results, which also reads a study).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmark import results
+from benchmark.store import results
 
 
 class LeaderboardError(Exception):

@@ -13,8 +13,7 @@ import pandas as pd
 
 from benchmark.leaderboard.board import Board
 from benchmark.leaderboard.formats import Column, Table
-from benchmark.results import DIAGNOSTICS
-
+from benchmark.store.metrics import DIAGNOSTICS
 
 # --- number formats: each maps an array of floats to display strings ---------------------------
 

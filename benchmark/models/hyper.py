@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .layers import RMSNorm
+from benchmark.models.layers import RMSNorm
 
 GATE_SCALE_INIT = 0.01  # mHC App. A.1: the gating factors α start at 0.01 (HC: s_α, s_β)
 # Diagonal H_res = σ(b) at initialisation, by how the span is read (Hyperloop eq. 3):

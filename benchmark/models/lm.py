@@ -17,9 +17,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..spec import ArchSpec, hyper_spans
-from .hyper import hyper_connect, make_gate
-from .layers import INIT_STD, Block, Proj, RMSNorm, Rotary
+from benchmark.arch.spec import ArchSpec, hyper_spans
+from benchmark.models.hyper import hyper_connect, make_gate
+from benchmark.models.layers import INIT_STD, Block, Proj, RMSNorm, Rotary
 
 DEPTH_STATE_STD = INIT_STD  # Depth's random initial state matches the embedding scale
 

@@ -1,5 +1,5 @@
 """Offline lm-eval tasks generated from held-out text (see heldout.py); `python -m benchmark.tasks`."""
 
-from .heldout import make_tasks
+from benchmark.tasks.heldout import make_tasks
 
 __all__ = ["make_tasks"]

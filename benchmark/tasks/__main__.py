@@ -2,7 +2,7 @@
 
 import argparse
 
-from .heldout import MAX_WORDS, make_tasks
+from benchmark.tasks.heldout import MAX_WORDS, make_tasks
 
 
 def main() -> None:

@@ -12,21 +12,20 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmark.store.atomic import atomic_open
+from benchmark.store.metrics import DIAGNOSTICS
+
 # 2: the hyper-connection diagnostics (DIAGNOSTICS); files of version 1 read with them null.
 SCHEMA_VERSION = 2
 STATUSES = ("ok", "failed", "pruned", "diverged")
-# Whether a model's hyper-connections act (analysis.hyper_diagnostics computes them).
-DIAGNOSTICS = ("stream_cosine", "hres_deviation", "loop_emb_norm", "gate_saturation")
 
 _str, _i64, _f64 = pa.string(), pa.int64(), pa.float64()
 SCHEMA = pa.schema([
@@ -95,35 +94,18 @@ def _safe_name(text: str) -> str:
 
 
 def write_row(study_dir: str | Path, row: Mapping[str, Any]) -> Path:
-    """Atomically add one trial attempt to a study; returns the file written."""
+    """Atomically add one trial attempt to a study; returns the file written. The file is read
+    back from memory before it is written, so what becomes visible is a valid one-row table."""
     table = to_table(row)
-    folder = trials_dir(study_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"{_safe_name(row['trial_id'])}.a{table['attempt'][0].as_py()}.parquet"
-    tmp = folder / f".tmp-{uuid.uuid4().hex}.parquet"
-    try:
-        with open(tmp, "wb") as f:
-            pq.write_table(table, f)
-            f.flush()
-            os.fsync(f.fileno())
-        if pq.read_table(tmp).num_rows != 1:  # read back before it becomes visible
-            raise ResultsError(f"{tmp}: wrote an unreadable result")
-        os.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(folder)
+    buf = pa.BufferOutputStream()
+    pq.write_table(table, buf)
+    data = buf.getvalue()
+    if pq.read_table(pa.BufferReader(data)).num_rows != 1:
+        raise ResultsError(f"{row['trial_id']}: the row did not serialise to a readable table")
+    final = trials_dir(study_dir) / f"{_safe_name(row['trial_id'])}.a{table['attempt'][0].as_py()}.parquet"
+    with atomic_open(final, "wb") as f:
+        f.write(data)
     return final
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def sweep_orphans(study_dir: str | Path, older_than_s: float = 0.0) -> int:
@@ -132,7 +114,9 @@ def sweep_orphans(study_dir: str | Path, older_than_s: float = 0.0) -> int:
     if not folder.is_dir():
         return 0
     now, n = time.time(), 0
-    for p in folder.glob(".tmp-*"):
+    for p in folder.glob(".*"):  # atomic_open's temporaries (and this store's older ".tmp-" ones)
+        if not (p.name.endswith(".tmp") or p.name.startswith(".tmp-")):
+            continue
         try:
             if now - p.stat().st_mtime >= older_than_s:
                 p.unlink()

@@ -27,8 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .data import DataConfig
-from .results import finished_trials, read_study, sweep_orphans, write_row
+from benchmark.data.corpus import DataConfig
+from benchmark.store.results import (
+    finished_trials,
+    read_study,
+    sweep_orphans,
+    write_row,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +101,7 @@ def row_metrics(row: dict[str, Any], count: str) -> dict[str, float]:
 # ---- the trainable (runs in a Ray worker) -----------------------------------------------------
 
 def _train_config(training: dict[str, Any], count: str, seed: int, policy: dict[str, Any]):
-    from .training import TrainConfig
+    from benchmark.trial.config import TrainConfig
 
     return TrainConfig.from_dict({**training, "tokens_per": count, "seed": seed, **policy})
 
@@ -111,8 +116,8 @@ def trainable(config: dict[str, Any], ctx: dict[str, Any]) -> None:
     import torch
     from ray import tune
 
-    from .data import prepare
-    from .trial import run_trial
+    from benchmark.data.corpus import prepare
+    from benchmark.trial.run import run_trial
 
     torch.set_num_threads(max(1, int(ctx["threads"])))
     number = int(config["optuna_trial"])
@@ -260,8 +265,8 @@ class _Sample:
         self.space = space
 
     def __call__(self, trial) -> dict[str, Any]:
-        from .candidates import define_by_run
-        from .space import SpaceError
+        from benchmark.space.candidates import define_by_run
+        from benchmark.space.language import SpaceError
 
         try:
             return {**define_by_run(self.space)(trial), "optuna_trial": trial.number}
@@ -277,9 +282,9 @@ def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] 
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
 
-    from .candidates import grid
-    from .data import prepare
-    from .live import LiveView
+    from benchmark.data.corpus import prepare
+    from benchmark.search.live import LiveView
+    from benchmark.space.candidates import grid
 
     t0 = time.perf_counter()
     opts.study_dir.mkdir(parents=True, exist_ok=True)
@@ -339,7 +344,7 @@ def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] 
 
 def _total_tokens_hint(space) -> int:
     """ASHA's max_t: the training token budget when absolute, else a large bound."""
-    from .budget import parse_tokens
+    from benchmark.space.budget import parse_tokens
 
     return parse_tokens(space.training.get("tokens", "20x")).resolve(space.budget or 1)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .spec import ArchSpec, hyper_spans
+from benchmark.arch.spec import ArchSpec, hyper_spans
 
 
 def _spec(spec: ArchSpec | Mapping[str, Any]) -> ArchSpec:

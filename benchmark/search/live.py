@@ -9,8 +9,8 @@ import math
 import time
 from typing import Any
 
-from .results import finished_trials, write_row
-from .search import trial_id
+from benchmark.search.driver import trial_id
+from benchmark.store.results import finished_trials, write_row
 
 
 class LiveView:

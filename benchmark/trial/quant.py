@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .models import LanguageModel
-from .models.layers import Proj
+from benchmark.models import LanguageModel
+from benchmark.models.layers import Proj
 
 BITS = (4, 8)
 METHODS = ("rtn", "gptq")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-PRECISIONS = ("auto", "bf16", "fp32")
+from benchmark.trial.config import PRECISIONS
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,11 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
-from .budget import BudgetError, Solution, solve_budget
-from .expr import ExprError
-from .shape import SHAPE_KEYS, apply_shape, fit_width_depth, layer_split
-from .space import Axis, SearchSpace, SpaceError
-from .spec import PRESETS, ArchSpec, FFNSpec, HyperSpec, SpecError, deep_merge, set_dotted
+from benchmark.arch.spec import (
+    PRESETS,
+    ArchSpec,
+    FFNSpec,
+    HyperSpec,
+    SpecError,
+    deep_merge,
+    set_dotted,
+)
+from benchmark.space.budget import BudgetError, Solution, solve_budget
+from benchmark.space.expr import ExprError
+from benchmark.space.language import Axis, SearchSpace, SpaceError
+from benchmark.space.shape import SHAPE_KEYS, apply_shape, fit_width_depth, layer_split
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,17 +10,15 @@ A checkpoint is a directory:
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from .models import LanguageModel, build_model
-from .spec import ArchSpec
+from benchmark.arch.spec import ArchSpec
+from benchmark.models import LanguageModel, build_model
+from benchmark.store.atomic import atomic_dir
 
 WEIGHTS, SPEC, META, TOKENIZER = "model.safetensors", "spec.json", "meta.json", "tokenizer.json"
 
@@ -31,24 +29,15 @@ class CheckpointError(ValueError):
 
 def save_checkpoint(path: str | Path, model: LanguageModel, meta: dict[str, Any] | None = None,
                     tokenizer_json: str | None = None) -> Path:
-    """Write atomically: into a temporary sibling directory, then rename over `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
-        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    """Write atomically (store.atomic): a reader sees the whole checkpoint or none."""
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    with atomic_dir(path) as tmp:
         save_file(state, str(tmp / WEIGHTS), metadata={"format": "pt"})
         (tmp / SPEC).write_text(model.spec.to_json())
         (tmp / META).write_text(json.dumps(meta or {}, indent=1, sort_keys=True, default=str))
         if tokenizer_json is not None:  # the serialised `tokenizers.Tokenizer`
             (tmp / TOKENIZER).write_text(tokenizer_json)
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return path
+    return Path(path)
 
 
 def load_checkpoint(path: str | Path, spec: ArchSpec | dict | None = None,

@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping
 
-from .budget import BudgetError, Solution
-from .spec import SpecError
+from benchmark.arch.spec import SpecError
+from benchmark.space.budget import BudgetError, Solution
 
 SHAPE_KEYS = {  # key -> the kind of value it takes
     "shape.layers": "int", "shape.middle_frac": "fraction", "shape.unrolled_layers": "int",

@@ -9,7 +9,7 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from .step import lm_loss
+from benchmark.trial.step import lm_loss
 
 
 @torch.no_grad()

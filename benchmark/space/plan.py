@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .budget import fmt_count, fmt_fraction, parse_tokens
-from .candidates import Candidate, choose, grid, resolve
-from .counting import count_flops
-from .space import SearchSpace
+from benchmark.arch.counting import count_flops
+from benchmark.space.budget import fmt_count, fmt_fraction, parse_tokens
+from benchmark.space.candidates import Candidate, choose, grid, resolve
+from benchmark.space.language import SearchSpace
 
 # Seconds a trial spends outside the training steps (model build, data, the final evaluation).
 TRIAL_OVERHEAD_S = 5.0

@@ -35,13 +35,33 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from .budget import COUNTS, SOLVES, parse_amount, parse_tokens, parse_tolerance
-from .results import check_study_name
-from .expr import Condition, ExprError, parse_condition
-from .shape import SHAPE_KEYS
-from .spec import (EVERY_NAMES, FAMILIES, FFN_KINDS, HYPER_INITS, INJECTIONS, MIXINGS, READS, ArchSpec, FFNSpec,
-                   HyperSpec, LayerSplit, did_you_mean, set_dotted)
-from .yamlsafe import Document, YamlError, dotted, load_yaml
+from benchmark.arch.spec import (
+    EVERY_NAMES,
+    FAMILIES,
+    FFN_KINDS,
+    HYPER_INITS,
+    INJECTIONS,
+    MIXINGS,
+    READS,
+    ArchSpec,
+    FFNSpec,
+    HyperSpec,
+    LayerSplit,
+    did_you_mean,
+    set_dotted,
+)
+from benchmark.space.budget import (
+    COUNTS,
+    SOLVES,
+    parse_amount,
+    parse_tokens,
+    parse_tolerance,
+)
+from benchmark.space.expr import Condition, ExprError, parse_condition
+from benchmark.space.shape import SHAPE_KEYS
+from benchmark.space.yamlsafe import Document, YamlError, dotted, load_yaml
+from benchmark.store.metrics import MetricError, objective
+from benchmark.store.results import check_study_name
 
 TOP_KEYS = ("name", "description", "budget", "count", "tolerance", "solve", "anchor", "base", "variants",
             "axes", "training", "objectives", "trials")
@@ -120,21 +140,19 @@ TRAINING_KEYS: dict[str, Callable[[Any], Any]] = {
 }
 TRAINING_DEFAULTS = {"tokens": "20x", "tokens_per": "total", "seq_len": 256}  # TrainConfig's, for planning
 
-OBJECTIVES = {  # metric -> its natural direction (SPEC.md "Results"; params = the counted parameters)
-    "val_loss": "min", "val_ppl": "min", "val_ppl_int4": "min", "params": "min", "params_total": "min",
-    "params_non_embedding": "min", "flops_per_token_train": "min", "flops_per_token_infer": "min",
-    "tokens_per_s": "max", "peak_mem_bytes": "min", "wall_s": "min",
-}
-
-
 def _objectives(v: Any) -> tuple[tuple[str, str], ...]:
+    """[val_loss:min, params] -> ((name, direction), ...) with names from the metric registry."""
     if not isinstance(v, list) or not v:
         raise ValueError(f"expected a list like [val_loss:min, params:min], got {v!r}")
     out = []
     for item in v:
-        metric, _, direction = str(item).partition(":")
-        _one_of(metric, OBJECTIVES)
-        out.append((metric, _one_of(direction or OBJECTIVES[metric], ("min", "max"))))
+        try:
+            m, direction = objective(item)
+        except MetricError as e:
+            raise ValueError(str(e)) from None
+        out.append((m.name, direction))
+    if len({name for name, _ in out}) != len(out):
+        raise ValueError(f"an objective is listed twice: {v!r}")
     return tuple(out)
 
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Mapping
 
-from .counting import count_params
-from .spec import ArchSpec
+from benchmark.arch.counting import count_params
+from benchmark.arch.spec import ArchSpec
 
 COUNTS = ("total", "non_embedding")
 SOLVES = ("d_model", "ffn.d_ff", "ffn.d_h", "ffn")

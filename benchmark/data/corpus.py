@@ -60,7 +60,8 @@ if TYPE_CHECKING:  # torch is imported where batches are made, so planning tools
 
 import numpy as np
 
-from benchmark.tokenizer import Tokenizer, atomic_open, load_tokenizer, package_dir, parse_spec
+from benchmark.data.tokenizer import Tokenizer, load_tokenizer, package_dir, parse_spec
+from benchmark.store.atomic import atomic_open
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -91,7 +92,7 @@ Document = tuple[str, str]  # (stable id, text)
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:
     source: str = "embedded"
-    tokenizer: str = "bpe"  # see benchmark.tokenizer
+    tokenizer: str = "bpe"  # see benchmark.data.tokenizer
     # 2%: the smallest embedded part (bible, 1189 chapters) still gets ~25 held-out chapters.
     val_fraction: float = 0.02
     max_docs: int | None = None  # read only the first N documents of each part (tests, quick runs)

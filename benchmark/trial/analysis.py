@@ -37,11 +37,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .models import LanguageModel
-from .models.hyper import SigmoidGate, hyper_connect, res_matrix
-from .models.lm import span_output
-from .results import DIAGNOSTICS
-from .spec import hyper_spans
+from benchmark.arch.spec import hyper_spans
+from benchmark.models import LanguageModel
+from benchmark.models.hyper import SigmoidGate, hyper_connect, res_matrix
+from benchmark.models.lm import span_output
+from benchmark.store.metrics import DIAGNOSTICS
 
 
 @dataclass(frozen=True)

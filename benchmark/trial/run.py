@@ -11,14 +11,15 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from .analysis import hyper_diagnostics
-from .checkpoint import save_checkpoint
-from .counting import count_flops, count_params
-from .data import DataConfig, PreparedData, batches, eval_sets, prepare
-from .evaluate import evaluate, evaluate_loops, unigram_perplexity
-from .provenance import code_version, hardware, package_versions
-from .spec import ArchSpec
-from .training import TrainConfig, TrialDiverged, train
+from benchmark.arch.counting import count_flops, count_params
+from benchmark.arch.spec import ArchSpec
+from benchmark.data.corpus import DataConfig, PreparedData, batches, eval_sets, prepare
+from benchmark.store.provenance import code_version, hardware, package_versions
+from benchmark.trial.analysis import hyper_diagnostics
+from benchmark.trial.checkpoint import save_checkpoint
+from benchmark.trial.config import TrainConfig
+from benchmark.trial.evaluate import evaluate, evaluate_loops, unigram_perplexity
+from benchmark.trial.training import TrialDiverged, train
 
 
 def now() -> str:
@@ -70,7 +71,7 @@ def quantized_columns(model, evals, data: PreparedData, cfg: TrainConfig) -> dic
     round-to-nearest; perplexity of each on the held-out set and the model size at each precision."""
     import itertools
 
-    from .quant import QuantConfig, quantize
+    from benchmark.trial.quant import QuantConfig, quantize
 
     calib_iter = batches(data.train.tokens, cfg.seq_len, 8, cfg.seed + 1)
     calib = [x for x, _ in itertools.islice(calib_iter, max(1, CALIB_SEQUENCES // 8))]

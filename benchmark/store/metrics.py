@@ -1,0 +1,125 @@
+"""The metric registry: every number a trial reports, written once.
+
+A metric has the name a person writes (in a space's `objectives:`, in `leaderboard.py --x`, in the
+Optuna study's metric names), the results-store column it is read from, its natural direction,
+a label and a unit for tables and axes, and short aliases. The search space validates objectives
+against it, the trainable reports every searchable metric from its row, Optuna names the study's
+values with it, ASHA cuts on it, and the leaderboard labels and aggregates with it: a metric is
+added here and nowhere else.
+
+`params` is the one metric whose column depends on the study: the parameters the budget counts
+(`count: total` -> params_total, `count: non_embedding` -> params_non_embedding).
+
+Kinds: `quality` (what a model is for: loss, perplexity), `cost` (what it takes: parameters,
+FLOPs, bytes, time), `diagnostic` (whether a mechanism acts; not searchable: null for models
+without the mechanism), `bookkeeping` (budget, tokens: aggregated for tables, not searchable).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KINDS = ("quality", "cost", "diagnostic", "bookkeeping")
+DIRECTIONS = ("min", "max")
+
+
+class MetricError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metric:
+    name: str
+    column: str                 # results column; "{count}" is filled with the study's count rule
+    direction: str = "min"      # the natural direction: what "better" means when none is given
+    label: str
+    unit: str = ""
+    aliases: tuple[str, ...] = ()
+    kind: str = "cost"
+    intermediate: bool = False  # reported at every evaluation during training (ASHA can cut on it)
+
+    def __post_init__(self):
+        if self.direction not in DIRECTIONS or self.kind not in KINDS:
+            raise MetricError(f"metric {self.name}: direction {self.direction!r}, kind {self.kind!r}")
+
+    @property
+    def searchable(self) -> bool:
+        return self.kind in ("quality", "cost")
+
+    def column_for(self, count: str = "total") -> str:
+        return self.column.format(count=count)
+
+    def axis_label(self) -> str:
+        """'validation perplexity' or 'parameters (count)': a figure axis or a table header."""
+        return f"{self.label} ({self.unit})" if self.unit else self.label
+
+
+def _m(name, column=None, **kw) -> Metric:
+    return Metric(name=name, column=column or name, **kw)
+
+
+METRICS: tuple[Metric, ...] = (
+    # quality
+    _m("val_loss", label="validation loss", unit="nats/token", aliases=("loss",), kind="quality", intermediate=True),
+    _m("val_ppl", label="validation perplexity", aliases=("ppl",), kind="quality", intermediate=True),
+    _m("val_ppl_int8", label="INT8 perplexity (GPTQ)", aliases=("ppl_int8",), kind="quality"),
+    _m("val_ppl_int4", label="INT4 perplexity (GPTQ)", aliases=("ppl_int4",), kind="quality"),
+    _m("val_ppl_int4_rtn", label="INT4 perplexity (round-to-nearest)", kind="quality"),
+    # cost
+    _m("params", "params_{count}", label="parameters counted by the budget", unit="count"),
+    _m("params_total", label="parameters", unit="count"),
+    _m("params_non_embedding", label="non-embedding parameters", unit="count", aliases=("non_embedding",)),
+    _m("params_attention", label="attention parameters", unit="count"),
+    _m("params_ffn", label="FFN parameters", unit="count"),
+    _m("flops_per_token_train", label="training FLOPs per token", unit="FLOPs", aliases=("flops",)),
+    _m("flops_per_token_infer", label="inference FLOPs per token", unit="FLOPs", aliases=("flops_infer",)),
+    _m("int4_bytes", label="INT4 model size", unit="bytes", aliases=("size", "int4")),
+    _m("int8_bytes", label="INT8 model size", unit="bytes", aliases=("int8",)),
+    _m("tokens_per_s", direction="max", label="training throughput", unit="tokens/s", aliases=("throughput",)),
+    _m("peak_mem_bytes", label="peak memory", unit="bytes", aliases=("memory",)),
+    _m("wall_s", label="trial wall time", unit="s", aliases=("wall",)),
+    # whether a hyper-connected model's mechanism acts (trial/analysis.py)
+    _m("stream_cosine", label="stream cosine", kind="diagnostic"),
+    _m("hres_deviation", label="|H_res − I|", kind="diagnostic"),
+    _m("loop_emb_norm", label="loop-embedding norm", kind="diagnostic"),
+    _m("gate_saturation", label="saturated gates", unit="fraction", kind="diagnostic"),
+    # bookkeeping
+    _m("tokens_trained", label="training tokens", unit="tokens", kind="bookkeeping"),
+    _m("budget", label="parameter budget", unit="count", kind="bookkeeping"),
+    _m("budget_distance", label="distance from budget", unit="fraction", kind="bookkeeping"),
+)
+BY_NAME = {m.name: m for m in METRICS}
+_LOOKUP = {**{a: m for m in METRICS for a in m.aliases}, **{m.column: m for m in METRICS if "{" not in m.column},
+           **BY_NAME}
+DIAGNOSTICS = tuple(m.name for m in METRICS if m.kind == "diagnostic")
+SEARCHABLE = tuple(m.name for m in METRICS if m.searchable)
+
+
+def metric(name: str) -> Metric:
+    """The metric a name, alias or column denotes; MetricError naming the choices otherwise."""
+    found = _LOOKUP.get(str(name).strip())
+    if found is None:
+        raise MetricError(f"unknown metric {name!r}; choose one of {', '.join(SEARCHABLE)} "
+                          f"(aliases: {', '.join(a for m in METRICS if m.searchable for a in m.aliases)})")
+    return found
+
+
+def objective(text: str) -> tuple[Metric, str]:
+    """`val_loss`, `val_loss:min`, `throughput:max` -> (searchable metric, direction)."""
+    name, _, direction = str(text).strip().partition(":")
+    m = metric(name)
+    if not m.searchable:
+        raise MetricError(f"{m.name} is a {m.kind} column, not an objective; choose one of {', '.join(SEARCHABLE)}")
+    if direction and direction not in DIRECTIONS:
+        raise MetricError(f"objective {text!r}: direction must be 'min' or 'max', not {direction!r}")
+    return m, direction or m.direction
+
+
+def row_value(row, name: str, count: str = "total") -> float:
+    """A metric's value in a results row (a mapping); NaN when the row has none."""
+    m = BY_NAME[name]
+    value = row.get(m.column_for(count))
+    try:
+        return float(value) if value is not None else float("nan")
+    except (TypeError, ValueError):
+        return float("nan")
