@@ -127,7 +127,7 @@ def _policy(args: argparse.Namespace) -> dict:
 
 
 def _data(args: argparse.Namespace):
-    from benchmark.data.corpus import DataConfig
+    from benchmark.data import DataConfig
 
     return DataConfig(source=args.data, tokenizer=args.tokenizer)
 
@@ -207,7 +207,7 @@ def run_single(args: argparse.Namespace) -> int:
         return 2
     console = Console()
     console.print(f"{spec.family} {spec.structure()} d_model {spec.d_model}: preparing data ({args.data}, {args.tokenizer})")
-    from benchmark.data.corpus import prepare
+    from benchmark.data import prepare
 
     prepared = prepare(data)
     cols = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),

@@ -95,7 +95,7 @@ def matmul_peak(dtype, n: int = 2048, reps: int = 10) -> float:
 # ---- the throughput used for estimates ------------------------------------------------------
 
 def _cache_file() -> Path:
-    from benchmark.data.corpus import cache_root
+    from benchmark.data import cache_root
 
     return cache_root() / "perf.json"
 

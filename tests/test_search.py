@@ -14,7 +14,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from benchmark.data.corpus import DataConfig
+from benchmark.data import DataConfig
 from benchmark.search.driver import (
     OPTUNA_DB,
     SearchOptions,
@@ -91,7 +91,7 @@ DRIVER = """
 import sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from benchmark.data.corpus import DataConfig
+from benchmark.data import DataConfig
 from benchmark.search.driver import SearchOptions, run_search
 from benchmark.space.language import load_space
 opts = SearchOptions(name="killme", results_dir=Path({results!r}), asha=False,

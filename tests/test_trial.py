@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from benchmark import ArchSpec
-from benchmark.data.corpus import DataConfig, prepare
+from benchmark.data import DataConfig, prepare
 from benchmark.space.budget import fmt_count, parse_amount
 from benchmark.trial.checkpoint import CheckpointError, load_checkpoint
 from benchmark.trial.config import TrainConfig

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmark.data.corpus import DataConfig
+from benchmark.data import DataConfig
 from benchmark.store.results import (
     finished_trials,
     read_study,
@@ -116,7 +116,7 @@ def trainable(config: dict[str, Any], ctx: dict[str, Any]) -> None:
     import torch
     from ray import tune
 
-    from benchmark.data.corpus import prepare
+    from benchmark.data import prepare
     from benchmark.trial.run import run_trial
 
     torch.set_num_threads(max(1, int(ctx["threads"])))
@@ -282,7 +282,7 @@ def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] 
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
 
-    from benchmark.data.corpus import prepare
+    from benchmark.data import prepare
     from benchmark.search.live import LiveView
     from benchmark.space.candidates import grid
 

@@ -13,7 +13,7 @@ import torch
 
 from benchmark.arch.counting import count_flops, count_params
 from benchmark.arch.spec import ArchSpec
-from benchmark.data.corpus import DataConfig, PreparedData, batches, eval_sets, prepare
+from benchmark.data import DataConfig, PreparedData, batches, eval_sets, prepare
 from benchmark.store.provenance import code_version, hardware, package_versions
 from benchmark.trial.analysis import hyper_diagnostics
 from benchmark.trial.checkpoint import save_checkpoint
