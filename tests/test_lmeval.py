@@ -23,7 +23,7 @@ from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
 
 from benchmark import build_model
-from benchmark.data.corpus import DataConfig, load_corpus, prepare
+from benchmark.data import DataConfig, load_corpus, prepare
 from benchmark.lmeval import ShapebenchLM
 from benchmark.tasks import make_tasks
 from benchmark.trial.config import TrainConfig

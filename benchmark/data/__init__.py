@@ -1,5 +1,29 @@
-"""Corpus sources, tokenizers, the token cache and batches. Other packages import from here."""
+"""Data for a training trial: corpus sources, tokenizers, the token cache and batches. Other
+packages import from here; the modules behind it, lowest first:
 
-from benchmark.data.corpus import DataConfig, PreparedData, batches, cache_root, eval_sets, load_corpus, prepare
+    packages   data files inside installed packages, found without importing them
+    sources    where text comes from (embedded, hf:, local files), as parts of documents
+    tokenizer  the `data.tokenizer` forms and the Tokenizer they load
+    config     DataConfig (the `data:` settings) and cache_root
+    corpus     the parts of a source split into train/validation by hash; its fingerprint
+    cache      token arrays cached on disk, and `prepare` (corpus -> tokenizer -> tokens)
+    sampling   training batches and fixed evaluation windows
+"""
 
-__all__ = ["DataConfig", "PreparedData", "batches", "cache_root", "eval_sets", "load_corpus", "prepare"]
+from benchmark.data.cache import PreparedData, prepare
+from benchmark.data.config import DataConfig, cache_root
+from benchmark.data.corpus import load_corpus
+from benchmark.data.sampling import batches, eval_sets
+from benchmark.data.tokenizer import HF_EOT_CANDIDATES, Tokenizer
+
+__all__ = [
+    "HF_EOT_CANDIDATES",
+    "DataConfig",
+    "PreparedData",
+    "Tokenizer",
+    "batches",
+    "cache_root",
+    "eval_sets",
+    "load_corpus",
+    "prepare",
+]

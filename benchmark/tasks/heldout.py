@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from benchmark.data.corpus import DataConfig, load_corpus
+from benchmark.data import DataConfig, load_corpus
 
 # ~1.3 BPE tokens per English word: 60 words is ~80 tokens, well inside a 256-token training window.
 MAX_WORDS = 60

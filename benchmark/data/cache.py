@@ -1,0 +1,165 @@
+"""The token cache and `prepare`: each split of a corpus is tokenised once into a flat memmap
+(uint16 when the vocabulary fits, else uint32; every document followed by the end-of-text token,
+grouped by part), stored under cache_root()/tokens by a hash of (corpus, split, tokenizer) with a
+checksummed JSON sidecar, so a search tokenises once and a corrupt copy is rebuilt, not used."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+
+from benchmark.data.config import DataConfig
+from benchmark.data.corpus import DATA_FORMAT, SPLITS, Corpus, hash_json, load_corpus
+from benchmark.data.sources import Document
+from benchmark.data.tokenizer import Tokenizer, load_tokenizer
+from benchmark.store.atomic import atomic_open
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Documents per encode_batch call: large enough to keep every core busy.
+ENCODE_BATCH_DOCS = 8192
+
+
+@dataclass(frozen=True)
+class TokenArray:
+    tokens: np.ndarray  # (N,) uint16 or uint32, read-only memmap
+    spans: dict[str, tuple[int, int]]  # part name -> [start, end) in tokens
+    fingerprint: str
+
+    def part(self, name: str) -> np.ndarray:
+        start, end = self.spans[name]
+        return self.tokens[start:end]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    tokenizer: Tokenizer
+    train: TokenArray
+    val: TokenArray
+    dataset_id: str  # recorded in results next to tokenizer.tokenizer_id
+
+
+def prepare(cfg: DataConfig) -> PreparedData:
+    """Corpus -> tokenizer -> token arrays; each step runs once and is then read from the cache."""
+    corpus = load_corpus(cfg)
+    tokenizer = load_tokenizer(
+        cfg.tokenizer, cache_dir=corpus.cache_dir, corpus_id=corpus.fingerprint, texts=corpus.tokenizer_sample
+    )
+    return PreparedData(
+        tokenizer=tokenizer,
+        train=tokenized(corpus, tokenizer, "train"),
+        val=tokenized(corpus, tokenizer, "validation"),
+        dataset_id=corpus.dataset_id,
+    )
+
+
+def tokenized(corpus: Corpus, tokenizer: Tokenizer, split: str) -> TokenArray:
+    """One split of the corpus as tokens, from the cache when a valid copy is there."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    fingerprint = hash_json([DATA_FORMAT, corpus.fingerprint, split, tokenizer.fingerprint])
+    path = corpus.cache_dir / "tokens" / f"{split}-{fingerprint[:24]}.bin"
+    cached = _read_tokens(path, fingerprint)
+    if cached is not None:
+        return cached
+    start = time.perf_counter()
+    tokens = _write_tokens(path, fingerprint, corpus, tokenizer, split)
+    log.info("tokenised %s/%s: %d tokens in %.1f s", corpus.source, split, len(tokens), time.perf_counter() - start)
+    return tokens
+
+
+def _read_tokens(path: Path, fingerprint: str) -> TokenArray | None:
+    """The cached array, or None when there is none or it fails its checks (then with a warning)."""
+    sidecar = path.with_suffix(".json")
+    if not path.exists() and not sidecar.exists():
+        return None
+    try:
+        meta = json.loads(sidecar.read_text(encoding="utf-8"))
+        problem = _cache_problem(path, meta, fingerprint)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        problem = f"{type(e).__name__}: {e}"
+    if problem:
+        log.warning("token cache %s is invalid (%s); rebuilding it", path, problem)
+        return None
+    return _open_tokens(path, meta)
+
+
+def _encode(docs: Iterable[Document], tokenizer: Tokenizer, dtype: np.dtype) -> Iterator[np.ndarray]:
+    """Token chunks of the documents, each document followed by the end-of-text token."""
+    eot = [tokenizer.eot_id]
+    for batch in _chunks(docs, ENCODE_BATCH_DOCS):
+        ids = tokenizer.encode_batch([text for _, text in batch])
+        yield np.fromiter(itertools.chain.from_iterable(doc + eot for doc in ids), dtype=dtype)
+
+
+def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
+
+
+def _write_tokens(path: Path, fingerprint: str, corpus: Corpus, tokenizer: Tokenizer, split: str) -> TokenArray:
+    dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32)
+    checksum = hashlib.blake2b(digest_size=16)
+    spans, length = {}, 0
+    with atomic_open(path, "wb") as f:
+        for part in corpus.parts:
+            start = length
+            for chunk in _encode(corpus.documents(part, split), tokenizer, dtype):
+                data = chunk.tobytes()
+                f.write(data)
+                checksum.update(data)
+                length += len(chunk)
+            spans[part.name] = (start, length)
+    meta = {
+        "fingerprint": fingerprint,
+        "dtype": dtype.name,
+        "length": length,
+        "spans": spans,
+        "checksum": checksum.hexdigest(),
+        "corpus": corpus.dataset_id,
+        "tokenizer": tokenizer.tokenizer_id,
+    }
+    # The sidecar goes last: an array without one is treated as unfinished and rebuilt.
+    with atomic_open(path.with_suffix(".json")) as f:
+        json.dump(meta, f, indent=1)
+    return _open_tokens(path, meta)
+
+
+def _cache_problem(path: Path, meta: dict, fingerprint: str) -> str | None:
+    if meta["fingerprint"] != fingerprint:
+        return "fingerprint differs"
+    expected = meta["length"] * np.dtype(meta["dtype"]).itemsize
+    if path.stat().st_size != expected:
+        return f"{path.stat().st_size} bytes, expected {expected}"
+    if _file_checksum(path) != meta["checksum"]:
+        return "checksum differs"
+    return None
+
+
+def _file_checksum(path: Path) -> str:
+    # Whole-file blake2b: ~0.1 s per 100 MB, cheap next to a trial, and catches any corruption.
+    checksum = hashlib.blake2b(digest_size=16)
+    with path.open("rb") as f:
+        while block := f.read(1 << 24):
+            checksum.update(block)
+    return checksum.hexdigest()
+
+
+def _open_tokens(path: Path, meta: dict) -> TokenArray:
+    tokens = np.memmap(path, dtype=np.dtype(meta["dtype"]), mode="r", shape=(meta["length"],))
+    spans = {name: (int(start), int(end)) for name, (start, end) in meta["spans"].items()}
+    return TokenArray(tokens=tokens, spans=spans, fingerprint=meta["fingerprint"])

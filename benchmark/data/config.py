@@ -1,0 +1,46 @@
+"""The `data:` settings of a trial: DataConfig, validated when it is made so that a bad source,
+tokenizer or split names its key before any text is read, and `cache_root`, where its cache_dir
+setting points."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmark.data.sources import source_kind
+from benchmark.data.tokenizer import parse_spec
+
+CACHE_ENV = "SHAPEBENCH_CACHE"
+DEFAULT_CACHE = "~/.cache/shapebench"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    source: str = "embedded"  # see benchmark.data.sources
+    tokenizer: str = "bpe"  # see benchmark.data.tokenizer
+    # 2%: the smallest embedded part (bible, 1189 chapters) still gets ~25 held-out chapters.
+    val_fraction: float = 0.02
+    max_docs: int | None = None  # read only the first N documents of each part (tests, quick runs)
+    cache_dir: str | None = None  # default: $SHAPEBENCH_CACHE, else ~/.cache/shapebench
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.source, str):
+            raise ValueError(f"data.source must be a string, got {self.source!r}")
+        source_kind(self.source)
+        parse_spec(self.tokenizer)
+        if not _is_number(self.val_fraction) or not 0 < self.val_fraction <= 0.5:
+            raise ValueError(f"data.val_fraction must be in (0, 0.5], got {self.val_fraction!r}")
+        if self.max_docs is not None and not (_is_number(self.max_docs, int) and self.max_docs >= 1):
+            raise ValueError(f"data.max_docs must be a positive integer or null, got {self.max_docs!r}")
+
+
+def _is_number(value: Any, kind: type | tuple[type, ...] = (int, float)) -> bool:
+    return isinstance(value, kind) and not isinstance(value, bool)  # YAML `true` is not 1
+
+
+def cache_root(override: str | os.PathLike | None = None) -> Path:
+    """Where tokenizers, token arrays and Hub downloads are cached: the argument, else
+    $SHAPEBENCH_CACHE, else ~/.cache/shapebench."""
+    return Path(override or os.environ.get(CACHE_ENV) or DEFAULT_CACHE).expanduser()
