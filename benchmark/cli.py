@@ -18,13 +18,14 @@ import json
 import sys
 from pathlib import Path
 
+from benchmark.search import SAMPLERS
 from benchmark.space.budget import COUNTS, parse_amount, parse_tokens
 from benchmark.space.language import SearchSpace, SpaceError, load_space
 from benchmark.space.yamlsafe import YamlError
 from benchmark.store.results import check_study_name
 
 DEFAULT_SPACE = Path(__file__).resolve().parent.parent / "search_spaces" / "default.yaml"
-SEARCH_ONLY = ("name", "results", "resume", "address", "seeds", "time_budget", "concurrency")  # search-only flags
+SEARCH_ONLY = ("name", "results", "resume", "address", "seeds", "time_budget", "concurrency", "sampler")  # search-only flags
 
 
 def _checked(parse):
@@ -61,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", help="Ray cluster address, e.g. auto")
     p.add_argument("--seeds", type=_positive, help="train every chosen candidate with N seeds (default 1)")
     p.add_argument("--time-budget", type=_checked(parse_duration), help="cap the whole search, e.g. 30m, 2h")
+    p.add_argument("--sampler", choices=SAMPLERS, help="Optuna sampler (default: auto, or the one a resumed "
+                   "study ran with; README 'Searches')")
     p.add_argument("--concurrency", type=_positive, help="trials at once (default: one per GPU, else 1)")
     p.add_argument("--spec", help="train and evaluate one architecture (YAML) instead of a search")
     p.add_argument("--checkpoint", help="with --spec: save the trained model here (safetensors + spec.json)")
@@ -136,7 +139,7 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
     """Run (or continue) the search: Ray Tune + OptunaSearch over `candidates.define_by_run(space)`."""
     from rich.console import Console
 
-    from benchmark.search.driver import SearchOptions, run_search
+    from benchmark.search import SearchOptions, StudyError, run_search, storage_url
 
     console = Console(stderr=True)
     name = args.name or space.name
@@ -151,10 +154,15 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
         return 2
     opts = SearchOptions(name=name, results_dir=results, seed=args.seed, seeds=args.seeds or 1,
                          concurrency=args.concurrency, address=args.address, data=data,
-                         time_budget_s=parse_duration(args.time_budget) if args.time_budget else None)
+                         time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
+                         sampler=args.sampler)
     console.print(f"[bold]{name}[/bold]: {space.description or space.name} -- {space.trials} trials, "
                   f"budget {space.budget} ({space.count}), tokens {space.training.get('tokens')}")
-    s = run_search(space, opts, console, policy=_policy(args))
+    try:
+        s = run_search(space, opts, console, policy=_policy(args))
+    except StudyError as e:
+        print(f"run_search.py: {name}: {e}", file=sys.stderr)
+        return 2
     console.print(f"\n{s.rows} rows in {s.study_dir}/ ({', '.join(f'{k} {v}' for k, v in s.statuses.items())}); "
                   f"{s.finished_before} were already done, {s.ran} ran now in {s.wall_s:.0f}s"
                   + (f"; orchestration overhead {s.overhead_s:.2f}s per trial" if s.overhead_s is not None else ""))
@@ -162,7 +170,8 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
         b = s.best
         console.print(f"best: {b['trial_id']} {b['family']} {b['structure']} {int(b['params_total']):,} params, "
                       f"val_loss {b['val_loss']:.4f} (ppl {b['val_ppl']:.2f})")
-    console.print(f'load it:  pandas.read_parquet("{s.study_dir}")\nboard:    python leaderboard.py {s.study_dir}')
+    console.print(f'load it:  pandas.read_parquet("{s.study_dir}")\nboard:    python leaderboard.py {s.study_dir}\n'
+                  f'study:    optuna-dashboard {storage_url(s.study_dir)}   (sampler: {s.sampler})')
     return 0
 
 

@@ -15,13 +15,8 @@ import pandas as pd
 import pytest
 
 from benchmark.data import DataConfig
-from benchmark.search.driver import (
-    OPTUNA_DB,
-    SearchOptions,
-    _ray_temp_dir,
-    ray_processes,
-    run_search,
-)
+from benchmark.search import OPTUNA_DB, SearchOptions, ray_processes, run_search
+from benchmark.search import temp_dir as _ray_temp_dir
 from benchmark.space.language import load_space
 
 pytestmark = pytest.mark.slow
@@ -92,7 +87,7 @@ import sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
 from benchmark.data import DataConfig
-from benchmark.search.driver import SearchOptions, run_search
+from benchmark.search import SearchOptions, run_search
 from benchmark.space.language import load_space
 opts = SearchOptions(name="killme", results_dir=Path({results!r}), asha=False,
                      data=DataConfig(source={text!r}, tokenizer="bpe:320", cache_dir={cache!r}))
@@ -158,3 +153,95 @@ def test_successive_halving_records_every_trial_once(corpus, tmp_path):
     assert (df.loc[df["status"] == "pruned", "tokens_trained"] < full).all()
     evals = df.loc[df["status"] == "ok", "evals"].map(lambda s: len(__import__("json").loads(s)))
     assert (evals >= 4).all()  # intermediate evaluations gave ASHA its rungs
+
+
+# ---- what the tools around a study read: Optuna, optuna-dashboard -----------------------------
+
+def _load(results: Path, name: str):
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{results / name / OPTUNA_DB}")
+
+
+def _get_json(url: str, timeout: float = 90.0):
+    import json
+    import urllib.request
+
+    deadline = time.time() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return json.loads(r.read())
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus, tmp_path):
+    """metric_names are the declared objectives; every trial's user attributes hold its
+    structure and parameter counts, equal to its Parquet row; the study holds the declaration;
+    optuna-dashboard serves both; a resumed study keeps its sampler."""
+    import socket
+
+    from benchmark.search import StudyError
+    from benchmark.store.study import read_study_info
+
+    path = space_file(tmp_path, "named", trials=3, axes="  family: [transformer, looped, hyperloop]")
+    path.write_text(path.read_text().replace("objectives: [val_loss:min]", "objectives: [val_loss:min, params:min]"))
+    space = load_space(path)
+    results = tmp_path / "results"
+    summary = run_search(space, options(corpus, results, "named"), console=None, policy=POLICY)
+    assert summary.sampler == "tpe"  # categorical axis, few trials: Optuna's guide
+    study = _load(results, "named")
+    assert study.metric_names == ["val_loss", "params"]
+    assert study.user_attrs["sampler"] == "tpe" and study.user_attrs["space"] == "named"
+    assert study.user_attrs["objectives"] == [["val_loss", "min"], ["params", "min"]]
+    assert read_study_info(results / "named")["objectives"] == [["val_loss", "min"], ["params", "min"]]
+    df = pd.read_parquet(results / "named").set_index("optuna_trial")
+    assert len(study.trials) == 3
+    for t in study.trials:
+        row = df.loc[t.number]
+        assert t.state.name == "COMPLETE" and t.user_attrs["status"] == "ok"
+        assert t.user_attrs["structure"] == row["structure"] and t.user_attrs["family"] == row["family"]
+        assert t.user_attrs["params_total"] == row["params_total"]
+        assert t.user_attrs["params_non_embedding"] == row["params_non_embedding"]
+        assert t.values == pytest.approx([row["val_loss"], row["params_total"]])
+        assert t.user_attrs["rows"] == [f"{row['trial_id']}.a0.parquet"]
+    frame = study.trials_dataframe()
+    assert {"values_val_loss", "values_params", "user_attrs_structure"} <= set(frame.columns)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([str(Path(sys.executable).with_name("optuna-dashboard")), "--host", "127.0.0.1",
+                               "--port", str(port), f"sqlite:///{results / 'named' / OPTUNA_DB}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        listed = _get_json(f"http://127.0.0.1:{port}/api/studies")["studies"]
+        detail = _get_json(f"http://127.0.0.1:{port}/api/studies/{listed[0]['study_id']}")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert detail["objective_names"] == ["val_loss", "params"]
+    served = {t["number"]: {a["key"]: a["value"] for a in t["user_attrs"]} for t in detail["trials"]}
+    assert served[0]["structure"] == df.loc[0, "structure"]
+    assert int(served[0]["params_total"]) == df.loc[0, "params_total"]
+
+    with pytest.raises(StudyError, match="--sampler tpe"):
+        run_search(space.with_overrides(trials=4), SearchOptions(**{**options(corpus, results, "named").__dict__,
+                                                                   "sampler": "random"}), policy=POLICY)
+
+
+def test_every_searchable_metric_is_reported_and_searchable(corpus, tmp_path):
+    """The space accepts every searchable metric of the registry as an objective; one search
+    declaring all of them completes with a finite value for each."""
+    from benchmark.store.metrics import SEARCHABLE
+
+    path = space_file(tmp_path, "every", trials=2, axes="  family: [transformer, looped]")
+    path.write_text(path.read_text().replace("objectives: [val_loss:min]", f"objectives: [{', '.join(SEARCHABLE)}]"))
+    space = load_space(path)
+    run_search(space, options(corpus, tmp_path / "results", "every"), console=None, policy=POLICY)
+    study = _load(tmp_path / "results", "every")
+    assert study.metric_names == list(SEARCHABLE)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+    for t in study.trials:
+        assert len(t.values) == len(SEARCHABLE) and all(v == v for v in t.values), t.values

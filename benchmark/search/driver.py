@@ -1,9 +1,10 @@
 """Search orchestration: Ray Tune drives the trials, Optuna chooses them, Parquet keeps them.
 
-    space (YAML) -> define-by-run function -> OptunaSearch (TPE, or NSGA-II for several
-    objectives; the Optuna study persisted in <study>/_optuna.db) -> Ray Tune (concurrency
-    limit, actor reuse, ASHA over training tokens for one objective) -> trainable: run_trial for
-    each seed -> one Parquet row per attempt (results.py), written by the trial itself.
+    space (YAML) -> define-by-run function -> OptunaSearch (sampler: study.py; the Optuna study
+    persisted in <study>/_optuna.db, its metrics named, each trial carrying its row as attributes)
+    -> Ray Tune (concurrency limit, actor reuse, ASHA over training tokens for one objective that
+    is reported during training) -> trainable.py: run_trial for each seed -> one Parquet row per
+    attempt (rows.py, store/results.py), written by the trial itself.
 
 Resume: the same --name continues a study. Rows in Parquet are the truth: finished trials are
 never re-run, the Optuna study remembers them for the sampler, and trials left RUNNING by a
@@ -13,37 +14,19 @@ Processes of a killed local Ray instance are found by their session directory an
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
-import math
-import os
-import signal
-import statistics
-import tempfile
 import time
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from benchmark.data import DataConfig
-from benchmark.store.results import (
-    finished_trials,
-    read_study,
-    sweep_orphans,
-    write_row,
-)
-
-log = logging.getLogger(__name__)
-
-OPTUNA_DB = "_optuna.db"
-# Quiet Ray by default: no experiment banner, no TensorBoard/CSV loggers, no dashboard.
-for _k, _v in (("RAY_AIR_NEW_OUTPUT", "0"), ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1"),
-               ("RAY_DEDUP_LOGS", "1"), ("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "1000")):
-    os.environ.setdefault(_k, _v)
-METRIC_COLUMNS = {"val_loss": "val_loss", "val_ppl": "val_ppl", "val_ppl_int4": "val_ppl_int4",
-                  "flops": "flops_per_token_train", "int4_bytes": "int4_bytes"}
+from benchmark.search import ray_session
+from benchmark.search import study as studies
+from benchmark.search.context import TrialContext
+from benchmark.search.study import OPTUNA_DB  # noqa: F401  (re-exported: where the study lives)
+from benchmark.store import metrics
+from benchmark.store.results import finished_trials, read_study, sweep_orphans
+from benchmark.store.study import write_study_info
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +42,7 @@ class SearchOptions:
     data: DataConfig = field(default_factory=DataConfig)
     asha: bool = True                # successive halving over tokens when there is one objective
     checkpoints: bool = False        # keep each trial's weights under <study>/_checkpoints
+    sampler: str | None = None       # None: the study's recorded sampler, else "auto" (study.py)
 
     @property
     def study_dir(self) -> Path:
@@ -76,270 +60,100 @@ class SearchSummary:
     wall_s: float
     overhead_s: float | None
     best: dict[str, Any] | None
-
-
-# ---- metrics and objectives -----------------------------------------------------------------
-
-def objective_metrics(space) -> tuple[list[str], list[str]]:
-    """(metric names as reported to Tune, modes). `params` means the space's counted parameters."""
-    names, modes = [], []
-    for name, mode in space.objectives:
-        names.append(name)
-        modes.append(mode)
-    return names, modes
-
-
-def row_metrics(row: dict[str, Any], count: str) -> dict[str, float]:
-    """The values a trial reports to Tune (and hence to Optuna) from its results row."""
-    out = {"params": float(row.get(f"params_{count}") or row.get("params_total") or math.nan)}
-    for name, col in METRIC_COLUMNS.items():
-        value = row.get(col)
-        out[name] = float(value) if value is not None else math.nan
-    return out
-
-
-# ---- the trainable (runs in a Ray worker) -----------------------------------------------------
-
-def _train_config(training: dict[str, Any], count: str, seed: int, policy: dict[str, Any]):
-    from benchmark.trial.config import TrainConfig
-
-    return TrainConfig.from_dict({**training, "tokens_per": count, "seed": seed, **policy})
-
-
-def trial_id(number: int, ctx: dict[str, Any], seed: int) -> str:
-    """A trial's name in the results: its Optuna number, plus the seed when there are several."""
-    return f"t{number:04d}" + (f"-s{seed}" if ctx["seeds"] > 1 else "")
-
-
-def trainable(config: dict[str, Any], ctx: dict[str, Any]) -> None:
-    """Train one candidate (for every seed), write its rows, report to Tune."""
-    import torch
-    from ray import tune
-
-    from benchmark.data import prepare
-    from benchmark.trial.run import run_trial
-
-    torch.set_num_threads(max(1, int(ctx["threads"])))
-    number = int(config["optuna_trial"])
-    if "infeasible" in config:  # the sampled point has no candidate within the budget
-        write_row(ctx["study_dir"], {"study": ctx["study"], "trial_id": trial_id(number, ctx, ctx["seed"]), "optuna_trial": number,
-                                     "status": "failed", "error": config["infeasible"], "seed": ctx["seed"]})
-        raise RuntimeError(config["infeasible"])
-    data = prepare(ctx["data"])
-    results = []
-    for k in range(ctx["seeds"]):
-        seed = ctx["seed"] + k
-        cfg = _train_config(ctx["training"], ctx["count"], seed, ctx["policy"])
-        report = (lambda rec: tune.report({"tokens": rec["tokens"], "val_loss": rec["val_loss"],
-                                           "val_ppl": rec["val_ppl"], "row_written": False})) if k == 0 else None
-        row = _attempts(config, ctx, trial_id(number, ctx, seed), cfg, data, report, run_trial)
-        results.append(row)
-    ok = [r for r in results if r["status"] == "ok"]
-    if not ok:  # Optuna has no value for it: the trial ends as an error (FAIL); its rows are written
-        raise RuntimeError(f"trial {number}: {results[-1]['status']}: {results[-1]['error']}")
-    metrics = {name: statistics.fmean(row_metrics(r, ctx["count"])[name] for r in ok)
-               for name in ("val_loss", "val_ppl", "params", "flops", "val_ppl_int4", "int4_bytes")}
-    tune.report({**metrics, "tokens": max(r.get("tokens_trained") or 0 for r in results),
-                 "row_written": True, "status": "ok", "trial_wall_s": sum(r.get("wall_s") or 0 for r in results)})
-
-
-def _attempts(config, ctx, trial_id, cfg, data, report, run_trial) -> dict[str, Any]:
-    """Run a trial with bounded retries; every attempt leaves a row."""
-    base = {"study": ctx["study"], "trial_id": trial_id, "optuna_trial": int(config["optuna_trial"]),
-            "axes": json.dumps({k: v for k, v in config.items() if k not in ("spec", "optuna_trial")}, default=str),
-            "budget": config.get("budget"), "budget_count": config.get("count"),
-            "budget_distance": config.get("budget_distance")}
-    ckpt = Path(ctx["study_dir"]) / "_checkpoints" / trial_id if ctx["checkpoints"] else None
-    for attempt in range(ctx["retries"] + 1):
-        started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        try:
-            row = run_trial(config["spec"], cfg, data=data, on_eval=report, checkpoint_dir=ckpt)
-        except Exception as e:  # recorded, then retried: a search never dies with one candidate
-            tb = traceback.format_exc(limit=8)
-            row = {"status": "failed", "error": f"{type(e).__name__}: {e}\n{tb[-1500:]}", "started_at": started,
-                   "family": config.get("family"), "spec": json.dumps(config["spec"], sort_keys=True), "seed": cfg.seed}
-        row = {**row, **base, "attempt": attempt}
-        write_row(ctx["study_dir"], row)
-        if row["status"] != "failed":
-            return row
-    return row
-
-
-# ---- the driver -----------------------------------------------------------------------------
-
-def _ray_temp_dir(study_dir: Path) -> str:
-    """A per-study session directory (short: Ray's unix socket paths are limited to ~107 chars),
-    so the processes of a killed run of this study can be found and ended."""
-    digest = hashlib.sha1(str(study_dir.resolve()).encode()).hexdigest()[:10]
-    return os.path.join(tempfile.gettempdir(), f"sbray-{digest}")
-
-
-def end_stale_ray(temp_dir: str) -> list[int]:
-    """End processes whose command line names this study's Ray session directory."""
-    killed = []
-    for pid in ray_processes(temp_dir):
-        if pid == os.getpid():
-            continue
-        try:
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-        except OSError:
-            pass
-    return killed
-
-
-def ray_processes(temp_dir: str) -> list[int]:
-    pids = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if temp_dir in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                pids.append(int(proc.name))
-        except OSError:
-            continue
-    return pids
-
-
-def _start_ray(opts: SearchOptions, temp_dir: str | None):
-    import ray
-
-    if ray.is_initialized():
-        return
-    common = dict(log_to_driver=False, logging_level=logging.ERROR, configure_logging=True)
-    if opts.address:
-        ray.init(address=opts.address, **common)
-    else:
-        ray.init(include_dashboard=False, num_cpus=os.cpu_count(), object_store_memory=256 * 1024 ** 2,
-                 _temp_dir=temp_dir, **common)
-
-
-def _trial_numbers(finished: dict[str, dict]) -> dict[int, list[dict]]:
-    """Optuna trial number -> its finished rows (one per seed)."""
-    out: dict[int, list[dict]] = {}
-    for row in finished.values():
-        number = row.get("optuna_trial")
-        if number is not None and number == number:  # skips NaN (rows written outside a search)
-            out.setdefault(int(number), []).append(row)
-    return out
-
-
-def _open_study(opts: SearchOptions, names: list[str], directions: list[str], finished: dict[str, dict],
-                grid_points: list[dict[str, Any]] = ()):
-    """Load or create the persisted Optuna study (a new one starts with the points of a finite
-    space enqueued, so a sampler never repeats a candidate while others are untried) and close
-    what a killed driver left open."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = optuna.storages.RDBStorage(f"sqlite:///{(opts.study_dir / OPTUNA_DB).resolve()}")
-    study = optuna.create_study(storage=storage, study_name=opts.name, directions=directions, load_if_exists=True)
-    if not study.trials:
-        for point in grid_points:  # a finite space is covered once before anything repeats
-            study.enqueue_trial(point)
-    _close_running(study, names, finished)
-    return storage
-
-
-def _close_running(study, names: list[str], finished: dict[str, dict]) -> None:
-    """No Optuna trial stays RUNNING: one with Parquet rows is told its values (or failed if none
-    was ok); one without rows never finished and is failed and enqueued to run again."""
-    from optuna.trial import TrialState
-
-    by_number = _trial_numbers(finished)
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        rows = by_number.get(t.number, [])
-        ok = [r for r in rows if r["status"] == "ok"]
-        if ok:
-            values = [statistics.fmean(row_metrics(r, r.get("budget_count") or "total")[n] for r in ok) for n in names]
-            study.tell(t.number, values if len(values) > 1 else values[0])
-        else:
-            study.tell(t.number, state=TrialState.FAIL)
-            if not rows:  # it never finished: run it again
-                study.enqueue_trial(t.params)
-
-
-class _Sample:
-    """The space's define-by-run function, tagged with the Optuna trial number (which names the
-    trial's rows). A class, not a closure: Tune pickles the searcher into its experiment state."""
-
-    def __init__(self, space):
-        self.space = space
-
-    def __call__(self, trial) -> dict[str, Any]:
-        from benchmark.space.candidates import define_by_run
-        from benchmark.space.language import SpaceError
-
-        try:
-            return {**define_by_run(self.space)(trial), "optuna_trial": trial.number}
-        except SpaceError as e:  # recorded as a failed trial, not a crashed search
-            return {"optuna_trial": trial.number, "infeasible": str(e)}
+    sampler: str | None = None
 
 
 def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] | None = None) -> SearchSummary:
     """Run (or continue) a study until `space.trials` candidates have results."""
     import optuna
-    from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
-    from ray.tune.search import ConcurrencyLimiter
-    from ray.tune.search.optuna import OptunaSearch
 
     from benchmark.data import prepare
-    from benchmark.search.live import LiveView
     from benchmark.space.candidates import grid
 
     t0 = time.perf_counter()
     opts.study_dir.mkdir(parents=True, exist_ok=True)
     sweep_orphans(opts.study_dir)
-    finished = finished_trials(opts.study_dir)
-    done = _trial_numbers(finished)
+    done = studies.finished_numbers(finished_trials(opts.study_dir))
+    names = [name for name, _ in space.objectives]
+    modes = [mode for _, mode in space.objectives]
+    study, storage = studies.open_study(opts.study_dir, opts.name, names, [f"{m}imize" for m in modes],
+                                        grid(space, limit=space.trials) or [])
+    sampler = studies.resolve_sampler(opts.sampler, study.user_attrs.get("sampler"), space, len(names))
+    ctx = _context(space, opts, names, policy, asha=_asha(space, opts, names))
+    studies.close_running(study, ctx)
+    summary = SearchSummary(opts.study_dir, space.trials, len(done), 0, 0, {}, 0.0, None, None, sampler)
     remaining = max(0, space.trials - len(done))
-    names, modes = objective_metrics(space)
-    directions = ["minimize" if m == "min" else "maximize" for m in modes]
-    storage = _open_study(opts, names, directions, finished, grid(space, limit=space.trials) or [])
-    summary = SearchSummary(opts.study_dir, space.trials, len(done), 0, 0, {}, 0.0, None, None)
     if remaining == 0:
         return _finish(summary, opts, t0)
-
-    prepare(opts.data)  # tokenise once, before any worker needs the cache
-    temp_dir = None if opts.address else _ray_temp_dir(opts.study_dir)
-    if temp_dir:
-        end_stale_ray(temp_dir)
-    _start_ray(opts, temp_dir)
+    data = prepare(opts.data)  # tokenise once, before any worker needs the cache
+    info = study_info(space, opts, sampler, data)
+    studies.set_study_attrs(study, info)
+    write_study_info(opts.study_dir, info)
+    ray_session.start(opts.address, opts.study_dir)
+    concurrency, per_trial = ray_session.per_trial_resources(opts.concurrency)
+    ctx = replace(ctx, threads=per_trial["cpu"])
+    seed = opts.seed + len(study.trials)  # a restored sampler's random state is not in the storage
+    optuna_sampler = studies.make_sampler(sampler, seed, len(names), concurrency > 1, space.trials)
+    view = _tune(space, opts, ctx, modes, optuna_sampler, storage, concurrency, per_trial, remaining, console)
+    summary.ran, summary.overhead_s = view.finished, view.overhead_s()
     import ray
 
-    gpus = int(ray.cluster_resources().get("GPU", 0))
-    cpus = int(ray.cluster_resources().get("CPU", 1))
-    concurrency = opts.concurrency or max(1, gpus)
-    per_trial = {"cpu": max(1, cpus // concurrency), "gpu": 1 if gpus else 0}
-    sampler = (optuna.samplers.TPESampler(seed=opts.seed) if len(names) == 1
-               else optuna.samplers.NSGAIISampler(seed=opts.seed, population_size=max(4, min(20, space.trials // 2))))
-    searcher = OptunaSearch(space=_Sample(space), metric=names if len(names) > 1 else names[0],
-                            mode=modes if len(modes) > 1 else modes[0], sampler=sampler,
-                            study_name=opts.name, storage=storage)
+    ray.shutdown()
+    studies.close_running(optuna.load_study(study_name=opts.name, storage=storage), ctx)
+    return _finish(summary, opts, t0)
+
+
+def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -> TrialContext:
+    return TrialContext(study=opts.name, study_dir=str(opts.study_dir.resolve()), data=opts.data,
+                        training={**space.training, "eval_every": _eval_every(space) if asha else 0},
+                        count=space.count, objectives=tuple(names), seed=opts.seed, seeds=opts.seeds,
+                        retries=opts.retries, checkpoints=opts.checkpoints, policy=policy or {})
+
+
+def _asha(space, opts: SearchOptions, names: list[str]) -> bool:
+    """Successive halving needs one objective that the trial reports while it trains."""
+    return opts.asha and len(names) == 1 and metrics.BY_NAME[names[0]].intermediate
+
+
+def _tune(space, opts, ctx, modes, sampler, storage, concurrency, per_trial, remaining, console):
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search import ConcurrencyLimiter
+
+    from benchmark.search.callback import SearchCallback
+    from benchmark.search.live import LiveView
+    from benchmark.search.searcher import make_searcher
+    from benchmark.search.trainable import trainable
+
+    searcher = make_searcher(studies.Sample(space), ctx, sampler, modes, storage)
     scheduler = None
-    if opts.asha and len(names) == 1 and names[0] in ("val_loss", "val_ppl"):
+    if ctx.training["eval_every"]:
         total = _total_tokens_hint(space)
-        scheduler = ASHAScheduler(time_attr="tokens", metric=names[0], mode=modes[0], max_t=total,
+        scheduler = ASHAScheduler(time_attr="tokens", metric=ctx.objectives[0], mode=modes[0], max_t=total,
                                   grace_period=max(1, total // 8), reduction_factor=3)
-    ctx = {"study": opts.name, "study_dir": str(opts.study_dir.resolve()), "data": opts.data,
-           "training": {**space.training, "eval_every": _eval_every(space) if scheduler else 0},
-           "count": space.count, "seeds": opts.seeds, "seed": opts.seed, "retries": opts.retries,
-           "threads": per_trial["cpu"], "checkpoints": opts.checkpoints, "policy": policy or {}}
-    view = LiveView(console, opts.name, remaining, names[0])
+    view = LiveView(console, opts.name, remaining, ctx.objectives[0], maximize=modes[0] == "max")
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(trainable, ctx=ctx), per_trial),
         tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(searcher, max_concurrent=concurrency),
                                     scheduler=scheduler, num_samples=remaining, reuse_actors=True,
                                     time_budget_s=opts.time_budget_s),
         run_config=tune.RunConfig(name="_ray", storage_path=str(opts.study_dir.resolve()), verbose=0,
-                                  callbacks=[view.callback(opts, ctx)], log_to_file=False),
+                                  callbacks=[SearchCallback(view, ctx)], log_to_file=False),
     )
     with view:
         tuner.fit()
-    summary.ran = view.finished
-    summary.overhead_s = view.overhead_s()
-    ray.shutdown()
-    _close_running(optuna.load_study(study_name=opts.name, storage=storage), names, finished_trials(opts.study_dir))
-    return _finish(summary, opts, t0)
+    return view
+
+
+def study_info(space, opts: SearchOptions, sampler: str, data) -> dict[str, Any]:
+    """What the study declared and ran on: Optuna study attributes and <study>/_study.json."""
+    from benchmark.store.provenance import code_version
+
+    return {"space": space.name, "description": space.description, "budget": space.budget,
+            "count": space.count, "tolerance": space.tolerance, "trials": space.trials,
+            "objectives": [list(o) for o in space.objectives], "sampler": sampler, "seeds": opts.seeds,
+            "seed": opts.seed, "code_version": code_version(), "dataset_id": data.dataset_id,
+            "tokenizer_id": data.tokenizer.tokenizer_id, "training": dict(space.training)}
 
 
 def _total_tokens_hint(space) -> int:

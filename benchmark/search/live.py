@@ -1,28 +1,21 @@
-"""What a person sees while a search runs: a live rich panel (trials done / running / failed,
-the current best, tokens/s, ETA), fed by a Ray Tune callback. The callback also records the
-trials that never wrote their own row: stopped early by ASHA (`pruned`) or whose worker died."""
+"""What a person sees while a search runs: a live rich panel (trials done / running / failed, the
+current best, ETA). It only displays: the Tune callback (search/callback.py) tells it what
+happened."""
 
 from __future__ import annotations
 
-import json
-import math
 import time
-from typing import Any
-
-from benchmark.search.driver import trial_id
-from benchmark.store.results import finished_trials, write_row
 
 
 class LiveView:
-    def __init__(self, console, study: str, total: int, metric: str):
-        self.console, self.study, self.total, self.metric = console, study, total, metric
+    def __init__(self, console, study: str, total: int, metric: str, maximize: bool = False):
+        self.console, self.study, self.total, self.metric, self.maximize = console, study, total, metric, maximize
         self.running: dict[str, float] = {}      # trial -> start time
         self.statuses: dict[str, int] = {}
         self.finished = 0
         self.trial_walls: list[float] = []       # seconds inside run_trial, per finished trial
         self.spans: list[float] = []             # start -> complete, as the driver saw it
         self.best: tuple[float, str] | None = None
-        self.tokens_per_s: float | None = None
         self.started = time.perf_counter()
         self._live = None
 
@@ -30,7 +23,27 @@ class LiveView:
         # Tune pickles its callbacks with the experiment state; the terminal stays with the driver.
         return {**self.__dict__, "console": None, "_live": None}
 
-    # ---- rendering ----------------------------------------------------------------------
+    # ---- what happened -------------------------------------------------------------------
+    def trial_started(self, key: str) -> None:
+        self.running[key] = time.perf_counter()
+        self.refresh()
+
+    def trial_result(self, value: float, label: str) -> None:
+        if self.best is None or (value > self.best[0] if self.maximize else value < self.best[0]):
+            self.best = (value, label)
+        self.refresh()
+
+    def trial_done(self, key: str, status: str, wall_s: float | None) -> None:
+        start = self.running.pop(key, None)
+        if start is not None:
+            self.spans.append(time.perf_counter() - start)
+        if wall_s is not None:
+            self.trial_walls.append(wall_s)
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        self.finished += 1
+        self.refresh()
+
+    # ---- rendering -----------------------------------------------------------------------
     def __enter__(self):
         if self.console is not None:
             from rich.live import Live
@@ -53,8 +66,6 @@ class LiveView:
         t.add_row("trials", f"{self.finished}/{self.total} done, {len(self.running)} running ({counts})")
         if self.best:
             t.add_row(f"best {self.metric}", f"{self.best[0]:.4f}  {self.best[1]}")
-        if self.tokens_per_s:
-            t.add_row("tokens/s", f"{self.tokens_per_s:,.0f}")
         eta = self.eta_s()
         t.add_row("elapsed / ETA", f"{_hms(time.perf_counter() - self.started)} / {_hms(eta) if eta else '?'}")
         return t
@@ -74,66 +85,6 @@ class LiveView:
         if not self.trial_walls:
             return None
         return max(0.0, (sum(self.spans) - sum(self.trial_walls)) / len(self.trial_walls))
-
-    # ---- the Tune callback --------------------------------------------------------------
-    def callback(self, opts, ctx: dict[str, Any]):
-        from ray.tune import Callback
-
-        view = self
-
-        class _Callback(Callback):
-            def on_trial_start(self, iteration, trials, trial, **info):
-                view.running[trial.trial_id] = time.perf_counter()
-                view.refresh()
-
-            def on_trial_result(self, iteration, trials, trial, result, **info):
-                loss = result.get(view.metric)
-                if loss is not None and math.isfinite(loss) and (view.best is None or loss < view.best[0]):
-                    view.best = (loss, f"{trial.config.get('family')} {trial.config.get('spec', {}).get('d_model', '')}d")
-                view.refresh()
-
-            def on_trial_complete(self, iteration, trials, trial, **info):
-                view._done(trial, ctx, error=False)
-
-            def on_trial_error(self, iteration, trials, trial, **info):
-                view._done(trial, ctx, error=True)
-
-        return _Callback()
-
-    def _done(self, trial, ctx, error: bool) -> None:
-        start = self.running.pop(trial.trial_id, None)
-        if start is not None:
-            self.spans.append(time.perf_counter() - start)
-        last = trial.last_result or {}
-        if last.get("row_written"):
-            status = last.get("status", "ok")
-            self.trial_walls.append(float(last.get("trial_wall_s") or 0.0))
-        else:
-            status = "failed" if error else "pruned"
-            _record_unwritten(trial, last, ctx, status)
-        self.statuses[status] = self.statuses.get(status, 0) + 1
-        self.finished += 1
-        self.refresh()
-
-
-def _record_unwritten(trial, last: dict, ctx: dict, status: str) -> None:
-    """A row for a trial that ended without writing one (ASHA stopped it, or its worker died)."""
-    config = trial.config
-    number = int(config["optuna_trial"])
-    name = trial_id(number, ctx, ctx["seed"])
-    if status == "failed" and name in finished_trials(ctx["study_dir"]):
-        return  # the trainable recorded its failed attempts itself
-    loss = last.get("val_loss")
-    write_row(ctx["study_dir"], {
-        "study": ctx["study"], "trial_id": name, "status": status, "optuna_trial": number,
-        "error": None if status == "pruned" else (str(getattr(trial, "error_msg", None) or "the trial's worker died")),
-        "family": config.get("family"), "spec": json.dumps(config.get("spec"), sort_keys=True),
-        "params_total": config.get("params_total"), "params_non_embedding": config.get("params_non_embedding"),
-        "budget": config.get("budget"), "budget_count": config.get("count"),
-        "budget_distance": config.get("budget_distance"), "seed": ctx["seed"],
-        "tokens_trained": last.get("tokens"), "val_loss": loss,
-        "val_ppl": math.exp(loss) if loss is not None and math.isfinite(loss) else None,
-    })
 
 
 def _hms(s: float) -> str:

@@ -25,7 +25,8 @@ from benchmark.store.metrics import DIAGNOSTICS
 
 # 2: the hyper-connection diagnostics (DIAGNOSTICS); files of version 1 read with them null.
 SCHEMA_VERSION = 2
-STATUSES = ("ok", "failed", "pruned", "diverged")
+# infeasible: the sampled point has no candidate within the budget (nothing was trained).
+STATUSES = ("ok", "failed", "pruned", "diverged", "infeasible")
 
 _str, _i64, _f64 = pa.string(), pa.int64(), pa.float64()
 SCHEMA = pa.schema([
@@ -148,6 +149,12 @@ def _read_file(path: Path) -> pa.Table:
         return pq.ParquetFile(path, pre_buffer=False).read(use_threads=False)
     except (pa.ArrowInvalid, OSError) as err:
         raise ResultsError(f"{path}: not a readable Parquet file ({err})") from err
+
+
+def read_files(files) -> list[dict[str, Any]]:
+    """The rows of the given result files, as plain Python values."""
+    tables = [_read_file(Path(f)) for f in files]
+    return pa.concat_tables(tables, promote_options="permissive").to_pylist() if tables else []
 
 
 def read_study(study_dir: str | Path):

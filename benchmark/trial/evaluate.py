@@ -9,7 +9,7 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from benchmark.trial.step import lm_loss
+from benchmark.trial.step import device_of, lm_loss, policy_of
 
 
 @torch.no_grad()
@@ -34,7 +34,7 @@ def source_losses(model, eval_data: Mapping[str, torch.Tensor], batch_size: int 
 
 def evaluate(model, eval_data: Mapping[str, torch.Tensor], cfg=None, loops: int | None = None) -> dict:
     """val_loss (token-weighted over sources), val_ppl and val_loss_by_source."""
-    dtype = cfg.policy().autocast_dtype(cfg.resolve_device()) if cfg is not None else None
+    dtype = policy_of(cfg).autocast_dtype(device_of(cfg)) if cfg is not None else None
     batch = cfg.batch_size if cfg is not None else 16
     per = source_losses(model, eval_data, batch, dtype, loops)
     tokens = sum(n for _, n in per.values())

@@ -86,3 +86,13 @@ class TrainStep:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss.detach()
+
+
+def policy_of(cfg) -> ExecPolicy:
+    """A TrainConfig's execution policy (TrainConfig itself is torch-free)."""
+    return ExecPolicy(precision=cfg.precision, compile=cfg.compile)
+
+
+def device_of(cfg) -> torch.device:
+    """A TrainConfig's device: `auto` is the best one here."""
+    return default_device() if cfg.device == "auto" else torch.device(cfg.device)

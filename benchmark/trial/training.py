@@ -22,7 +22,7 @@ from benchmark.arch.spec import ArchSpec
 from benchmark.models import build_model, weight_decays
 from benchmark.trial.config import TrainConfig
 from benchmark.trial.evaluate import evaluate
-from benchmark.trial.step import ExecPolicy, TrainStep, default_device
+from benchmark.trial.step import TrainStep, device_of, policy_of
 
 
 class TrialDiverged(RuntimeError):
@@ -59,11 +59,11 @@ def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, tor
     """Train a fresh model of `spec` on `batches` (an iterator of (x, y) token tensors) for the
     configured token budget. `on_step(step, total, loss)` reports progress; `on_eval(record)`
     receives every periodic evaluation (step, tokens, val_loss, val_ppl, ...)."""
-    device = default_device() if cfg.device == "auto" else torch.device(cfg.device)
+    device = device_of(cfg)
     torch.manual_seed(cfg.seed)
     model = build_model(spec).to(device).train()
     opt = make_optimizer(model, cfg)
-    step_fn = TrainStep(model, opt, ExecPolicy(precision=cfg.precision, compile=cfg.compile), device, clip=cfg.grad_clip)
+    step_fn = TrainStep(model, opt, policy_of(cfg), device, clip=cfg.grad_clip)
     params = count_params(spec)
     total = cfg.steps(params)
     result = TrainResult(model=model, steps=total, tokens_trained=0, train_loss=float("nan"))

@@ -1,0 +1,44 @@
+"""What every trial of one search shares, fixed when the search starts: one frozen value that Ray
+Tune ships to each worker with the trainable, and that the rows, the live view and the Optuna
+attributes read (in place of a loose dict)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:  # the command line reads this package without loading the data stack
+    from benchmark.data import DataConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialContext:
+    study: str
+    study_dir: str                       # absolute: workers may run in another directory
+    data: DataConfig
+    training: Mapping[str, Any]          # the space's `training:` section (plus eval_every for ASHA)
+    count: str                           # the budget's count rule: which column `params` is
+    objectives: tuple[str, ...]          # metric names, as declared (store/metrics.py)
+    seed: int = 0
+    seeds: int = 1                       # every candidate is trained with seeds seed .. seed+seeds-1
+    retries: int = 1
+    threads: int = 1                     # torch threads per trial
+    checkpoints: bool = False
+    policy: Mapping[str, Any] = field(default_factory=dict)  # precision / compile / device overrides
+
+    def trial_id(self, number: int, seed: int | None = None) -> str:
+        """A trial's name in the results: its Optuna number, plus the seed when there are several."""
+        seed = self.seed if seed is None else seed
+        return f"t{number:04d}" + (f"-s{seed}" if self.seeds > 1 else "")
+
+    def seed_list(self) -> list[int]:
+        return [self.seed + k for k in range(self.seeds)]
+
+    def train_config(self, seed: int):
+        from benchmark.trial.config import TrainConfig
+
+        return TrainConfig.from_dict({**self.training, "tokens_per": self.count, "seed": seed, **self.policy})
+
+    def checkpoint_dir(self, trial_id: str) -> Path | None:
+        return Path(self.study_dir) / "_checkpoints" / trial_id if self.checkpoints else None

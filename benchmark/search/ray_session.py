@@ -1,0 +1,75 @@
+"""The Ray instance a search runs on: a quiet local one with a per-study session directory (so the
+processes of a killed run can be found and ended), or an existing cluster (`--address`)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import signal
+import tempfile
+from pathlib import Path
+
+# Quiet Ray by default: no experiment banner, no TensorBoard/CSV loggers, no dashboard.
+QUIET = {"RAY_AIR_NEW_OUTPUT": "0", "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1", "RAY_DEDUP_LOGS": "1",
+         "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1000"}
+for _k, _v in QUIET.items():
+    os.environ.setdefault(_k, _v)
+
+
+def temp_dir(study_dir: Path) -> str:
+    """A per-study session directory (short: Ray's unix socket paths are limited to ~107 chars)."""
+    digest = hashlib.sha1(str(Path(study_dir).resolve()).encode()).hexdigest()[:10]
+    return os.path.join(tempfile.gettempdir(), f"sbray-{digest}")
+
+
+def ray_processes(session_dir: str) -> list[int]:
+    """Processes whose command line names this session directory."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if session_dir in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def end_stale_ray(session_dir: str) -> list[int]:
+    """End the processes of a killed run of this study."""
+    killed = []
+    for pid in ray_processes(session_dir):
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except OSError:
+            pass
+    return killed
+
+
+def start(address: str | None, study_dir: Path) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    common = dict(log_to_driver=False, logging_level=logging.ERROR, configure_logging=True)
+    if address:
+        ray.init(address=address, **common)
+        return
+    session = temp_dir(study_dir)
+    end_stale_ray(session)
+    ray.init(include_dashboard=False, num_cpus=os.cpu_count(), object_store_memory=256 * 1024 ** 2,
+             _temp_dir=session, **common)
+
+
+def per_trial_resources(concurrency: int | None) -> tuple[int, dict[str, int]]:
+    """(concurrent trials, resources per trial): one trial per GPU, else one at a time with
+    every core (a trial uses them all)."""
+    import ray
+
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    concurrency = concurrency or max(1, gpus)
+    return concurrency, {"cpu": max(1, cpus // concurrency), "gpu": 1 if gpus else 0}

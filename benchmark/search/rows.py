@@ -1,0 +1,125 @@
+"""Every row a search writes, built here: a trial's measurements (`trial.run.run_trial`: ok or
+diverged) joined with its identity in the study, and the rows of trials that produced no
+measurements: `failed` (an exception, after retries), `infeasible` (the sampled point has no
+candidate within the budget), `pruned` (ASHA stopped it) or a worker that died. The same rows give
+Optuna its values and the trial's user attributes, so the study and the Parquet files agree."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Mapping
+
+from benchmark.search.context import TrialContext
+from benchmark.store import metrics
+from benchmark.store.results import read_files, write_row
+
+ERROR_CHARS = 1500
+
+
+def identity(ctx: TrialContext, config: Mapping[str, Any], trial_id: str) -> dict[str, Any]:
+    """The columns that place a row in its study: trial, sampled axes, budget."""
+    return {"study": ctx.study, "trial_id": trial_id, "optuna_trial": int(config["optuna_trial"]),
+            "axes": json.dumps({k: v for k, v in config.items() if k not in ("spec", "optuna_trial")}, default=str),
+            "budget": config.get("budget"), "budget_count": config.get("count"),
+            "budget_distance": config.get("budget_distance")}
+
+
+def _candidate(config: Mapping[str, Any]) -> dict[str, Any]:
+    return {"family": config.get("family"), "spec": json.dumps(config.get("spec"), sort_keys=True),
+            "params_total": config.get("params_total"), "params_non_embedding": config.get("params_non_embedding")}
+
+
+def measured(ctx: TrialContext, config, trial_id: str, row: Mapping[str, Any], attempt: int) -> dict[str, Any]:
+    """run_trial's row (ok / diverged) in its study."""
+    return {**row, **identity(ctx, config, trial_id), "attempt": attempt}
+
+
+def failed(ctx: TrialContext, config, trial_id: str, seed: int, error: BaseException, started: str,
+           attempt: int) -> dict[str, Any]:
+    tb = traceback.format_exc(limit=8)
+    return {**_candidate(config), **identity(ctx, config, trial_id), "status": "failed", "attempt": attempt,
+            "error": f"{type(error).__name__}: {error}\n{tb[-ERROR_CHARS:]}", "started_at": started, "seed": seed}
+
+
+def infeasible(ctx: TrialContext, config) -> dict[str, Any]:
+    number = int(config["optuna_trial"])
+    return {"study": ctx.study, "trial_id": ctx.trial_id(number), "optuna_trial": number, "status": "infeasible",
+            "error": config["infeasible"], "seed": ctx.seed}
+
+
+def unfinished(ctx: TrialContext, config, last: Mapping[str, Any], status: str, error: str | None) -> dict[str, Any]:
+    """A trial that ended without writing a row: ASHA stopped it (`pruned`), or its worker died."""
+    loss = last.get("val_loss")
+    number = int(config["optuna_trial"])
+    return {**_candidate(config), **identity(ctx, config, ctx.trial_id(number)), "status": status, "error": error,
+            "seed": ctx.seed, "tokens_trained": last.get("tokens"), "val_loss": loss,
+            "val_ppl": math.exp(loss) if loss is not None and math.isfinite(loss) else None}
+
+
+def write(ctx: TrialContext, row: Mapping[str, Any]) -> Path:
+    return write_row(ctx.study_dir, row)
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+# ---- reading a trial's rows back: Optuna's values and attributes ------------------------------
+
+def trial_rows(study_dir: str | Path, number: int) -> list[dict[str, Any]]:
+    """The latest attempt of each seed of Optuna trial `number` (files t0007.a0.parquet,
+    t0007-s1.a1.parquet, ...), read from the study's files alone."""
+    folder = Path(study_dir) / "trials"
+    files = sorted(folder.glob(f"t{number:04d}.a*.parquet")) + sorted(folder.glob(f"t{number:04d}-s*.a*.parquet"))
+    latest: dict[str, dict[str, Any]] = {}
+    for row in read_files(files):
+        if row["trial_id"] not in latest or row["attempt"] >= latest[row["trial_id"]]["attempt"]:
+            latest[row["trial_id"]] = row
+    return list(latest.values())
+
+
+def values(rows: list[Mapping[str, Any]], names: tuple[str, ...] | list[str], count: str) -> list[float]:
+    """Each metric's mean over the trial's ok rows (its seeds): what Optuna is told."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    return [statistics.fmean(metrics.row_value(r, n, count) for r in ok) if ok else math.nan for n in names]
+
+
+ATTRS = ("family", "structure", "params_total", "params_non_embedding", "flops_per_token_train", "val_loss",
+         "val_ppl", "val_ppl_int4", "tokens_per_s", "wall_s", "tokens_trained")
+
+
+def user_attrs(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a person wants beside a trial's values in optuna-dashboard or trials_dataframe():
+    the candidate, its counts and costs, its measurements (mean over ok seeds), status, seeds,
+    the Parquet files, and the error line of a trial that has no ok row."""
+    from benchmark.leaderboard.describe import variant
+
+    if not rows:
+        return {}
+    ok = [r for r in rows if r.get("status") == "ok"] or rows
+    first = ok[0]
+    out: dict[str, Any] = {}
+    for key in ATTRS:
+        vals = [r.get(key) for r in ok if _present(r.get(key))]
+        if vals:
+            out[key] = statistics.fmean(vals) if isinstance(vals[0], float) else vals[0]
+    spec = json.loads(first["spec"]) if first.get("spec") else None
+    if spec and variant(spec):
+        out["variant"] = variant(spec)
+    statuses = sorted({r["status"] for r in rows})
+    out["status"] = statuses[0] if len(statuses) == 1 else ",".join(statuses)
+    out["seeds"] = sorted(int(r["seed"]) for r in rows if _present(r.get("seed")))
+    out["rows"] = sorted(f"{r['trial_id']}.a{int(r.get('attempt') or 0)}.parquet" for r in rows)
+    errors = [r["error"] for r in rows if r.get("error")]
+    if errors and not any(r.get("status") == "ok" for r in rows):
+        out["error"] = errors[-1].splitlines()[0][:300]
+    return out
+
+
+def _present(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))

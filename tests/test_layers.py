@@ -1,0 +1,72 @@
+"""The house plan, kept: the layering contracts in pyproject.toml hold (import-linter), no two
+modules import each other round a circle, and modules and the driver's functions stay short."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_MODULE_LINES = 420   # "no module over ~400 lines"
+MAX_DRIVER_FUNCTION_LINES = 50
+
+
+def test_the_layering_contracts_hold():
+    run = subprocess.run([str(Path(sys.executable).with_name("lint-imports"))], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "broken" not in run.stdout.lower().split("contracts:")[-1].split("kept")[0]
+
+
+def _cycle(graph) -> list[str] | None:
+    """One import cycle among the package's modules (function-level imports included), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph.find_modules_directly_imported_by(m)):
+            if not n.startswith("benchmark") or n == m:
+                continue
+            if state.get(n) == 1:
+                return stack[stack.index(n):] + [n]
+            if n not in state and (found := visit(n)):
+                return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph.modules):
+        if m.startswith("benchmark") and m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def _is_parent(a: str, b: str) -> bool:
+    return b.startswith(a + ".")
+
+
+def test_no_import_circles():
+    graph = grimp.build_graph("benchmark")
+    # A package's __init__ re-exporting its children is not a circle of concepts: drop those edges.
+    for m in list(graph.modules):
+        for n in list(graph.find_modules_directly_imported_by(m)):
+            if _is_parent(m, n):
+                graph.remove_import(importer=m, imported=n)
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+@pytest.mark.parametrize("path", sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "benchmark").rglob("*.py")))
+def test_modules_stay_short(path):
+    assert len((ROOT / path).read_text().splitlines()) <= MAX_MODULE_LINES
+
+
+def test_the_drivers_functions_stay_short():
+    for path in (ROOT / "benchmark" / "search").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno - node.lineno + 1 <= MAX_DRIVER_FUNCTION_LINES, f"{path.name}:{node.name}"

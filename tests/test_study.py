@@ -1,0 +1,92 @@
+"""The search's bookkeeping without Ray: the sampler rule, the trial context, the metric registry
+as the space reads it, and the values and attributes a trial's rows give Optuna."""
+
+import math
+
+import pytest
+
+from benchmark.search.context import TrialContext
+from benchmark.search.rows import trial_rows, user_attrs, values
+from benchmark.search.study import StudyError, resolve_sampler
+from benchmark.space.language import SpaceError, load_space
+from benchmark.store import metrics
+from benchmark.store.results import write_row
+
+SPACE = """
+name: s
+budget: 100K
+base: {{vocab_size: 320, n_heads: 2}}
+axes:
+{axes}
+objectives: {objectives}
+trials: {trials}
+"""
+
+
+def space(tmp_path, axes="  family: [transformer, looped]", objectives="[val_loss:min]", trials=8):
+    path = tmp_path / "s.yaml"
+    path.write_text(SPACE.format(axes=axes, objectives=objectives, trials=trials))
+    return load_space(path)
+
+
+def test_auto_follows_optunas_guide(tmp_path):
+    assert resolve_sampler(None, None, space(tmp_path), 1) == "tpe"  # categorical axis
+    numeric = space(tmp_path, axes="  layers.middle: {int: [1, 3]}\n  ffn.dh_ratio: {float: [2.0, 4.0]}")
+    assert resolve_sampler(None, None, numeric, 2) == "gp"
+    assert resolve_sampler("auto", None, space(tmp_path, trials=300, objectives="[val_loss, params]"), 2) == "nsga2"
+    assert resolve_sampler("random", None, space(tmp_path), 1) == "random"
+
+
+def test_a_resumed_study_keeps_its_sampler(tmp_path):
+    assert resolve_sampler(None, "nsga2", space(tmp_path), 2) == "nsga2"
+    assert resolve_sampler("nsga2", "nsga2", space(tmp_path), 2) == "nsga2"
+    with pytest.raises(StudyError, match="--sampler nsga2"):
+        resolve_sampler("tpe", "nsga2", space(tmp_path), 2)
+
+
+@pytest.mark.parametrize("name", metrics.SEARCHABLE)
+def test_every_searchable_metric_is_an_objective_of_the_language(tmp_path, name):
+    m = metrics.BY_NAME[name]
+    (loaded,) = space(tmp_path, objectives=f"[{name}]").objectives
+    assert loaded == (name, m.direction)
+    for alias in m.aliases:
+        assert space(tmp_path, objectives=f"[{alias}:max]").objectives == ((name, "max"),)
+
+
+@pytest.mark.parametrize("name", metrics.DIAGNOSTICS + ("budget", "nosuch"))
+def test_columns_that_are_not_objectives_are_refused_with_the_choices(tmp_path, name):
+    with pytest.raises(SpaceError, match="objectives.*(not an objective|unknown metric).*val_loss"):
+        space(tmp_path, objectives=f"[{name}]")
+
+
+def test_the_trial_context_names_trials_by_number_and_seed(tmp_path):
+    one = TrialContext(study="s", study_dir=str(tmp_path), data=None, training={}, count="total", objectives=("val_loss",))
+    assert one.trial_id(7) == "t0007" and one.seed_list() == [0]
+    three = TrialContext(**{**one.__dict__, "seeds": 3, "seed": 5})
+    assert [three.trial_id(7, s) for s in three.seed_list()] == ["t0007-s5", "t0007-s6", "t0007-s7"]
+
+
+def test_a_trials_rows_give_optuna_its_values_and_attributes(tmp_path):
+    """Two seeds of trial 3 (one retried), and trial 30 beside it: the values are the mean over
+    ok seeds, in the declared names; the attributes equal the rows."""
+    base = {"study": "s", "optuna_trial": 3, "family": "looped", "structure": "1L→2L(×2)→1L",
+            "params_total": 1000, "params_non_embedding": 600, "spec": "{\"family\": \"looped\"}"}
+    write_row(tmp_path, {**base, "trial_id": "t0003-s0", "status": "ok", "val_loss": 2.0, "seed": 0})
+    write_row(tmp_path, {**base, "trial_id": "t0003-s1", "status": "failed", "error": "boom", "seed": 1})
+    write_row(tmp_path, {**base, "trial_id": "t0003-s1", "attempt": 1, "status": "ok", "val_loss": 3.0, "seed": 1})
+    write_row(tmp_path, {**base, "trial_id": "t0030", "optuna_trial": 30, "status": "ok", "val_loss": 9.0})
+    found = trial_rows(tmp_path, 3)
+    assert sorted((r["trial_id"], r["attempt"]) for r in found) == [("t0003-s0", 0), ("t0003-s1", 1)]
+    assert values(found, ["val_loss", "params"], "non_embedding") == [2.5, 600.0]
+    attrs = user_attrs(found)
+    assert attrs["structure"] == "1L→2L(×2)→1L" and attrs["params_total"] == 1000 and attrs["val_loss"] == 2.5
+    assert attrs["status"] == "ok" and attrs["seeds"] == [0, 1] and "error" not in attrs
+    assert attrs["rows"] == ["t0003-s0.a0.parquet", "t0003-s1.a1.parquet"]
+
+
+def test_a_failed_trial_carries_its_error_line(tmp_path):
+    write_row(tmp_path, {"study": "s", "trial_id": "t0001", "optuna_trial": 1, "status": "infeasible",
+                         "error": "budget: no d_model within 0.5% of 100K\nmore"})
+    attrs = user_attrs(trial_rows(tmp_path, 1))
+    assert attrs["status"] == "infeasible" and attrs["error"] == "budget: no d_model within 0.5% of 100K"
+    assert math.isnan(values(trial_rows(tmp_path, 1), ["val_loss"], "total")[0])
