@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Frontiers, tables, plots and a published page from finished studies.
 
-    python leaderboard.py                              every study under results/, in the terminal
+    python leaderboard.py                              every study under results/, in the terminal,
+                                                       ranked by the objectives the studies declared
     python leaderboard.py results/my-study --format md Markdown on stdout
     python leaderboard.py --format html --out site/    one self-contained page: site/index.html
     python leaderboard.py results/a results/b --out cmp/   two studies side by side, every format
@@ -17,12 +18,15 @@ from pathlib import Path
 from benchmark.leaderboard import (
     FORMATS,
     LeaderboardError,
+    Objective,
     Settings,
     build_board,
+    find_studies,
     publish,
-    read_results,
+    read_declarations,
+    read_studies,
 )
-from benchmark.leaderboard.frontier import Objective
+from benchmark.leaderboard.objectives import counted
 
 FILE_FORMATS = [f for f in FORMATS if f != "terminal"]
 
@@ -32,9 +36,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("results", nargs="*", default=["results"], metavar="RESULTS_DIR",
                    help="a results root holding studies, or study folders (default: results)")
     p.add_argument("--study", action="append", default=[], metavar="NAME", help="only this study (repeatable)")
-    p.add_argument("--x", default="params", help="first objective, COLUMN[:min|max] (default: params = params_total)")
-    p.add_argument("--y", default="val_ppl", help="second objective, the ranking metric (default: val_ppl)")
-    p.add_argument("--objectives", metavar="A,B[,C]", help="2 or 3 objectives; overrides --x/--y, ranks by the last")
+    p.add_argument("--x", help="first objective, METRIC[:min|max], a metric registry name or alias "
+                   "(default: the studies' declared objectives; with --y only: params, the parameters the budget counts)")
+    p.add_argument("--y", help="second objective, the ranking metric (with --x only: val_ppl)")
+    p.add_argument("--objectives", metavar="A,B[,C]", help="2 or 3 objectives; overrides --x/--y, ranks by the last "
+                   "(default: those the studies declared, else params,val_ppl)")
     p.add_argument("--ref", metavar="V,V[,V]", help="hypervolume reference point for the objectives "
                    "(default: 1.1 x the worst value of each over all studies)")
     p.add_argument("--format", metavar="F[,F]", help=f"{', '.join(FORMATS)} or all "
@@ -44,12 +50,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "results have no budget column (default: 0.5%%)")
     p.add_argument("--top", type=int, metavar="N", help="show the N best ranks per budget band")
     args = p.parse_args(argv)
+    given = args.objectives.split(",") if args.objectives else [args.x or "params", args.y or "val_ppl"]
+    args.objective_texts = given if args.objectives or args.x or args.y else None
     try:
-        args.settings = Settings(
-            objectives=tuple(map(Objective.parse, args.objectives.split(",") if args.objectives else [args.x, args.y])),
-            ref=tuple(float(v) for v in args.ref.split(",")) if args.ref else None,
-            tolerance=float(args.tolerance.rstrip("%")) / (100 if args.tolerance.endswith("%") else 1),
-        )
+        settings(args)  # the names are checked now; `params` is resolved once the studies are read
     except (ValueError, LeaderboardError) as err:
         p.error(str(err))
     chosen = args.format.split(",") if args.format else (FILE_FORMATS if args.out else ["terminal"])
@@ -59,10 +63,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def settings(args: argparse.Namespace, count: str = "total") -> Settings:
+    """`count`: which parameters `params` names (the studies' budget count)."""
+    texts = args.objective_texts
+    return Settings(
+        objectives=tuple(Objective.parse(t, count) for t in texts) if texts else None,
+        ref=tuple(float(v) for v in args.ref.split(",")) if args.ref else None,
+        tolerance=float(args.tolerance.rstrip("%")) / (100 if args.tolerance.endswith("%") else 1),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        board = build_board(read_results(args.results, args.study), args.settings)
+        studies = find_studies(args.results, args.study)
+        declared = read_declarations(studies)
+        board = build_board(read_studies(studies), settings(args, counted(declared)[0]), declared)
     except LeaderboardError as err:
         print(f"leaderboard: {err}", file=sys.stderr)
         return 2

@@ -1,4 +1,5 @@
-"""Pareto frontiers, hypervolume and seed aggregation against brute force and hand-computed values."""
+"""Pareto frontiers, hypervolume and seed aggregation against brute force and hand-computed values;
+objectives read through the metric registry."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmark.leaderboard.frontier import (
-    Objective,
     aggregate_seeds,
     frontier_mask,
     hypervolume,
     non_dominated,
     reference_point,
 )
+from benchmark.leaderboard.objectives import Objective
+from benchmark.store.metrics import METRICS, MetricError
 
 
 def brute_non_dominated(points: np.ndarray, maximize) -> np.ndarray:
@@ -115,3 +117,27 @@ def test_objective_parsing():
     assert Objective.parse("val_ppl:max") == Objective(column="val_ppl", maximize=True)
     with pytest.raises(ValueError, match="direction must be 'min' or 'max'"):
         Objective.parse("val_ppl:lowest")
+
+
+@pytest.mark.parametrize("metric", [m for m in METRICS if m.searchable], ids=lambda m: m.name)
+def test_every_searchable_metric_parses_by_name_alias_and_column(metric):
+    """The registry is the leaderboard's one vocabulary: a name, each alias and the column all
+    name one objective, in the registry's natural direction unless one is given."""
+    column = metric.column_for("total")
+    expected = Objective(column=column, maximize=metric.direction == "max")
+    for text in (metric.name, *metric.aliases, column):
+        assert Objective.parse(text) == expected
+        assert Objective.parse(f"{text}:max") == Objective(column=column, maximize=True)
+    assert str(expected) == f"{column}:{metric.direction}" and expected.metric.label
+
+
+def test_params_are_what_the_study_counts_and_other_names_are_refused():
+    assert Objective.parse("params", count="non_embedding") == Objective(column="params_non_embedding")
+    assert Objective.parse("throughput") == Objective(column="tokens_per_s", maximize=True)
+    assert Objective.parse("loss").describe() == "validation loss (val_loss:min)"
+    with pytest.raises(MetricError, match="unknown metric 'perplexity'; choose one of val_loss, val_ppl"):
+        Objective.parse("perplexity")
+    with pytest.raises(MetricError, match="stream_cosine is a diagnostic column, not an objective"):
+        Objective.parse("stream_cosine")
+    with pytest.raises(MetricError, match="'ppl' is not a results column; did you mean val_ppl"):
+        Objective(column="ppl")

@@ -22,20 +22,27 @@ from benchmark.arch.spec import FAMILIES, format_structure
 from benchmark.leaderboard import (
     LeaderboardError,
     NoResults,
+    Objective,
     Settings,
     build_board,
     find_studies,
     formats,
+    page,
     publish,
+    read_declarations,
     read_results,
+    read_studies,
     report,
     tables,
 )
 from benchmark.leaderboard.bands import bands, cluster
 from benchmark.leaderboard.describe import describe
+from benchmark.leaderboard.objectives import DEFAULT, objectives
 from benchmark.leaderboard.report import FILES
+from benchmark.store.study import write_study_info
 
 ROOT = Path(__file__).resolve().parents[1]
+KEPT = ROOT / "results" / "quickstart-after-9"  # committed rows (results/README.md)
 
 # --- a synthetic study: realistic magnitudes, every family, seeds, failures ------------------------
 
@@ -325,6 +332,94 @@ def test_a_better_study_has_the_larger_hypervolume():
     assert hv["better"] > hv["worse"]
 
 
+# --- the objectives the studies declared ----------------------------------------------------------
+
+def declared_board(root: Path, **declarations) -> object:
+    """A board of one small study per declaration (as the search writes it: _study.json beside
+    the trials), read the way leaderboard.py reads them."""
+    for i, (name, info) in enumerate(declarations.items()):
+        folder = write_study(root, synthetic_trials(name, shapes=1, seeds=2, budgets=(30e6,), seed=i,
+                                                    statuses={"ok": 1.0}))
+        if info is not None:
+            write_study_info(folder, info)
+    studies = find_studies([root])
+    return build_board(read_studies(studies), Settings(), read_declarations(studies))
+
+
+def test_the_board_ranks_by_the_objectives_the_study_declared(tmp_path):
+    board = declared_board(tmp_path, quick={"objectives": [["val_loss", "min"], ["params", "min"]], "count": "total"})
+    # Cost first (x, the first plotted), quality last (y, what the board ranks by).
+    assert board.objectives == objectives("params_total", "val_loss") and board.metric.column == "val_loss"
+    for _, band in board.candidates.groupby("band"):
+        assert band.sort_values("rank")["val_loss"].is_monotonic_increasing
+    assert board.notes == ()
+    assert board.hypervolumes["objectives"].iloc[0] == "params_total:min vs val_loss:min"
+    # The other frontiers put their costs against the declared quality too.
+    assert [" vs ".join(map(str, p)) for p in board.pairs] == [
+        "params_total:min vs val_loss:min", "flops_per_token_train:min vs val_loss:min",
+        "int4_bytes:min vs val_ppl_int4:min"]
+    line = tables.objectives_line(board)
+    assert line.startswith("Objectives parameters (params_total:min) vs validation loss (val_loss:min); "
+                           "ranked by validation loss within")
+
+
+def test_params_means_what_the_study_counts_and_one_objective_is_paired_with_it(tmp_path):
+    board = declared_board(tmp_path, lean={"objectives": [["val_ppl", "min"]], "count": "non_embedding"})
+    assert board.objectives == (Objective(column="params_non_embedding"), Objective(column="val_ppl"))
+
+
+@pytest.mark.parametrize("declarations, note", [
+    ({"old": None, "older": None}, "objectives params_total:min vs val_ppl:min, the default: no study declares "
+                                   "its objectives (results written before _study.json)"),
+    ({"a": {"objectives": [["val_loss", "min"], ["params", "min"]]},
+      "b": {"objectives": [["val_ppl", "min"], ["flops", "min"]]}},
+     "objectives params_total:min vs val_ppl:min, the default: the studies declare different ones "
+     "(a: params_total:min vs val_loss:min; b: flops_per_token_train:min vs val_ppl:min)"),
+    ({"a": {"objectives": [["val_loss", "min"], ["params", "min"]]}, "old": {}},
+     "old declare(s) no objectives: ranked by those a declare(s)"),
+    ({"odd": {"objectives": [["bleu", "max"], ["params", "min"]]}},
+     "odd declares objectives the leaderboard cannot use (unknown metric 'bleu'"),
+])
+def test_studies_that_declare_none_or_differ_are_said(tmp_path, declarations, note):
+    board = declared_board(tmp_path, **declarations)
+    declared_loss = "old" in declarations and "a" in declarations
+    assert board.objectives == (objectives("params_total", "val_loss") if declared_loss else DEFAULT)
+    assert any(n.startswith(note) for n in board.notes), board.notes
+
+
+def test_given_objectives_override_the_declared_ones(tmp_path):
+    for_study = {"objectives": [["val_loss", "min"], ["params", "min"]]}
+    board = declared_board(tmp_path, quick=for_study)
+    again = build_board(board.trials.drop(columns=["candidate"]), Settings(objectives=objectives("flops", "val_ppl")),
+                        {"quick": for_study})
+    assert again.objectives == objectives("flops", "val_ppl") and again.metric.column == "val_ppl"
+    with pytest.raises(LeaderboardError, match=r"--ref has 3 values for 2 objectives \(params_total:min vs val_loss:min\)"):
+        build_board(board.trials.drop(columns=["candidate"]), Settings(ref=(1.0, 2.0, 3.0)), {"quick": for_study})
+
+
+# --- the kept study: the page shows the search's structure strings --------------------------------
+
+def test_the_page_shows_each_rows_structure_as_the_search_wrote_it():
+    """Every row of a committed study (written by the search, whose summary and plan print
+    ArchSpec.structure): the board's trials and candidates, and the page's table of trials,
+    show the row's own `structure` string."""
+    rows = pd.read_parquet(KEPT)
+    assert len(rows) == 6 and rows["structure"].notna().all()
+    for row in rows.itertuples():
+        assert ArchSpec.from_dict(json.loads(row.spec)).structure() == row.structure
+    studies = find_studies([KEPT])
+    board = build_board(read_studies(studies), Settings(), read_declarations(studies))
+    by_trial = dict(zip(rows["trial_id"], rows["structure"]))
+    assert dict(zip(board.trials["trial_id"], board.trials["structure"])) == by_trial
+    per_candidate = board.trials.groupby("candidate")["structure"].agg(set)
+    assert all(per_candidate[c] == {s} for c, s in zip(board.candidates["candidate"], board.candidates["structure"]))
+    html = page.page(board, tables.document(board), [], [])
+    data = json.loads(html.split('id="trials"')[1].split('class="rows">')[1].split("</script>")[0])
+    heads = [c.header for c in tables.trials(board).columns]
+    shown = dict(zip(data["cells"][heads.index("Trial")], data["cells"][heads.index("Structure")]))
+    assert shown == by_trial
+
+
 # --- formats ------------------------------------------------------------------------------------
 
 def test_every_format_is_written(board, tmp_path):
@@ -333,7 +428,9 @@ def test_every_format_is_written(board, tmp_path):
         assert tmp_path / name in written
     md = (tmp_path / "leaderboard.md").read_text()
     assert "## Budget 30M" in md and "## Budget 113M" in md and "2L→4L(×3)→2L" in md
-    assert "![Pareto frontier: val_ppl vs params_total](plots/frontier_params_total_val_ppl.png)" in md
+    assert "![Pareto frontier: validation perplexity vs parameters](plots/frontier_params_total_val_ppl.png)" in md
+    assert ("Objectives parameters (params_total:min) vs validation perplexity (val_ppl:min); ranked by validation "
+            "perplexity within each budget band") in md
     csv = pd.read_csv(tmp_path / "leaderboard.csv")
     assert len(csv) == len(board.candidates) and {"val_ppl", "val_ppl_se", "front", "spec"} <= set(csv.columns)
     tex = (tmp_path / "leaderboard.tex").read_text()
@@ -360,7 +457,8 @@ def test_hyper_connection_diagnostics_are_shown_for_the_families_that_have_them(
     families = set(diag.columns[[c.header for c in diag.columns].index("Family")].cells)
     assert families == {"hyperloop", "mhc", "hc"}
     headers = [c.header for c in diag.columns]
-    assert {"Stream cos.", "|H_res − I|", "‖e_l‖", "Saturated gates"} <= set(headers)
+    # Headed by the registry's labels and units.
+    assert {"Stream cosine", "|H_res − I|", "Loop-embedding norm", "Saturated gates (fraction)"} <= set(headers)
     publish(board, ["md", "html"], out=tmp_path)
     md = (tmp_path / "leaderboard.md").read_text()
     assert "## Hyper-connection diagnostics" in md
@@ -464,12 +562,17 @@ def test_cli_says_plainly_when_there_is_nothing_to_show(tmp_path, case):
     assert done.stderr.startswith("leaderboard: no results")
 
 
-def test_cli_prints_markdown_and_writes_a_site(results, tmp_path, capsys):
-    # In-process (the subprocess tests above already pay the start-up), loaded by path so that the
-    # test does not depend on the repository root being on sys.path.
+def load_cli():
+    """leaderboard.py, run in-process (the subprocess tests above already pay the start-up), loaded
+    by path so that the tests do not depend on the repository root being on sys.path."""
     spec = importlib.util.spec_from_file_location("leaderboard_cli", ROOT / "leaderboard.py")
     cli = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cli)
+    return cli
+
+
+def test_cli_prints_markdown_and_writes_a_site(results, tmp_path, capsys):
+    cli = load_cli()
     assert cli.main([str(results), "--study", "broad", "--format", "md", "--top", "2"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("# Leaderboard: broad")
@@ -480,6 +583,30 @@ def test_cli_prints_markdown_and_writes_a_site(results, tmp_path, capsys):
     assert (tmp_path / "index.html").exists() and not (tmp_path / "leaderboard.md").exists()
     with pytest.raises(SystemExit):
         cli.main([str(results), "--format", "pdf"])
+
+
+@pytest.mark.parametrize("args, expect", [
+    ([KEPT], "Budget 1.5M"),                                                  # the README's first command
+    ([KEPT, "--x", "params", "--y", "val_ppl", "--format", "md"], "ranked by validation perplexity"),
+    ([KEPT, "--objectives", "flops,ppl", "--format", "md"],
+     "Objectives training FLOPs per token (flops_per_token_train:min) vs validation perplexity"),
+    ([KEPT.parent / "quickstart-before-9", KEPT, "--format", "md"], "# Leaderboard: quickstart-before-9, quickstart-after-9"),
+])
+def test_the_readme_commands_run_on_the_kept_studies(args, expect, capsys):
+    assert load_cli().main(list(map(str, args))) == 0
+    assert expect in capsys.readouterr().out
+
+
+def test_format_all_writes_every_file(tmp_path, capsys):
+    assert load_cli().main([str(KEPT), "--format", "all", "--out", str(tmp_path)]) == 0
+    assert all((tmp_path / name).stat().st_size for name in FILES.values())
+    assert (tmp_path / "plots" / "frontier_by_family_params_total_val_ppl.png").exists()
+
+
+def test_an_unknown_metric_is_refused_with_the_registrys_choices(capsys):
+    with pytest.raises(SystemExit):
+        load_cli().main([str(KEPT), "--y", "perplexity"])
+    assert "unknown metric 'perplexity'; choose one of val_loss" in capsys.readouterr().err
 
 
 # --- speed --------------------------------------------------------------------------------------

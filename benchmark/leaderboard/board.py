@@ -3,45 +3,55 @@ hypervolumes. Everything the tables, plots and page show is computed here, once.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import orjson
 import pandas as pd
 
-from benchmark.leaderboard import describe, frontier
+from benchmark.leaderboard import describe, frontier, objectives
 from benchmark.leaderboard.bands import DEFAULT_TOLERANCE, bands
-from benchmark.leaderboard.frontier import DEFAULT_PAIRS, Objective
+from benchmark.leaderboard.objectives import Objective
 from benchmark.leaderboard.studies import LeaderboardError, NoResults
-from benchmark.store.metrics import DIAGNOSTICS
+from benchmark.store.metrics import METRICS
 
-# Numeric results columns averaged over seeds (those present in a study).
-METRICS = (
-    "params_total", "params_non_embedding", "params_attention", "params_ffn",
-    "flops_per_token_train", "flops_per_token_infer", "tokens_trained", "val_loss", "val_ppl",
-    "val_ppl_int4", "int4_bytes", "tokens_per_s", "peak_mem_bytes", "wall_s", "budget",
-    "budget_distance", *DIAGNOSTICS,
-)
+# The registry's results columns; the study-dependent `params_{count}` is one of the two params
+# columns, listed on its own.
+COLUMNS = tuple(m.column for m in METRICS if "{" not in m.column)
 KEY = ["study", "candidate"]
+
+
+def aggregated(frame: pd.DataFrame) -> list[str]:
+    """The registry's numeric columns present in `frame`: what seeds are averaged over."""
+    return [c for c in COLUMNS if c in frame and pd.api.types.is_numeric_dtype(frame[c])]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     # The primary objectives: frontier flags, ranking (by the last one) and the first plot.
-    objectives: tuple[Objective, ...] = DEFAULT_PAIRS[0]
+    # None: those the studies declared (objectives.declared), else objectives.DEFAULT.
+    objectives: tuple[Objective, ...] | None = None
     ref: tuple[float, ...] | None = None  # hypervolume reference for the primary objectives
     tolerance: float = DEFAULT_TOLERANCE
 
     def __post_init__(self):
-        if len(self.objectives) not in (2, 3):
-            raise LeaderboardError(f"need 2 or 3 objectives, got {len(self.objectives)}")
-        if self.ref is not None and len(self.ref) != len(self.objectives):
-            raise LeaderboardError(f"--ref has {len(self.ref)} values for {len(self.objectives)} objectives")
+        if self.objectives is not None:
+            _check(self.objectives, self.ref)
+
+
+def _check(objs: tuple[Objective, ...], ref: tuple[float, ...] | None) -> None:
+    if len(objs) not in (2, 3):
+        raise LeaderboardError(f"need 2 or 3 objectives, got {len(objs)}")
+    if ref is not None and len(ref) != len(objs):
+        raise LeaderboardError(f"--ref has {len(ref)} values for {len(objs)} objectives "
+                               f"({' vs '.join(map(str, objs))})")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Board:
     settings: Settings
+    objectives: tuple[Objective, ...]  # the primary objectives: the settings', else declared or default
     trials: pd.DataFrame  # every trial read, any status, with `candidate` and descriptor columns
     candidates: pd.DataFrame  # one row per (study, candidate) with a usable trial, ranked per band
     excluded: pd.DataFrame  # trials kept off every frontier, with a `reason`
@@ -55,15 +65,17 @@ class Board:
 
     @property
     def metric(self) -> Objective:
-        return self.settings.objectives[-1]
+        return self.objectives[-1]
 
 
-def build(trials: pd.DataFrame, settings: Settings = Settings()) -> Board:
-    objs = settings.objectives
+def build(trials: pd.DataFrame, settings: Settings = Settings(), declared: Mapping[str, dict] | None = None) -> Board:
+    """`declared`: each study's declaration (studies.read_declarations), whose objectives the board
+    takes when the settings name none; None when the trials come from no study folder."""
+    objs, notes = _objectives(settings, declared)
     missing = [o.column for o in objs if o.column not in trials]
     if "status" not in trials or missing:
         raise LeaderboardError(f"results lack column(s): {', '.join(missing or ['status'])}")
-    trials, specs, notes = _with_candidates(trials)
+    trials, specs, spec_notes = _with_candidates(trials)
     values = trials[[o.column for o in objs]].to_numpy(dtype=float)
     usable = (trials["status"] == "ok").to_numpy() & np.isfinite(values).all(axis=1)
     if not usable.any():
@@ -71,18 +83,30 @@ def build(trials: pd.DataFrame, settings: Settings = Settings()) -> Board:
         raise NoResults(f"no results: none of the {len(trials)} trials finished with finite "
                         f"{' and '.join(o.column for o in objs)} ({statuses})")
     lean = [c for c in trials if c not in ("spec", "val_ppl_by_loops", "error")]  # skip copying long strings
-    candidates = _candidates(trials.loc[usable, lean], settings)
+    candidates = _candidates(trials.loc[usable, lean], objs, settings.tolerance)
     candidates["spec"] = specs[candidates["candidate"].to_numpy()]
     pairs, skipped = _pairs(candidates, objs)
     return Board(
         settings=settings,
+        objectives=objs,
         trials=trials,
         candidates=candidates,
         excluded=_excluded(trials.loc[~usable, [c for c in trials if c not in ("spec", "val_ppl_by_loops")]], objs),
         hypervolumes=_hypervolumes(candidates, pairs, settings.ref),
         pairs=pairs,
-        notes=tuple(notes + skipped),
+        notes=tuple(notes + spec_notes + skipped),
     )
+
+
+def _objectives(settings: Settings, declared: Mapping[str, dict] | None) -> tuple[tuple[Objective, ...], list[str]]:
+    """The settings' objectives, else the studies' declared ones, else the default; and notes."""
+    notes = objectives.counted(declared)[1] if declared else []
+    if settings.objectives is not None:
+        return settings.objectives, notes
+    objs, said = objectives.declared(declared) if declared is not None else (None, [])
+    objs = objs or objectives.DEFAULT
+    _check(objs, settings.ref)
+    return objs, notes + said
 
 
 def _with_candidates(trials: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, list[str]]:
@@ -132,17 +156,16 @@ def _parse(spec: str) -> dict:
     return parsed if isinstance(parsed, dict) else {}
 
 
-def _candidates(ok: pd.DataFrame, settings: Settings) -> pd.DataFrame:
-    extra = [o.column for o in settings.objectives if o.column not in METRICS]
-    stats = frontier.aggregate_seeds(ok, KEY, [*METRICS, *extra])
+def _candidates(ok: pd.DataFrame, objs: tuple[Objective, ...], tolerance: float) -> pd.DataFrame:
+    stats = frontier.aggregate_seeds(ok, KEY, aggregated(ok))
     first = ok.drop_duplicates(KEY)[[*KEY, "family", *describe.COLUMNS]]
     cands = first.merge(stats, on=KEY, validate="one_to_one")
-    cands["band"] = bands(cands, settings.tolerance)
-    metric = settings.objectives[-1]
+    cands["band"] = bands(cands, tolerance)
+    metric = objs[-1]
     cands["rank"] = (cands.groupby("band", dropna=False)[metric.column]
                      .rank(method="min", ascending=not metric.maximize).astype(int))
-    cands["front"] = frontier.frontier_mask(cands, settings.objectives, by=["study"])
-    cands["family_front"] = frontier.frontier_mask(cands, settings.objectives, by=["study", "family"])
+    cands["front"] = frontier.frontier_mask(cands, objs, by=["study"])
+    cands["family_front"] = frontier.frontier_mask(cands, objs, by=["study", "family"])
     return cands.sort_values(["band", "rank"], kind="stable").reset_index(drop=True)
 
 
@@ -158,8 +181,8 @@ def _excluded(bad: pd.DataFrame, objs) -> pd.DataFrame:
 
 def _pairs(cands: pd.DataFrame, primary) -> tuple[tuple, list[str]]:
     pairs, skipped = [tuple(primary)], []
-    for pair in DEFAULT_PAIRS:
-        if pair == tuple(primary):
+    for pair in objectives.secondary(primary):
+        if pair in pairs:
             continue
         absent = [o.column for o in pair if o.column not in cands or cands[o.column].isna().all()]
         if absent:

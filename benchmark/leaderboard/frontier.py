@@ -4,6 +4,7 @@ Conventions, used by every function here:
 
 - A point is one row of an (n, d) array of objective values; each objective is minimised unless
   its `maximize` flag is set (internally such columns are negated, so the code only minimises).
+  An Objective (objectives.py) carries that flag, from the metric registry's direction.
 - Point a dominates b when a is no worse in every objective and strictly better in one. Points
   with identical objective vectors do not dominate each other, so ties are all kept on a frontier.
 - A row with any non-finite value (a failed, diverged or unevaluated trial) never enters a
@@ -13,62 +14,15 @@ Conventions, used by every function here:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-# Short names accepted on the command line (`--x params`); the values are results-store columns.
-ALIASES = {
-    "params": "params_total",
-    "non_embedding": "params_non_embedding",
-    "flops": "flops_per_token_train",
-    "flops_infer": "flops_per_token_infer",
-    "size": "int4_bytes",
-    "int4": "int4_bytes",
-    "ppl": "val_ppl",
-    "ppl_int4": "val_ppl_int4",
-    "loss": "val_loss",
-    "throughput": "tokens_per_s",
-    "memory": "peak_mem_bytes",
-}
-# Everything is minimised except these, where more is better.
-MAXIMISED = frozenset({"tokens_per_s"})
+from benchmark.leaderboard.objectives import Objective
 
 # Fraction added to the worst observed value of each objective to place the default reference
 # point: for positive minimised objectives (params, perplexity, bytes) this is 1.1 x the worst.
 REF_MARGIN = 0.1
-
-
-@dataclass(frozen=True, kw_only=True)
-class Objective:
-    column: str
-    maximize: bool = False
-
-    @classmethod
-    def parse(cls, text: str) -> Objective:
-        """`params`, `val_ppl:min` or `tokens_per_s:max` -> Objective (aliases resolved)."""
-        name, _, direction = text.strip().partition(":")
-        column = ALIASES.get(name, name)
-        if direction not in ("", "min", "max"):
-            raise ValueError(f"objective {text!r}: direction must be 'min' or 'max', not {direction!r}")
-        maximize = direction == "max" if direction else column in MAXIMISED
-        return cls(column=column, maximize=maximize)
-
-    def __str__(self) -> str:
-        return f"{self.column}:{'max' if self.maximize else 'min'}"
-
-
-def objectives(*texts: str) -> tuple[Objective, ...]:
-    return tuple(Objective.parse(t) for t in texts)
-
-
-# The objective pairs every leaderboard reports when their columns exist.
-DEFAULT_PAIRS = (
-    objectives("params_total", "val_ppl"),
-    objectives("flops_per_token_train", "val_ppl"),
-    objectives("int4_bytes", "val_ppl_int4"),
-)
 
 
 def _as_minimised(points, maximize: Sequence[bool] | None, dims: int = 0) -> np.ndarray:

@@ -78,12 +78,10 @@ for (const table of document.querySelectorAll("table.sortable")) {
 
 def page(board: Board, doc: tables.Document, plots: list[Plot], notes: list[str]) -> str:
     """The page with its figures linked, not yet embedded (see embed)."""
-    objs = " vs ".join(map(str, board.settings.objectives))
     sections = [
         f"<h1>Leaderboard: {html.escape(', '.join(board.studies))}</h1>",
         "<noscript>The tables are filled in by the page's script: enable JavaScript.</noscript>",
-        f'<p class="caption">Objectives {html.escape(objs)}; ranked by {html.escape(str(board.metric))} '
-        f"within each budget band; mean ± standard error over seeds.</p>",
+        f'<p class="caption">{html.escape(tables.objectives_line(board))}</p>',
         "<h2>Studies</h2>", formats.html_table(doc.studies, titled=False),
         "<h2>Hypervolume</h2>", _table_with_caption(doc.hypervolume, titled=False),
         "<h2>Plots</h2>", '<div class="plots">', *(_figure(p) for p in plots), "</div>",

@@ -2,7 +2,8 @@
 
 Figures are built on matplotlib's object API with an Agg canvas: no pyplot, so no global state and
 no display is ever needed. Dominated points are drawn faded and rasterised (a search can hold
-thousands; as vectors they would bloat the SVG), the frontier as a step line on top.
+thousands; as vectors they would bloat the SVG), the frontier as a step line on top. The frame
+(panels, ticks that fit, axis labels from the metric registry) is layout.py's.
 """
 
 from __future__ import annotations
@@ -18,28 +19,19 @@ from functools import partial
 import matplotlib
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter, LogLocator, NullLocator
+from matplotlib.ticker import EngFormatter, NullLocator
 
 from benchmark import FAMILIES
-from benchmark.leaderboard import frontier
+from benchmark.leaderboard import frontier, layout
 from benchmark.leaderboard.board import KEY, Board
-from benchmark.leaderboard.frontier import Objective
+from benchmark.leaderboard.objectives import Objective
+from benchmark.store.metrics import metric
 
 # Fixed colours per registered family, so a family looks the same in every plot of every study.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
-LABELS = {
-    "params_total": "parameters", "params_non_embedding": "non-embedding parameters",
-    "flops_per_token_train": "training FLOPs per token", "flops_per_token_infer": "inference FLOPs per token",
-    "int4_bytes": "size at INT4 (bytes)", "val_ppl": "validation perplexity", "val_ppl_int4": "INT4 perplexity",
-    "val_loss": "validation loss", "tokens_per_s": "tokens per second", "peak_mem_bytes": "peak memory (bytes)",
-}
-# Quantities spanning orders of magnitude get engineering ticks (30M, 113M) and, if wide, a log axis.
-COUNTS = {"params_total", "params_non_embedding", "flops_per_token_train", "flops_per_token_infer",
-          "int4_bytes", "tokens_per_s", "peak_mem_bytes"}
 MAX_PANELS = 4  # loop-scaling panels (budget bands) per figure
 
 
@@ -58,7 +50,7 @@ def plan(board: Board) -> tuple[list[Plot], list[str]]:
     plots, notes = [], []
     for objs in board.pairs:
         plots.append(frontier_plot(board, objs))
-    plots.append(family_grid(board, board.settings.objectives))
+    plots.append(family_grid(board, board.objectives))
     for make in (eval_loop_plot, train_loop_plot):
         plot, note = make(board)
         plots += [plot] if plot else []
@@ -96,43 +88,9 @@ def study_color(study: str, studies: list[str]) -> str:
     return PALETTE[studies.index(study) % len(PALETTE)]
 
 
-def _new(title: str, ncols: int = 1, nrows: int = 1, width: float = 7.0, height: float = 4.6,
-         legend: float = 0.0):
-    """Figure with a title and a grid of axes; `legend` reserves that many inches on the right
-    for a figure legend. Margins are fixed, in inches, rather than constrained layout: measuring
-    every tick label to place the axes cost several times the drawing itself."""
-    width += legend
-    fig = Figure(figsize=(width, height))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False, sharex=ncols * nrows > 1, sharey=ncols * nrows > 1)
-    fig.subplots_adjust(left=0.8 / width, right=1 - (0.25 + legend) / width, bottom=0.65 / height,
-                        top=1 - 0.55 / height, wspace=0.12, hspace=0.4)
-    fig.suptitle(title, y=1 - 0.12 / height, va="top")
-    return fig, axes.ravel()
-
-
-def _figure_legend(fig: Figure, axes) -> None:
-    """One legend in the space _new reserved on the right. Outside the axes it needs no "best"
-    placement, which tests every data point for overlap (seconds on a large study)."""
-    handles = {label: h for ax in axes for h, label in zip(*ax.get_legend_handles_labels())}
-    fig.legend(handles.values(), handles.keys(), loc="center right", fontsize=8, frameon=False)
-
-
-def _label(obj: Objective) -> str:
-    return f"{LABELS.get(obj.column, obj.column)} ({'higher' if obj.maximize else 'lower'} is better)"
-
-
-def _axes_style(ax, x: Objective, y: Objective, xs: np.ndarray):
-    if x.column in COUNTS:
-        finite = xs[np.isfinite(xs) & (xs > 0)]
-        if len(finite) and finite.max() / finite.min() > 3:
-            ax.set_xscale("log")
-            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 3.0, 5.0)))
-            ax.xaxis.set_minor_locator(NullLocator())  # tick objects, not drawing, dominate render time
-        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
-    if y.column in COUNTS:
-        ax.yaxis.set_major_formatter(EngFormatter(sep=""))
-    ax.grid(True, which="major", alpha=0.3)
+def _versus(objs: tuple[Objective, ...]) -> str:
+    """'validation perplexity vs parameters': y against x, in the registry's labels."""
+    return f"{objs[-1].metric.label} vs {objs[0].metric.label}"
 
 
 def _front(ax, pts: pd.DataFrame, x: Objective, y: Objective, mask: np.ndarray, colour: str,
@@ -170,7 +128,7 @@ def frontier_plot(board: Board, objs: tuple[Objective, ...]) -> Plot:
     """All candidates on the first and last objective. One study: coloured by family, its frontier
     in black. Several studies: one colour and one frontier per study, hypervolumes in the legend."""
     what = "3-objective frontier, projected" if len(objs) == 3 else "Pareto frontier"
-    title = f"{what}: {objs[-1].column} vs {objs[0].column}"
+    title = f"{what}: {_versus(objs)}"
     return Plot(f"frontier_{'_'.join(o.column for o in objs)}", title, False,
                 partial(_draw_frontier, board, objs, title))
 
@@ -179,7 +137,7 @@ def _draw_frontier(board: Board, objs: tuple[Objective, ...], title: str) -> Fig
     x, y = objs[0], objs[-1]
     cols = [o.column for o in objs]
     cands = board.candidates[np.isfinite(board.candidates[cols].to_numpy(float)).all(axis=1)]
-    fig, (ax,) = _new(title, legend=1.7)
+    fig, (ax,) = layout.new(title, legend=1.7)
     mask = frontier.frontier_mask(cands, objs, by=["study"]).to_numpy()
     studies = board.studies
     if len(studies) == 1:
@@ -195,10 +153,10 @@ def _draw_frontier(board: Board, objs: tuple[Objective, ...], title: str) -> Fig
             part = (cands["study"] == study).to_numpy()
             label = f"{study} (HV {hv.get((key, study, 'all'), float('nan')):.4g})"
             _front(ax, cands[part], x, y, mask[part], study_color(study, studies), label, step=len(objs) == 2)
-    _axes_style(ax, x, y, cands[x.column].to_numpy(float))
-    ax.set_xlabel(_label(x))
-    ax.set_ylabel(_label(y))
-    _figure_legend(fig, [ax])
+    layout.style(ax, cands[x.column].to_numpy(float), cands[y.column].to_numpy(float))
+    ax.set_xlabel(layout.axis_label(x))
+    ax.set_ylabel(layout.axis_label(y))
+    layout.figure_legend(fig, [ax])
     return fig
 
 
@@ -209,7 +167,7 @@ def _family_order(family: str):
 def family_grid(board: Board, objs: tuple[Objective, ...]) -> Plot:
     """One panel per family with that family's own frontier (per study when several)."""
     families = sorted(board.candidates["family"].unique(), key=_family_order)
-    title = f"Frontier per family: {objs[-1].column} vs {objs[0].column}"
+    title = f"Frontier per family: {_versus(objs)}"
     return Plot(f"frontier_by_family_{'_'.join(o.column for o in objs)}", title, len(families) > 2,
                 partial(_draw_family_grid, board, objs, families, title))
 
@@ -220,20 +178,22 @@ def _draw_family_grid(board: Board, objs: tuple[Objective, ...], families: list[
     ncols = min(3, len(families))
     nrows = math.ceil(len(families) / ncols)
     studies = board.studies
-    fig, axes = _new(title, ncols, nrows, width=3.3 * ncols + 0.6, height=2.5 * nrows + 0.9,
-                     legend=1.6 if len(studies) > 1 else 0.0)
+    fig, axes = layout.new(title, ncols, nrows, width=3.5 * ncols + 0.6, height=2.5 * nrows + 0.9,
+                           legend=1.6 if len(studies) > 1 else 0.0, hidden=ncols * nrows - len(families))
     for ax, family in zip(axes, families):
-        for study, part in cands[cands["family"] == family].groupby("study", sort=False):
+        ours = cands[cands["family"] == family]
+        for study in studies:  # in the board's order, as the legend lists them
+            part = ours[ours["study"] == study]
+            if not len(part):
+                continue
             colour = family_color(family) if len(studies) == 1 else study_color(study, studies)
             _front(ax, part, x, y, part["family_front"].to_numpy(bool), colour, study, step=len(objs) == 2)
         ax.set_title(family, fontsize=10, y=1.0)  # a fixed y skips measuring every tick label
-        _axes_style(ax, x, y, cands[x.column].to_numpy(float))
-    for ax in axes[len(families):]:
-        ax.set_visible(False)
+        layout.style(ax, cands[x.column].to_numpy(float), cands[y.column].to_numpy(float))  # all: axes are shared
     if len(studies) > 1:
-        _figure_legend(fig, axes)
-    fig.supxlabel(_label(x), fontsize=10)
-    fig.supylabel(_label(y), fontsize=10)
+        layout.figure_legend(fig, axes)
+    fig.supxlabel(layout.axis_label(x), fontsize=10)
+    fig.supylabel(layout.axis_label(y), fontsize=10)
     return fig
 
 
@@ -310,7 +270,7 @@ def _loop_plot(board: Board, curves: pd.DataFrame, xlabel: str, title: str, name
 def _draw_loops(board: Board, curves: pd.DataFrame, bands: list, xlabel: str, title: str) -> Figure:
     cands = board.candidates
     loops = sorted(curves.loc[curves["band"].isin(bands), "loops"].unique())
-    fig, axes = _new(title, len(bands), 1, width=4.0 * len(bands) + 0.6, height=4.2, legend=2.0)
+    fig, axes = layout.new(title, len(bands), 1, width=4.0 * len(bands) + 0.6, height=4.2, legend=2.0)
     studies = board.studies
     styles = ["-", "--", "-.", (0, (5, 1, 1, 1, 1, 1))]  # one per study; dotted is for the baselines
     for ax, band in zip(axes, bands):
@@ -331,6 +291,6 @@ def _draw_loops(board: Board, curves: pd.DataFrame, bands: list, xlabel: str, ti
         ax.set_title(f"budget {EngFormatter(sep='')(band)}", fontsize=10, y=1.0)
         ax.set_xlabel(xlabel)
         ax.grid(True, alpha=0.3)
-    axes[0].set_ylabel("validation perplexity")
-    _figure_legend(fig, axes)
+    axes[0].set_ylabel(metric("val_ppl").axis_label())
+    layout.figure_legend(fig, axes)
     return fig

@@ -20,7 +20,7 @@ import pyarrow.csv as pa_csv
 from rich.console import Console
 
 from benchmark.leaderboard import describe, formats, page, plots, tables
-from benchmark.leaderboard.board import METRICS, Board
+from benchmark.leaderboard.board import Board, aggregated
 
 FORMATS = ("terminal", "md", "csv", "latex", "html")
 T = TypeVar("T")
@@ -141,7 +141,7 @@ def csv(board: Board) -> str:
     """One row per candidate, raw numbers (no units), for further analysis. Written by pyarrow:
     pandas' to_csv formats every float in Python, ten times slower on a large study."""
     c = board.candidates
-    metrics = [m for m in dict.fromkeys([*METRICS, *(o.column for o in board.settings.objectives)]) if m in c]
+    metrics = aggregated(c)
     # A standard error column only where seeds disagree: params and FLOPs are the same every seed.
     varies = [f"{m}_se" for m in metrics if f"{m}_se" in c and (c[f"{m}_se"].fillna(0) != 0).any()]
     cols = ["band", "rank", "study", "family", *describe.COLUMNS, "n_seeds",
@@ -154,8 +154,7 @@ def csv(board: Board) -> str:
 
 def markdown(board: Board, doc: tables.Document, notes: list[str], plotted: list[plots.Plot]) -> str:
     parts = [f"# Leaderboard: {', '.join(board.studies)}",
-             f"Objectives {' vs '.join(map(str, board.settings.objectives))}; ranked by {board.metric} "
-             "within each budget band; mean ± standard error over seeds.",
+             tables.objectives_line(board),
              "## Studies", formats.markdown(doc.studies),
              "## Hypervolume", _md(doc.hypervolume)]
     if plotted:

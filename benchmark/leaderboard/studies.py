@@ -1,7 +1,8 @@
 """Find studies on disk and read their trials into one table.
 
 A study is a folder holding `trials/*.parquet`, one file per finished trial attempt, as the
-results store writes it (benchmark.store.results, which also reads a study).
+results store writes it (benchmark.store.results, which also reads a study), and, since studies
+declare their objectives, `_study.json` (benchmark.store.study).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmark.store import results
+from benchmark.store.study import read_study_info
 
 
 class LeaderboardError(Exception):
@@ -67,3 +69,9 @@ def read_studies(studies: dict[str, Path]) -> pd.DataFrame:
 def read_results(paths: Sequence[str | Path], names: Sequence[str] = ()) -> pd.DataFrame:
     """Every trial of the studies found under `paths` (see find_studies), as one table."""
     return read_studies(find_studies(paths, names))
+
+
+def read_declarations(studies: dict[str, Path]) -> dict[str, dict]:
+    """Study label -> what the study declared (its objectives, its parameter count); {} for a
+    study written before studies declared anything."""
+    return {label: read_study_info(folder) for label, folder in studies.items()}

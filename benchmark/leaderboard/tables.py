@@ -13,7 +13,7 @@ import pandas as pd
 
 from benchmark.leaderboard.board import Board
 from benchmark.leaderboard.formats import Column, Table
-from benchmark.store.metrics import DIAGNOSTICS
+from benchmark.store.metrics import DIAGNOSTICS, METRICS, metric
 
 # --- number formats: each maps an array of floats to display strings ---------------------------
 
@@ -74,39 +74,47 @@ def mean_se(frame: pd.DataFrame, col: str, header: str, digits: int = 2) -> Colu
 
 # --- the leaderboard ----------------------------------------------------------------------------
 
-# Results columns as headed in the papers (Hyperloop Table 1, hourglass Table 3).
-HEADERS = {
+# Column headings as short as the papers' (Hyperloop Table 1, hourglass Table 3), for the wide
+# ranked tables; any other metric is headed by its registry label (heading()).
+SHORT = {
     "params_total": "Params", "params_non_embedding": "Non-emb. params", "val_ppl": "PPL",
     "val_ppl_int4": "PPL (INT4)", "val_loss": "Loss", "tokens_per_s": "Tok/s",
     "flops_per_token_train": "Train FLOPs/tok", "flops_per_token_infer": "Infer FLOPs/tok",
     "int4_bytes": "INT4 size (B)", "peak_mem_bytes": "Peak mem (B)", "wall_s": "Wall (s)",
     "params_attention": "Attn params", "params_ffn": "FFN params",
-    "stream_cosine": "Stream cos.", "hres_deviation": "|H_res − I|", "loop_emb_norm": "‖e_l‖",
-    "gate_saturation": "Saturated gates",
 }
-# Seed-averaged quality metrics carry an error bar; the rest are properties of the architecture.
-WITH_SE = {"val_ppl": 2, "val_ppl_int4": 2, "val_loss": 4}
-# Shown after the objectives when the study has them, in this order.
-OPTIONAL = ("val_ppl_int4", "tokens_per_s", "params_attention", "params_ffn")
+# Quality metrics vary over seeds, so they carry an error bar (a loss in nats needs 4 decimals to
+# tell candidates apart, a perplexity 2); the rest are properties of the architecture.
+WITH_SE = {m.column: 4 if m.name == "val_loss" else 2 for m in METRICS if m.kind == "quality"}
+# Shown after the objectives when the study has them, in this order: perplexity, the papers'
+# number, beside a loss objective.
+OPTIONAL = ("val_ppl", "val_ppl_int4", "tokens_per_s", "params_attention", "params_ffn")
 SHAPE = (("d_model", "d_model", r"$d_\mathrm{model}$"), ("d_h", "d_h", "$d_h$"), ("K", "K", "$K$"),
          ("L", "L", "$L$"), ("depth", "Unrolled", None))
 
 
+def heading(col: str) -> str:
+    """A metric's column heading: the papers' short one, else the registry's label and unit."""
+    if col in SHORT:
+        return SHORT[col]
+    label = metric(col).axis_label()
+    return label[:1].upper() + label[1:]
+
+
 def metric_column(frame: pd.DataFrame, col: str) -> Column:
-    header = HEADERS.get(col, col)
     if col in WITH_SE:
-        return mean_se(frame, col, header, WITH_SE[col])
-    return numeric(frame, col, header, counts)
+        return mean_se(frame, col, heading(col), WITH_SE[col])
+    return numeric(frame, col, heading(col), counts)
 
 
 def leaderboard(board: Board, top: int | None = None) -> list[Table]:
     """One ranked table per budget band. Within a band, rows come in family blocks (the family
     holding the best rank first) and in rank order inside each block; `#` is the rank in the band."""
     cands = board.candidates
-    objs = [o.column for o in board.settings.objectives]
+    objs = [o.column for o in board.objectives]
     metrics = list(dict.fromkeys(["params_total", *objs, *OPTIONAL]))
     absent = [m for m in metrics if m not in cands or cands[m].isna().all()]
-    notes = [f"column {HEADERS.get(m, m)} skipped: no {m} in the results" for m in absent]
+    notes = [f"column {heading(m)} skipped: no {m} in the results" for m in absent]
     several = len(board.studies) > 1
     variants = _has_variants(cands)
     tables = []
@@ -124,7 +132,7 @@ def leaderboard(board: Board, top: int | None = None) -> list[Table]:
                    numeric(rows, "n_seeds", "Seeds", integers),
                    Column(header="Pareto", cells=_marks(rows))]
         tables.append(Table(title=f"Budget {count(band)}", columns=columns, notes=notes, caption=(
-            f"{shown} candidates ranked by {board.metric}, mean ± s.e. over seeds; "
+            f"{shown} candidates ranked by {board.metric.describe()}, mean ± s.e. over seeds; "
             f"★ on its study's {' / '.join(objs)} frontier, ☆ on its family's only")))
     return tables
 
@@ -136,6 +144,12 @@ def _has_variants(frame: pd.DataFrame) -> bool:
 
 def _marks(rows: pd.DataFrame) -> list[str]:
     return ["★" if f else "☆" if ff else "" for f, ff in zip(rows["front"], rows["family_front"])]
+
+
+def objectives_line(board: Board) -> str:
+    """What the board ranks by, in the registry's names and labels (the page and Markdown say it)."""
+    return (f"Objectives {' vs '.join(o.describe() for o in board.objectives)}; ranked by "
+            f"{board.metric.metric.label} within each budget band; mean ± standard error over seeds.")
 
 
 # --- around the board ---------------------------------------------------------------------------
@@ -200,13 +214,13 @@ def hypervolumes(board: Board) -> Table:
 def trials(board: Board) -> Table:
     """Every trial read, any status: the page's one-row-per-trial table."""
     t = board.trials
-    objs = [o.column for o in board.settings.objectives]
-    shown = dict.fromkeys(["params_total", *objs, "val_ppl_int4", "tokens_per_s", "seed", "wall_s"])
+    objs = [o.column for o in board.objectives]
+    shown = dict.fromkeys(["params_total", *objs, "val_ppl", "val_ppl_int4", "tokens_per_s", "seed", "wall_s"])
     return Table(title=f"All trials ({len(t)})", columns=[
         *([text(t, "study", "Study")] if len(board.studies) > 1 else []),
         text(t, "trial_id", "Trial"), text(t, "status", "Status"), text(t, "family", "Family"),
         text(t, "structure", "Structure"), *([text(t, "variant", "Variant")] if _has_variants(t) else []),
-        *(numeric(t, c, HEADERS.get(c, c.capitalize()), _trial_format(c)) for c in shown if c in t),
+        *(numeric(t, c, "Seed" if c == "seed" else heading(c), _trial_format(c)) for c in shown if c in t),
     ])
 
 
@@ -225,7 +239,7 @@ def diagnostics(board: Board) -> Table:
         *([text(rows, "study", "Study")] if len(board.studies) > 1 else []),
         text(rows, "family", "Family"), text(rows, "structure", "Structure"),
         *([text(rows, "variant", "Variant")] if _has_variants(rows) else []),
-        *(numeric(rows, c, HEADERS[c], decimals(4)) for c in cols),
+        *(numeric(rows, c, heading(c), decimals(4)) for c in cols),
         numeric(rows, "n_seeds", "Seeds", integers),
     ], caption="after training, on held-out text, mean over seeds: mean pairwise cosine of the streams "
                "after the last connection (1: copies), mean |H_res − I| per entry, mean loop-embedding "
