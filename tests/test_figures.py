@@ -119,7 +119,7 @@ def test_axes_are_labelled_from_the_metric_registry(figures):
 def test_axis_labels_carry_the_registrys_label_and_unit():
     board = build_board(synthetic_trials("units", shapes=1, seeds=1, budgets=(30e6,), statuses={"ok": 1.0}))
     x, y = board.objectives
-    assert axis_label(x) == "parameters (count), lower is better"
+    assert axis_label(x) == "parameters, lower is better"
     assert axis_label(y) == "validation perplexity, lower is better"
     assert board.pairs[2][0].metric.axis_label() == "INT4 model size (bytes)"
 

@@ -66,13 +66,13 @@ METRICS: tuple[Metric, ...] = (
     _m("val_ppl_int4", label="INT4 perplexity (GPTQ)", aliases=("ppl_int4",), kind="quality"),
     _m("val_ppl_int4_rtn", label="INT4 perplexity (round-to-nearest)", kind="quality"),
     # cost
-    _m("params", "params_{count}", label="parameters counted by the budget", unit="count"),
-    _m("params_total", label="parameters", unit="count"),
-    _m("params_non_embedding", label="non-embedding parameters", unit="count", aliases=("non_embedding",)),
-    _m("params_attention", label="attention parameters", unit="count"),
-    _m("params_ffn", label="FFN parameters", unit="count"),
-    _m("flops_per_token_train", label="training FLOPs per token", unit="FLOPs", aliases=("flops",)),
-    _m("flops_per_token_infer", label="inference FLOPs per token", unit="FLOPs", aliases=("flops_infer",)),
+    _m("params", "params_{count}", label="parameters counted by the budget"),
+    _m("params_total", label="parameters"),
+    _m("params_non_embedding", label="non-embedding parameters", aliases=("non_embedding",)),
+    _m("params_attention", label="attention parameters"),
+    _m("params_ffn", label="FFN parameters"),
+    _m("flops_per_token_train", label="training FLOPs per token", unit="FLOPs/token", aliases=("flops",)),
+    _m("flops_per_token_infer", label="inference FLOPs per token", unit="FLOPs/token", aliases=("flops_infer",)),
     _m("int4_bytes", label="INT4 model size", unit="bytes", aliases=("size", "int4")),
     _m("int8_bytes", label="INT8 model size", unit="bytes", aliases=("int8",)),
     _m("tokens_per_s", direction="max", label="training throughput", unit="tokens/s", aliases=("throughput",)),
@@ -85,7 +85,7 @@ METRICS: tuple[Metric, ...] = (
     _m("gate_saturation", label="saturated gates", unit="fraction", kind="diagnostic"),
     # bookkeeping
     _m("tokens_trained", label="training tokens", unit="tokens", kind="bookkeeping"),
-    _m("budget", label="parameter budget", unit="count", kind="bookkeeping"),
+    _m("budget", label="parameter budget", kind="bookkeeping"),
     _m("budget_distance", label="distance from budget", unit="fraction", kind="bookkeeping"),
 )
 BY_NAME = {m.name: m for m in METRICS}
