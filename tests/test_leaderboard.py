@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from benchmark import ArchSpec
+from benchmark.arch.describe import describe
 from benchmark.arch.spec import FAMILIES, format_structure
 from benchmark.leaderboard import (
     LeaderboardError,
@@ -36,7 +37,6 @@ from benchmark.leaderboard import (
     tables,
 )
 from benchmark.leaderboard.bands import bands, cluster
-from benchmark.leaderboard.describe import describe
 from benchmark.leaderboard.objectives import DEFAULT, objectives
 from benchmark.leaderboard.report import FILES
 from benchmark.store.study import write_study_info

@@ -10,7 +10,8 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from benchmark.leaderboard import describe, frontier, objectives
+from benchmark.arch import describe
+from benchmark.leaderboard import frontier, objectives
 from benchmark.leaderboard.bands import DEFAULT_TOLERANCE, bands
 from benchmark.leaderboard.objectives import Objective
 from benchmark.leaderboard.studies import LeaderboardError, NoResults

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 from rich.console import Console
 
-from benchmark.leaderboard import describe, formats, page, plots, tables
+from benchmark.arch import describe
+from benchmark.leaderboard import formats, page, plots, tables
 from benchmark.leaderboard.board import Board, aggregated
 
 FORMATS = ("terminal", "md", "csv", "latex", "html")

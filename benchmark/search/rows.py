@@ -97,7 +97,7 @@ def user_attrs(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     """What a person wants beside a trial's values in optuna-dashboard or trials_dataframe():
     the candidate, its counts and costs, its measurements (mean over ok seeds), status, seeds,
     the Parquet files, and the error line of a trial that has no ok row."""
-    from benchmark.leaderboard.describe import variant
+    from benchmark.arch.describe import variant
 
     if not rows:
         return {}

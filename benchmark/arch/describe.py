@@ -1,4 +1,5 @@
-"""An architecture spec, read back from a results row, as the columns papers tabulate.
+"""An architecture spec, read back from a results row, as the columns papers tabulate (the
+leaderboard's tables and the Optuna trial attributes both read it).
 
 Hyperloop (Zeitoun et al., Table 1) writes a looped model as `2L→4L(×3)→2L`: begin layers, middle
 layers times loops, end layers. The hourglass paper (Liao et al., Table 3) lists d_model, the FFN
