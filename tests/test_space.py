@@ -5,28 +5,22 @@ import json
 import math
 import pickle
 import statistics
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import optuna
 import pytest
 
 from benchmark import ArchSpec, count_params
+from benchmark.arch.spec import SPEC_KEYS
 from benchmark.space.budget import solve_budget
 from benchmark.space.candidates import choose, define_by_run, grid, resolve
+from benchmark.space.domains import Choice, Fixed, FloatRange, IntRange
 from benchmark.space.expr import ExprError, parse_condition
-from benchmark.space.language import (
-    TRAINING_DEFAULTS,
-    TRAINING_KEYS,
-    Choice,
-    Fixed,
-    FloatRange,
-    IntRange,
-    SpaceError,
-    load_space,
-)
+from benchmark.space.language import SpaceError, load_space
 from benchmark.space.plan import make_plan, plan_points
 from benchmark.space.yamlsafe import YamlError, load_yaml
+from benchmark.trial.config import TrainConfig, TrainConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 SPACES = sorted((ROOT / "search_spaces").rglob("*.yaml"))  # every shipped space, papers/ and ablations/ too
@@ -84,15 +78,56 @@ def test_defaults_and_fixed_values(tmp_path):
     assert s.tokens_for({"total": 1000, "non_embedding": 600}) == 20_000
 
 
-def test_training_keys_are_the_harness_fields():
-    """`training:` is handed to the trial harness: the allow-list is TrainConfig's fields, the
-    planning defaults are its defaults, and every repository space's section is one it accepts."""
-    from benchmark.trial.config import TrainConfig
-
-    assert set(TRAINING_KEYS) == {f.name for f in fields(TrainConfig)}
-    assert {k: getattr(TrainConfig(), k) for k in TRAINING_DEFAULTS} == TRAINING_DEFAULTS
+def test_training_is_checked_by_the_harness_config(tmp_path):
+    """`training:` is handed to the trial harness, so TrainConfig itself checks it: its fields are
+    the allow-list, its defaults the planning defaults, and every repository space's section is
+    one it accepts. The section is kept as written (`tokens: 2M`, `eval_tokens: 1K`)."""
+    s = load_space(write(tmp_path, "training: {tokens: 2M, eval_tokens: 1K}\n"))
+    assert s.training == {"tokens": "2M", "eval_tokens": "1K"}
+    assert {f.name: s.training_value(f.name) for f in fields(TrainConfig)} == {
+        **asdict(TrainConfig()), "tokens": "2M", "eval_tokens": "1K"}
     for path in SPACES:
         TrainConfig.from_dict(load_space(path).training)
+
+
+@pytest.mark.parametrize("key, bad, reason", [
+    ("lr", 0, "must be > 0, got 0"),
+    ("seq_len", 0, "must be >= 1, got 0"),
+    ("decay", 2, "must be in [0, 1], got 2"),
+    ("grad_clip", -1, "must be >= 0, got -1"),
+    ("schedule", "cosin", "'cosin' is not one of cosine, wsd (did you mean 'cosine'?)"),
+    ("compile", "often", "expected true or false, got 'often'"),
+    ("eval_tokens", "lots", "expected an amount like 113M, 1.2B or 500K, got 'lots'"),
+    ("tokens", "20y", "expected 20x (tokens per parameter) or an amount like 5M, got '20y'"),
+])
+def test_training_errors_are_trainconfigs_own_located_in_the_file(key, bad, reason, tmp_path):
+    with pytest.raises(TrainConfigError) as direct:
+        TrainConfig(**{key: bad})
+    path = write(tmp_path, f"budget: 2M\ntraining:\n  {key}: {bad}\n")
+    with pytest.raises(SpaceError) as e:
+        load_space(path)
+    assert direct.value.reason == reason
+    assert str(e.value) == f"{path}:3:{len(key) + 5}: training.{key}: {reason}"
+
+
+@pytest.mark.parametrize("key", [k for k, rule in SPEC_KEYS.items() if rule.choices])
+def test_every_enumerated_spec_key_is_an_axis_over_its_own_choices(key, tmp_path):
+    """The space reads allowed values off ArchSpec's fields: a value added there is an axis value here."""
+    choices = SPEC_KEYS[key].choices
+    assert load_space(write(tmp_path, f"axes:\n  {key}: {json.dumps(list(choices))}\n")).axes[0].domain == \
+        Choice(values=choices)
+    with pytest.raises(SpaceError) as e:
+        load_space(write(tmp_path, f"axes:\n  {key}: [{choices[0]}x]\n"))
+    assert e.value.reason == f"'{choices[0]}x' is not one of {', '.join(choices)} (did you mean '{choices[0]}'?)"
+
+
+@pytest.mark.parametrize("key", [k for k, rule in SPEC_KEYS.items()
+                                 if rule.kind == "int" and rule.at_least is not None and k != "d_model"])
+def test_every_bounded_spec_key_is_checked_by_its_own_rule(key, tmp_path):
+    lo = SPEC_KEYS[key].at_least
+    with pytest.raises(SpaceError) as e:
+        load_space(write(tmp_path, f"axes:\n  {key}: [{lo - 1}]\n"))
+    assert e.value.reason == f"must be >= {lo}, got {lo - 1}"
 
 
 def test_yaml_positions_and_safety(tmp_path):

@@ -1,9 +1,12 @@
 """ArchSpec validation: presets, overrides, round trips, and errors that name the key."""
 
+from dataclasses import fields
+
 import pytest
 
 from benchmark import FAMILIES, ArchSpec, SpecError
-from benchmark.arch.spec import PRESETS
+from benchmark.arch.presets import PRESETS
+from benchmark.arch.spec import FFNSpec, HyperSpec, LayerSplit
 
 
 def test_every_family_has_a_preset_that_validates():
@@ -11,6 +14,20 @@ def test_every_family_has_a_preset_that_validates():
     for fam in FAMILIES:
         spec = ArchSpec.from_dict({"family": fam})
         assert spec.family == fam
+
+
+def test_defaults_are_the_dataclass_fields():
+    """A spec that gives nothing gets each field's declared default; only the derived keys
+    (head_dim, n_kv_heads, the FFN width) are resolved from the others."""
+    s = ArchSpec.from_dict({})
+    derived = {"n_kv_heads": 4, "head_dim": 64, "ffn": FFNSpec(d_ff=704, ratio=2.75)}
+    for f in fields(ArchSpec):
+        default = f.default_factory() if f.name in ("ffn", "layers") else f.default
+        assert getattr(s, f.name) == derived.get(f.name, default), f.name
+    assert s.layers == LayerSplit(begin=4)
+    assert ArchSpec.from_dict({"hyper": {"every": "layer"}}).hyper == HyperSpec(every="layer")
+    hourglass = ArchSpec.from_dict({"ffn": {"kind": "hourglass"}}).ffn
+    assert hourglass == FFNSpec(kind="hourglass", d_h=102, dh_ratio=0.4)   # 0.4 x 256, rounded
 
 
 def test_hyperloop_preset_is_the_paper():

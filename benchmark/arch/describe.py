@@ -10,13 +10,8 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from benchmark.arch.spec import (
-    PRESETS,
-    HyperSpec,
-    LayerSplit,
-    format_structure,
-    is_looped,
-)
+from benchmark.arch.presets import PRESETS
+from benchmark.arch.spec import HyperSpec, LayerSplit, format_structure, is_looped
 
 # Descriptor columns, in table order; every spec yields all of them (None where unknown).
 COLUMNS = ("structure", "variant", "d_model", "d_h", "K", "L", "depth", "loops", "streams")

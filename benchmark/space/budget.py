@@ -1,26 +1,7 @@
-"""Parameter budgets: parse amounts (`113M`, `1.2B`, `113_000_000`), and solve the free dimension
-of a candidate so that its parameter count lands on the budget.
-
-The rule (`solve_budget`), with count_params exact and cheap so every step is an integer search:
-
-* `solve: d_model` (the default). d_model runs over its valid values (`_Ladder`): multiples of
-  2 x n_heads (an even head_dim for RoPE); any integer when `head_dim` is given; or, with a
-  `shape.head_dim` target, every d_model that splits into heads of an even width near it.
-  Widths given as ratios (`ffn.ratio`, `ffn.dh_ratio`, the 2.75 default) re-derive from d_model,
-  so parameters grow with d_model and a doubling bracket plus bisection find the two valid
-  d_model values around the budget. Then the FFN hidden width (`d_ff`, or `d_h` for an hourglass
-  FFN; a multiple of `ffn.multiple_of`) absorbs the remainder: for each d_model the width
-  nearest the budget is found the same way. Two knobs are how the hourglass paper matches
-  budgets within 0.001% (Liao et al. §4.1). If neither setting lands within PRECISION (0.05%),
-  the next valid d_model on each side is tried, up to _WIDEN more; of the settings within
-  PRECISION the one nearest the asked-for shape wins (FFN width nearest its ratio, to 1%, then
-  head_dim nearest its target), else the one nearest the budget, if within `tolerance`.
-  With the width given absolutely (`ffn.d_ff` / `ffn.d_h`) only d_model moves: the nearer of
-  the two valid values.
-* `solve: ffn.d_ff`, `ffn.d_h` or `ffn` (whichever width the candidate's FFN kind has): d_model
-  stays as given and the width nearest the budget wins (hourglass paper Table 1: fixed attention).
-
-Errors say why, and what the nearest feasible budget or setting is.
+"""Parameter budgets: parse amounts (`113M`, `1.2B`, `113_000_000`, `20x` tokens), and solve the
+free dimension of a candidate so that its parameter count lands on the budget. count_params is
+exact and cheap, so the solver (`solve_budget`) is an integer search over the valid settings; its
+errors say why a budget cannot be met, and what the nearest feasible budget or setting is.
 """
 
 from __future__ import annotations
@@ -31,10 +12,10 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Mapping
 
 from benchmark.arch.counting import count_params
-from benchmark.arch.spec import ArchSpec
+from benchmark.arch.spec import FFN_WIDTHS, ArchSpec, FFNSpec
 
 COUNTS = ("total", "non_embedding")
-SOLVES = ("d_model", "ffn.d_ff", "ffn.d_h", "ffn")
+SOLVES = ("d_model", *(f"ffn.{width}" for width, _, _ in FFN_WIDTHS.values()), "ffn")  # ffn: whichever width
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 PRECISION = 0.0005  # 0.05%: the solver widens its d_model window until a setting lands this close
 _WIDEN = 4          # at most this many extra d_model values either side
@@ -135,10 +116,15 @@ class Solution:
         return (self.params[self.count] - self.budget) / self.budget
 
 
+def _ffn(raw: Mapping[str, Any], key: str) -> Any:
+    """An ffn key of the candidate, or its FFNSpec default."""
+    return raw.get("ffn", {}).get(key, getattr(FFNSpec, key))
+
+
 def _width_key(raw: Mapping[str, Any]) -> tuple[str, str]:
     """(absolute key, ratio key) of the candidate's FFN hidden width."""
-    kind = raw.get("ffn", {}).get("kind", "swiglu")
-    return ("d_h", "dh_ratio") if kind == "hourglass" else ("d_ff", "ratio")
+    width, ratio, _ = FFN_WIDTHS[_ffn(raw, "kind")]
+    return width, ratio
 
 
 def _ratio_width(raw: Mapping[str, Any]) -> bool:
@@ -210,7 +196,8 @@ def _with(raw: Mapping[str, Any], d_model: int | None = None, width: int | None 
         out["d_model"] = d_model
     if width is not None:
         key, _ = _width_key(raw)
-        ffn = {k: v for k, v in raw.get("ffn", {}).items() if k not in ("ratio", "dh_ratio")}
+        ratios = [ratio for _, ratio, _ in FFN_WIDTHS.values()]
+        ffn = {k: v for k, v in raw.get("ffn", {}).items() if k not in ratios}
         out["ffn"] = {**ffn, key: width}
     return out
 
@@ -263,17 +250,35 @@ def solve_budget(raw: Mapping[str, Any], *, budget: int, count: str = "total", t
                  solve: str = "d_model", head_dim: int | None = None) -> Solution:
     """Set the free dimension of `raw` (an ArchSpec mapping) so that its `count` parameters are
     within `tolerance` of `budget`; `head_dim` (with solve: d_model) scales n_heads with d_model.
-    Raises BudgetError, or SpecError for an invalid mapping."""
+    Raises BudgetError, or SpecError for an invalid mapping. The rule:
+
+    * `solve: d_model` (the default). d_model runs over its valid values (`_Ladder`): multiples of
+      2 x n_heads (an even head_dim for RoPE); any integer when `head_dim` is given; or, with a
+      `shape.head_dim` target, every d_model that splits into heads of an even width near it.
+      Widths given as ratios (`ffn.ratio`, `ffn.dh_ratio`, or the default ratio) re-derive from d_model,
+      so parameters grow with d_model and a doubling bracket plus bisection find the two valid
+      d_model values around the budget. Then the FFN hidden width (`d_ff`, or `d_h` for an hourglass
+      FFN; a multiple of `ffn.multiple_of`) absorbs the remainder: for each d_model the width
+      nearest the budget is found the same way. Two knobs are how the hourglass paper matches
+      budgets within 0.001% (Liao et al. §4.1). If neither setting lands within PRECISION (0.05%),
+      the next valid d_model on each side is tried, up to _WIDEN more; of the settings within
+      PRECISION the one nearest the asked-for shape wins (FFN width nearest its ratio, to 1%, then
+      head_dim nearest its target), else the one nearest the budget, if within `tolerance`.
+      With the width given absolutely (`ffn.d_ff` / `ffn.d_h`) only d_model moves: the nearer of
+      the two valid values.
+    * `solve: ffn.d_ff`, `ffn.d_h` or `ffn` (whichever width the candidate's FFN kind has): d_model
+      stays as given and the width nearest the budget wins (hourglass paper Table 1: fixed attention).
+    """
     _probe(raw)
     ladder = _Ladder(raw, head_dim)
     n = _Counter(raw, count, ladder)
-    multiple = raw.get("ffn", {}).get("multiple_of", 1)
+    multiple = _ffn(raw, "multiple_of")
     key, _ = _width_key(raw)
     if solve == "d_model":
         d_model, width = _solve_d_model(raw, n, ladder, budget, tolerance, multiple)
     else:
         if solve in ("ffn.d_ff", "ffn.d_h") and solve != f"ffn.{key}":
-            kind = raw.get("ffn", {}).get("kind", "swiglu")
+            kind = _ffn(raw, "kind")
             raise BudgetError(f"solve: {solve} needs an FFN with that width, but this candidate's ffn.kind is "
                               f"{kind} (width ffn.{key}); use solve: ffn to solve whichever width it has")
         d_model, width = _solve_width(n, key, budget, tolerance, multiple)

@@ -12,19 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
-from benchmark.arch.spec import (
-    PRESETS,
-    ArchSpec,
-    FFNSpec,
-    HyperSpec,
-    SpecError,
-    deep_merge,
-    set_dotted,
-)
+from benchmark.arch.fields import deep_merge, set_dotted
+from benchmark.arch.presets import PRESETS
+from benchmark.arch.spec import SPEC_KEYS, ArchSpec, SpecError
 from benchmark.space.budget import BudgetError, Solution, solve_budget
+from benchmark.space.domains import Axis
 from benchmark.space.expr import ExprError
-from benchmark.space.language import Axis, SearchSpace, SpaceError
+from benchmark.space.language import SearchSpace
 from benchmark.space.shape import SHAPE_KEYS, apply_shape, fit_width_depth, layer_split
+from benchmark.space.source import SpaceError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,16 +70,14 @@ def _fragment(space: SearchSpace, values: Mapping[str, Any]) -> tuple[dict[str, 
 
 
 # ArchSpec's own defaults, for keys nothing sets (ffn.kind -> swiglu, loops -> 1, ...).
-_DEFAULTS = {**{k: v for k, v in vars(ArchSpec()).items() if k not in ("ffn", "layers", "hyper")},
-             **{f"ffn.{k}": v for k, v in vars(FFNSpec()).items()},
-             **{f"hyper.{k}": v for k, v in vars(HyperSpec()).items()}}
+_DEFAULTS = {name: key.default for name, key in SPEC_KEYS.items() if key.section is None}
 
 
 def _lookup(space: SearchSpace, values: Mapping[str, Any]) -> Callable[[str], Any]:
     """Name -> value as a condition reads it: the candidate so far over its family preset, then
     ArchSpec's defaults; null when unset (hyper.* of a model without hyper-connections)."""
     raw, shape = _fragment(space, values)
-    merged = deep_merge(PRESETS.get(raw.get("family", "transformer"), {}), raw)
+    merged = deep_merge(PRESETS.get(raw.get("family", ArchSpec.family), {}), raw)
 
     def get(name: str) -> Any:
         if name == "variant":
@@ -177,7 +171,7 @@ def resolve(space: SearchSpace, values: Mapping[str, Any]) -> Candidate:
 
 def _solve(space: SearchSpace, values: dict[str, Any]) -> Solution:
     raw, shape = _fragment(space, values)
-    family = ArchSpec.from_dict({"family": raw.get("family", "transformer")}).family  # SpecError if misspelt
+    family = ArchSpec.from_dict({"family": raw.get("family", ArchSpec.family)}).family  # SpecError if misspelt
     merged = apply_shape(deep_merge(PRESETS[family], raw), shape)
 
     head_dim = shape.get("shape.head_dim")

@@ -1,49 +1,62 @@
-"""Derived-shape axes (`shape.*` in a search space): set the layer count, its begin/middle/end
-split, the unrolled depth, or the width/depth ratio of an ArchSpec mapping before the budget solve.
-
-* `shape.layers`: unique layers n, split by `shape.middle_frac` (default: the family preset's
-  split, e.g. Hyperloop's 2/4/2 = 25% / 50% / 25%, §4.1); begin takes the odd layer.
-* `shape.middle_frac`: the fraction of unique layers in the looped middle block.
-* `shape.unrolled_layers`: the depth a token passes through (begin + middle x loops + end). A
-  looped candidate gets `loops` from it; a non-looped one gets that many layers. This is how the
-  Hyperloop paper depth-matches its Transformer baselines (Table 1, "Unrolled Depth") and keeps
-  depth fixed while restructuring the loop (Table 3).
-* `shape.d_model_per_layer`: d_model / L, where L is the unrolled depth (the number of layers for
-  a non-looped model, as in the hourglass paper's Fig. 4 sweep). The layer count is searched so
-  that the budget-solved d_model over L lands nearest the target ratio (nearest in log space).
-* `shape.head_dim`: heads scale with the solved d_model (n_heads = d_model / head_dim, rounded;
-  n_heads / n_kv_heads keeps the GQA group). The papers fix head_dim = 64 at every scale; a fixed
-  n_heads would leave a 2M-parameter model 16 heads of width 6. Applied by the solver (budget.py).
+"""Derived-shape axes (`shape.*` in a search space): the layer count, its begin/middle/end split,
+the unrolled depth, the width/depth ratio or the head width of a candidate, set on its ArchSpec
+mapping before (or, for `shape.head_dim`, during) the budget solve.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from typing import Any, Callable, Mapping
 
-from benchmark.arch.spec import SpecError
+from benchmark.arch.fields import Key
+from benchmark.arch.spec import SPEC_KEYS, ArchSpec, LayerSplit, SpecError, is_looped
 from benchmark.space.budget import BudgetError, Solution
 
-SHAPE_KEYS = {  # key -> the kind of value it takes
-    "shape.layers": "int", "shape.middle_frac": "fraction", "shape.unrolled_layers": "int",
-    "shape.d_model_per_layer": "float", "shape.head_dim": "int",
-}
+
+def _even(head_dim: int) -> int:
+    if head_dim % 2:
+        raise ValueError(f"must be even (rotary embeddings turn pairs of dimensions), got {head_dim}")
+    return head_dim
+
+
+SHAPE_KEYS = {key.name: key for key in (
+    # Unique layers n, split by shape.middle_frac (default: the family preset's split, e.g.
+    # Hyperloop's 2/4/2 = 25% / 50% / 25%, §4.1); begin takes the odd layer.
+    Key(name="shape.layers", types=(int,), at_least=1),
+    # The fraction of unique layers in the looped middle block.
+    Key(name="shape.middle_frac", types=(float,), above=0, at_most=1),
+    # The depth a token passes through (begin + middle x loops + end): a looped candidate gets
+    # `loops` from it, a non-looped one that many layers. This is how the Hyperloop paper
+    # depth-matches its Transformer baselines (Table 1, "Unrolled Depth") and keeps depth fixed
+    # while restructuring the loop (Table 3).
+    Key(name="shape.unrolled_layers", types=(int,), at_least=1),
+    # d_model / L, L the unrolled depth (the layer count of a non-looped model, as in the hourglass
+    # paper's Fig. 4 sweep): the layer count is searched so that the budget-solved d_model over L
+    # lands nearest the target (fit_width_depth).
+    Key(name="shape.d_model_per_layer", types=(float,), above=0),
+    # Heads scale with the solved d_model (n_heads = d_model / head_dim, rounded; n_heads /
+    # n_kv_heads keeps the GQA group). The papers fix head_dim = 64 at every scale; a fixed n_heads
+    # would leave a 2M-parameter model 16 heads of width 6. Applied by the solver (budget.py).
+    Key(name="shape.head_dim", types=(int,), at_least=1, parse=_even),
+)}
+_DEFAULT_LAYERS = asdict(SPEC_KEYS["layers"].default)
 
 
 def layer_split(raw: Mapping[str, Any]) -> dict[str, int]:
     """The (preset-merged) layer split as begin/middle/end, accepting `layers: 12` and `layers.n`."""
-    layers = raw.get("layers", {"begin": 4})
+    layers = raw.get("layers", _DEFAULT_LAYERS)
     if isinstance(layers, int):
         layers = {"n": layers}
     if "n" in layers:
         layers = {"begin": layers["n"]}
-    return {k: layers.get(k, 0) for k in ("begin", "middle", "end")}
+    return {k: layers.get(k, default) for k, default in asdict(LayerSplit()).items()}
 
 
 def _loops_in_middle(raw: Mapping[str, Any]) -> bool:
     """Does the middle block repeat (ArchSpec.looped, before validation)?"""
-    middle = layer_split(raw)["middle"]
-    return middle > 0 and (raw.get("loops", 1) > 1 or raw.get("injection", "none") != "none")
+    split = LayerSplit(**layer_split(raw))
+    return is_looped(split, raw.get("loops", ArchSpec.loops), raw.get("injection", ArchSpec.injection))
 
 
 def split_layers(n: int, middle_frac: float) -> dict[str, int]:

@@ -1,5 +1,7 @@
-"""Training settings: a torch-free dataclass, so the search space validates its `training:`
-section with the very class a trial trains with (one validator path)."""
+"""Training settings: a torch-free dataclass whose fields carry their own rules (`setting`,
+arch/fields.py), so the search space validates its `training:` section with the very class a
+trial trains with (one validator path).
+"""
 
 from __future__ import annotations
 
@@ -7,60 +9,65 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from benchmark.space.budget import parse_amount, parse_tokens
+from benchmark.arch.fields import did_you_mean, keys, setting
+from benchmark.space.budget import COUNTS, parse_amount, parse_tokens
 
 SCHEDULES = ("cosine", "wsd")
 PRECISIONS = ("auto", "bf16", "fp32")
-TOKENS_PER = ("total", "non_embedding")
+TOKENS_PER = COUNTS
+
+
+class TrainConfigError(ValueError):
+    """A training setting that breaks its rule: `key` names it (unknown keys too), `reason` says why."""
+
+    def __init__(self, key: str, reason: str):
+        self.key, self.reason = key, reason
+        super().__init__(f"training.{key}: {reason}")
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    tokens: str | int = "20x"     # absolute ("5M", 5_000_000) or a multiple of parameters ("20x")
-    tokens_per: str = "total"     # which parameter count "Nx" multiplies: total | non_embedding
-    seq_len: int = 256
-    batch_size: int = 16
-    lr: float = 6e-4
-    min_lr: float | None = None   # end of the decay; default lr / 10 (Hyperloop App. A: 4e-4 -> 4e-5)
-    schedule: str = "cosine"
-    warmup: float = 0.05          # fraction of the steps (< 1) or a number of steps (>= 1)
-    decay: float = 0.2            # wsd: fraction of the steps in the final decay (AbbIE §3.2)
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    eval_every: int = 0           # steps between evaluations; 0 = at the end only
-    eval_tokens: int | str = 65_536  # held-out tokens per source
-    precision: str = "auto"
+    tokens: str | int = setting("20x", parse=parse_tokens)   # absolute ("5M", 5_000_000) or per parameter ("20x")
+    tokens_per: str = setting("total", choices=TOKENS_PER)   # which parameter count "Nx" multiplies
+    seq_len: int = setting(256, at_least=1)
+    batch_size: int = setting(16, at_least=1)                # sequences per step
+    lr: float = setting(6e-4, above=0)                       # peak learning rate
+    min_lr: float | None = setting(None, at_least=0)         # end of the decay; default lr / 10 (Hyperloop App. A: 4e-4 -> 4e-5)
+    schedule: str = setting("cosine", choices=SCHEDULES)     # wsd: warmup-stable-decay (AbbIE §3.2)
+    warmup: float = setting(0.05, at_least=0)                # fraction of the steps (< 1) or a number of steps (>= 1)
+    decay: float = setting(0.2, at_least=0, at_most=1)       # wsd: fraction of the steps in the final decay (AbbIE §3.2)
+    weight_decay: float = setting(0.1, at_least=0)
+    beta1: float = setting(0.9, at_least=0, at_most=1)
+    beta2: float = setting(0.95, at_least=0, at_most=1)
+    grad_clip: float = setting(1.0, at_least=0)              # max gradient norm; 0 turns clipping off
+    eval_every: int = setting(0, at_least=0)                 # steps between evaluations; 0 = at the end only
+    eval_tokens: int | str = setting(65_536, parse=parse_amount)  # held-out tokens per source
+    precision: str = setting("auto", choices=PRECISIONS)
     compile: bool = True
-    seed: int = 0
-    device: str = "auto"
+    seed: int = setting(0, at_least=0)
+    device: str = "auto"                                     # auto, cpu, cuda, cuda:1, ...
 
     def __post_init__(self):
-        for name, ok, why in (
-            ("schedule", self.schedule in SCHEDULES, f"one of {', '.join(SCHEDULES)}"),
-            ("precision", self.precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
-            ("tokens_per", self.tokens_per in TOKENS_PER, "total or non_embedding"),
-            ("seq_len", self.seq_len >= 1, "a positive integer"),
-            ("batch_size", self.batch_size >= 1, "a positive integer"),
-            ("lr", self.lr > 0, "a positive number"),
-            ("warmup", self.warmup >= 0, "a fraction or a number of steps >= 0"),
-            ("decay", 0 <= self.decay <= 1, "a fraction in [0, 1]"),
-        ):
-            if not ok:
-                raise ValueError(f"training.{name}: {getattr(self, name)!r} must be {why}")
-        try:
-            parse_tokens(self.tokens)
-            object.__setattr__(self, "eval_tokens", parse_amount(self.eval_tokens))
-        except ValueError as e:
-            raise ValueError(f"training.tokens: {e}") from None
+        checked = self.checked(vars(self))
+        object.__setattr__(self, "eval_tokens", checked["eval_tokens"])  # "1K" -> 1000 tokens
+
+    @classmethod
+    def checked(cls, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """Each setting of `raw` by its field's rule (`tokens` as Tokens, `eval_tokens` as a count);
+        TrainConfigError for the first unknown key or broken rule, in the order of `raw`."""
+        out = {}
+        for name, value in raw.items():
+            if name not in _KEYS:
+                raise TrainConfigError(name, f"unknown key{did_you_mean(name, _KEYS)}")
+            try:
+                out[name] = _KEYS[name].check(value)
+            except ValueError as e:
+                raise TrainConfigError(name, str(e)) from None
+        return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ValueError(f"training.{unknown[0]}: unknown key (known: {', '.join(sorted(known))})")
+        cls.checked(raw)  # unknown keys are named before the constructor sees them
         return cls(**raw)
 
     def total_tokens(self, params: Mapping[str, int]) -> int:
@@ -70,7 +77,7 @@ class TrainConfig:
         return max(1, math.ceil(self.total_tokens(params) / (self.batch_size * self.seq_len)))
 
     def lr_at(self, step: int, total: int) -> float:
-        """Linear warmup, then cosine to min_lr_ratio, or stable then cosine decay (WSD)."""
+        """Linear warmup, then cosine to min_lr, or stable then cosine decay (WSD)."""
         warm = int(self.warmup if self.warmup >= 1 else round(self.warmup * total))
         if step < warm:
             return self.lr * (step + 1) / warm
@@ -84,3 +91,7 @@ class TrainConfig:
                 return self.lr
         progress = min(1.0, (step - start) / length)
         return floor + 0.5 * (self.lr - floor) * (1 + math.cos(math.pi * progress))
+
+
+_KEYS = keys(TrainConfig)
+DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
