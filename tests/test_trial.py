@@ -124,7 +124,7 @@ def test_token_budgets():
     for bad in ("12Q", "x20", "-5M", "0"):
         with pytest.raises(ValueError):
             TrainConfig(tokens=bad)
-    with pytest.raises(ValueError, match="training.schedule: 'linear' must be one of cosine, wsd"):
+    with pytest.raises(ValueError, match="training.schedule: 'linear' is not one of cosine, wsd"):
         TrainConfig(schedule="linear")
     with pytest.raises(ValueError, match="training.warmpu: unknown key"):
         TrainConfig.from_dict({"warmpu": 0.1})
