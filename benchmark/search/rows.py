@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Mapping
 
+from benchmark.arch.describe import variant
 from benchmark.search.context import TrialContext
 from benchmark.store import metrics
 from benchmark.store.results import read_files, write_row
@@ -97,8 +98,6 @@ def user_attrs(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     """What a person wants beside a trial's values in optuna-dashboard or trials_dataframe():
     the candidate, its counts and costs, its measurements (mean over ok seeds), status, seeds,
     the Parquet files, and the error line of a trial that has no ok row."""
-    from benchmark.arch.describe import variant
-
     if not rows:
         return {}
     ok = [r for r in rows if r.get("status") == "ok"] or rows
@@ -109,8 +108,8 @@ def user_attrs(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
         if vals:
             out[key] = statistics.fmean(vals) if isinstance(vals[0], float) else vals[0]
     spec = json.loads(first["spec"]) if first.get("spec") else None
-    if spec and variant(spec):
-        out["variant"] = variant(spec)
+    if spec and (label := variant(spec)):
+        out["variant"] = label
     statuses = sorted({r["status"] for r in rows})
     out["status"] = statuses[0] if len(statuses) == 1 else ",".join(statuses)
     out["seeds"] = sorted(int(r["seed"]) for r in rows if _present(r.get("seed")))

@@ -138,7 +138,11 @@ def read_table(study_dir: str | Path) -> pa.Table:
     """Every trial attempt of the study as one Arrow table (empty, with SCHEMA, if none yet).
     Files are concatenated with permissive schema promotion: a column missing from older files
     (or all-null in a failed trial) does not break the read."""
-    tables = [_read_file(f) for f in trial_files(study_dir)]
+    return _concat(trial_files(study_dir))
+
+
+def _concat(files) -> pa.Table:
+    tables = [_read_file(Path(f)) for f in files]
     return pa.concat_tables(tables, promote_options="permissive") if tables else SCHEMA.empty_table()
 
 
@@ -153,8 +157,7 @@ def _read_file(path: Path) -> pa.Table:
 
 def read_files(files) -> list[dict[str, Any]]:
     """The rows of the given result files, as plain Python values."""
-    tables = [_read_file(Path(f)) for f in files]
-    return pa.concat_tables(tables, promote_options="permissive").to_pylist() if tables else []
+    return _concat(files).to_pylist()
 
 
 def read_study(study_dir: str | Path):
