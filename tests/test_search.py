@@ -193,7 +193,7 @@ def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus,
     assert summary.sampler == "tpe"  # categorical axis, few trials: Optuna's guide
     study = _load(results, "named")
     assert study.metric_names == ["val_loss", "params"]
-    assert study.user_attrs["sampler"] == "tpe" and study.user_attrs["space"] == "named"
+    assert study.user_attrs["sampler"] == "tpe" and study.user_attrs["space"] == space.name == "tiny"  # the space's name; the study is --name
     assert study.user_attrs["objectives"] == [["val_loss", "min"], ["params", "min"]]
     assert read_study_info(results / "named")["objectives"] == [["val_loss", "min"], ["params", "min"]]
     df = pd.read_parquet(results / "named").set_index("optuna_trial")
@@ -216,7 +216,7 @@ def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus,
                                "--port", str(port), f"sqlite:///{results / 'named' / OPTUNA_DB}"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        listed = _get_json(f"http://127.0.0.1:{port}/api/studies")["studies"]
+        listed = _get_json(f"http://127.0.0.1:{port}/api/studies")["study_summaries"]
         detail = _get_json(f"http://127.0.0.1:{port}/api/studies/{listed[0]['study_id']}")
     finally:
         server.terminate()
