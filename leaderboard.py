@@ -7,6 +7,8 @@
     python leaderboard.py --format html --out site/    one self-contained page: site/index.html
     python leaderboard.py results/a results/b --out cmp/   two studies side by side, every format
     python leaderboard.py --objectives params,flops,val_ppl --ref 2e8,2e9,40
+    python leaderboard.py s3://bucket/results --format md   studies under a URI pyarrow.fs opens
+                                                       (credentials, endpoint: AWS_* environment)
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from benchmark.leaderboard import (
     publish,
     read_declarations,
     read_studies,
+    skipped_notes,
 )
 from benchmark.leaderboard.objectives import counted
 
@@ -34,7 +37,7 @@ FILE_FORMATS = [f for f in FORMATS if f != "terminal"]
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", nargs="*", default=["results"], metavar="RESULTS_DIR",
-                   help="a results root holding studies, or study folders (default: results)")
+                   help="a results root holding studies, or study folders; paths or URIs (default: results)")
     p.add_argument("--study", action="append", default=[], metavar="NAME", help="only this study (repeatable)")
     p.add_argument("--x", help="first objective, METRIC[:min|max], a metric registry name or alias "
                    "(default: the studies' declared objectives; with --y only: params, the parameters the budget counts)")
@@ -78,7 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         studies = find_studies(args.results, args.study)
         declared = read_declarations(studies)
-        board = build_board(read_studies(studies), settings(args, counted(declared)[0]), declared)
+        skipped: dict[str, list[str]] = {}
+        trials = read_studies(studies, skipped)
+        for path in (p for files in skipped.values() for p in files):
+            print(f"leaderboard: {path}: not a readable Parquet file; skipped", file=sys.stderr)
+        board = build_board(trials, settings(args, counted(declared)[0]), declared,
+                            skipped_notes(studies, skipped, declared))
     except LeaderboardError as err:
         print(f"leaderboard: {err}", file=sys.stderr)
         return 2

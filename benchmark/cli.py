@@ -25,7 +25,13 @@ from benchmark.space.yamlsafe import YamlError
 from benchmark.store.results import check_study_name
 
 DEFAULT_SPACE = Path(__file__).resolve().parent.parent / "search_spaces" / "default.yaml"
-SEARCH_ONLY = ("name", "results", "resume", "address", "seeds", "time_budget", "concurrency", "sampler")  # search-only flags
+SEARCH_ONLY = ("name", "results", "resume", "address", "seeds", "time_budget", "concurrency", "sampler", "storage",
+               "cpus_per_trial", "gpus_per_trial", "yes", "pending_timeout")  # search-only flags
+# A search estimated to take longer than this on one machine is a cluster job: it asks first.
+LIMIT_HOURS = 24
+# For the GPU-hours in that message only (no GPU is measured here): an assumed achieved training
+# rate per GPU, an H100 SXM at ~40% of its 989 TFLOP/s dense bf16 peak.
+ASSUMED_GPU_FLOPS = 400e12
 
 
 def _checked(parse):
@@ -57,14 +63,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", action="store_true", help="print the resolved candidates; train nothing")
     p.add_argument("--json", action="store_true", help="with --plan: one JSON object per candidate on stdout")
     p.add_argument("--name", type=_checked(check_study_name), help="study name (default: the space's name)")
-    p.add_argument("--results", help="results directory (default: results/)")
+    p.add_argument("--results", help="where rows go: a folder (local or NFS) or a URI such as s3://bucket/results "
+                   "(pyarrow.fs; default: results/)")
+    p.add_argument("--storage", help="Optuna storage URL shared by several drivers, e.g. postgresql://... "
+                   "(default: SQLite in the study folder)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted study")
     p.add_argument("--address", help="Ray cluster address, e.g. auto")
     p.add_argument("--seeds", type=_positive, help="train every chosen candidate with N seeds (default 1)")
     p.add_argument("--time-budget", type=_checked(parse_duration), help="cap the whole search, e.g. 30m, 2h")
     p.add_argument("--sampler", choices=SAMPLERS, help="Optuna sampler (default: auto, or the one a resumed "
                    "study ran with; README 'Searches')")
-    p.add_argument("--concurrency", type=_positive, help="trials at once (default: one per GPU, else 1)")
+    p.add_argument("--concurrency", type=_positive, help="trials at once (default: as many as the nodes hold)")
+    p.add_argument("--cpus-per-trial", type=_amount, help="CPUs per trial (default: the largest node's CPUs, "
+                   "shared by the trials it runs at once)")
+    p.add_argument("--gpus-per-trial", type=_amount, help="GPUs per trial, fractions share a GPU, e.g. 0.25 "
+                   "(default: 1 when the cluster has GPUs)")
+    p.add_argument("--pending-timeout", type=_checked(parse_duration), help="stop, naming what is missing, when "
+                   "no trial can start for this long (default 10m)")
+    p.add_argument("--yes", action="store_true", help="run a search estimated at more than "
+                   f"{LIMIT_HOURS} h on this machine without asking")
     p.add_argument("--spec", help="train and evaluate one architecture (YAML) instead of a search")
     p.add_argument("--checkpoint", help="with --spec: save the trained model here (safetensors + spec.json)")
     p.add_argument("--data", default="embedded", help="corpus: embedded, embedded:wiki,bible, hf:NAME, or files")
@@ -72,6 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto", help="autocast policy")
     p.add_argument("--no-compile", action="store_true", help="train eagerly (no torch.compile)")
     return p
+
+
+def _amount(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
 
 
 def parse_duration(text: str) -> float:
@@ -139,40 +166,108 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
     """Run (or continue) the search: Ray Tune + OptunaSearch over `candidates.define_by_run(space)`."""
     from rich.console import Console
 
-    from benchmark.search import SearchOptions, StudyError, run_search, storage_url
+    from benchmark.search import SearchHalted, StudyError, run_search
+    from benchmark.store.location import check_results
+    from benchmark.store.results import ResultsError
 
     console = Console(stderr=True)
     name = args.name or space.name
-    results = Path(args.results or "results")
-    if args.resume and not (results / name).is_dir():
-        print(f"run_search.py: --resume: no study named {name!r} under {results}/", file=sys.stderr)
-        return 2
     try:
-        data = _data(args)
+        opts = _options(space, args, name)
+        if args.resume and not _study_exists(opts.study_dir):
+            print(f"run_search.py: --resume: no study named {name!r} under {opts.results_dir}/", file=sys.stderr)
+            return 2
+        if not (args.yes or args.address or args.resume) and (stop := _too_big(space, args, opts)) is not None:
+            return stop
+        check_results(opts.study_dir)  # before anything is trained: a path that cannot take rows is one line
+    except ResultsError as e:
+        print(f"run_search.py: {name}: {e}", file=sys.stderr)
+        return 2
     except ValueError as e:
         print(f"run_search.py: {e}", file=sys.stderr)
         return 2
-    opts = SearchOptions(name=name, results_dir=results, seed=args.seed, seeds=args.seeds or 1,
-                         concurrency=args.concurrency, address=args.address, data=data,
-                         time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
-                         sampler=args.sampler)
     console.print(f"[bold]{name}[/bold]: {space.description or space.name} -- {space.trials} trials, "
                   f"budget {space.budget} ({space.count}), tokens {space.training.get('tokens')}")
     try:
         s = run_search(space, opts, console, policy=_policy(args))
-    except StudyError as e:
+    except (StudyError, ResultsError) as e:  # a study that cannot go on as asked, a results path that cannot be used
         print(f"run_search.py: {name}: {e}", file=sys.stderr)
         return 2
+    except SearchHalted as e:
+        print(f"run_search.py: {name}: stopped: {e}", file=sys.stderr)
+        if e.kind == "store_full":
+            print(f"finished rows are kept; once there is space: {_resume_command(args, name)}", file=sys.stderr)
+        return 2 if e.kind == "resources" else 3
+    _print_summary(console, s)
+    return 0
+
+
+def _options(space: SearchSpace, args: argparse.Namespace, name: str):
+    from benchmark.search import SearchOptions
+
+    return SearchOptions(name=name, results_dir=args.results or Path("results"), seed=args.seed,
+                         seeds=args.seeds or 1, concurrency=args.concurrency, address=args.address,
+                         storage=args.storage, cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
+                         data=_data(args), sampler=args.sampler,
+                         time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
+                         **({"pending_timeout_s": parse_duration(args.pending_timeout)} if args.pending_timeout else {}))
+
+
+def _study_exists(study_dir: str) -> bool:
+    from benchmark.store.location import is_dir
+
+    return is_dir(study_dir)
+
+
+def _resume_command(args: argparse.Namespace, name: str) -> str:
+    parts = ["python run_search.py"] + ([args.space] if args.space else [])
+    parts += [f"--name {name}"] + ([f"--results {args.results}"] if args.results else []) + ["--resume"]
+    return " ".join(parts)
+
+
+def _too_big(space: SearchSpace, args: argparse.Namespace, opts) -> int | None:
+    """The headline command on a machine too small for it: estimate first, ask before hours of
+    training (issue 11). None: go on."""
+    import optuna
+
+    from benchmark import perf
+    from benchmark.space.plan import make_plan, records
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # a sampled plan's in-memory study says nothing
+    plan = make_plan(space, seed=args.seed)
+    flops = perf.machine_flops()
+    recs = records(plan, flops)
+    hours = sum(r["est_seconds"] for r in recs) * opts.seeds / 3600
+    if hours <= LIMIT_HOURS:
+        return None
+    gpu_hours = sum(r["flops_per_token_train"] * r["tokens"] for r in recs) * opts.seeds / ASSUMED_GPU_FLOPS / 3600
+    space_arg = f"{args.space} " if args.space else ""
+    print(f"run_search.py: {opts.name}: {len(recs)} trials estimated at {hours:,.0f} machine-hours on this machine "
+          f"({flops / 1e9:.0f} GFLOP/s measured here), about {gpu_hours:,.1f} GPU-hours at an assumed "
+          f"{ASSUMED_GPU_FLOPS / 1e12:.0f} TFLOP/s per GPU. This is a cluster job (README 'On a cluster'):\n"
+          f"  ray start --head --port 6379 --num-cpus 0   (each worker: ray start --address HEAD_IP:6379)\n"
+          f"  python run_search.py {space_arg}--budget {args.budget or space.budget} --address auto --results s3://BUCKET/results "
+          f"--gpus-per-trial 1\nAdd --yes to run it here anyway.", file=sys.stderr)
+    if sys.stdin.isatty() and input("Run it on this machine anyway? [y/N] ").strip().lower() in ("y", "yes"):
+        return None
+    return 2
+
+
+def _print_summary(console, s) -> None:
+    from benchmark.search import storage_url
+
+    for note in s.notes:
+        console.print(f"note: {note}")
     console.print(f"\n{s.rows} rows in {s.study_dir}/ ({', '.join(f'{k} {v}' for k, v in s.statuses.items())}); "
-                  f"{s.finished_before} were already done, {s.ran} ran now in {s.wall_s:.0f}s"
+                  f"{s.finished_before} trials were already done, {s.ran} ran now, {s.written} rows written now, "
+                  f"in {s.wall_s:.0f}s"
                   + (f"; orchestration overhead {s.overhead_s:.2f}s per trial" if s.overhead_s is not None else ""))
     if s.best:
         b = s.best
         console.print(f"best: {b['trial_id']} {b['family']} {b['structure']} {int(b['params_total']):,} params, "
                       f"val_loss {b['val_loss']:.4f} (ppl {b['val_ppl']:.2f})")
     console.print(f'load it:  pandas.read_parquet("{s.study_dir}")\nboard:    python leaderboard.py {s.study_dir}\n'
-                  f'study:    optuna-dashboard {storage_url(s.study_dir)}   (sampler: {s.sampler})')
-    return 0
+                  f'study:    optuna-dashboard {storage_url(s.study_dir, s.storage)}   (sampler: {s.sampler})')
 
 
 def run_single(args: argparse.Namespace) -> int:

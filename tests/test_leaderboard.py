@@ -34,11 +34,13 @@ from benchmark.leaderboard import (
     read_results,
     read_studies,
     report,
+    skipped_notes,
     tables,
 )
 from benchmark.leaderboard.bands import bands, cluster
 from benchmark.leaderboard.objectives import DEFAULT, objectives
 from benchmark.leaderboard.report import FILES
+from benchmark.store.results import ResultsWarning
 from benchmark.store.study import write_study_info
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,11 +184,18 @@ def test_reads_every_trial_file_and_skips_temporary_ones(results):
     assert set(trials["study"]) == {"broad"}
 
 
-def test_an_unreadable_trial_file_is_named(tmp_path):
-    folder = write_study(tmp_path, synthetic_trials("torn", shapes=1, seeds=1, budgets=(30e6,)))
+def test_an_unreadable_trial_file_is_skipped_and_named(tmp_path):
+    trials = synthetic_trials("torn", shapes=1, seeds=1, budgets=(30e6,))
+    folder = write_study(tmp_path, trials)
     (folder / "trials" / "torn.parquet").write_bytes(b"not parquet")
-    with pytest.raises(LeaderboardError, match="torn.parquet: not a readable Parquet file"):
-        read_results([folder])
+    with pytest.warns(ResultsWarning, match=r"torn.parquet: not a readable Parquet file \(.*\); skipped"):
+        assert len(read_results([folder])) == len(trials)
+    skipped = {}
+    assert len(read_studies(find_studies([folder]), skipped)) == len(trials)
+    assert skipped == {"torn": [str(folder / "trials" / "torn.parquet")]}
+    assert skipped_notes(find_studies([folder]), skipped, {"torn": {}}) == [
+        ("torn: 1 unreadable trial file skipped (torn.parquet); redo with: python run_search.py SPACE.yaml "
+         f"--name torn --results {tmp_path} --resume")]
 
 
 def test_reading_tolerates_columns_that_come_and_go(tmp_path):

@@ -144,3 +144,27 @@ def test_run_search_py_plans_the_default_space(tmp_path, monkeypatch):
     assert len(rows) == 32 and {r["budget"] for r in rows} == {113_000_000}
     assert all(abs(r["budget_distance"]) <= 0.005 for r in rows)
     assert list(work.iterdir()) == []
+
+
+def test_the_headline_search_on_one_machine_asks_first(capsys, tmp_path):
+    """`run_search.py --budget 113M` here is a cluster job: the estimate, the cluster command line,
+    exit 2 without --yes when not at a terminal, and nothing trained or written."""
+    assert main(["--budget", "113M", "--results", str(tmp_path / "results")]) == 2
+    err = capsys.readouterr().err
+    hours = float(err.split(" machine-hours")[0].rsplit(" ", 1)[1].replace(",", ""))
+    assert hours > 24 and "GPU-hours at an assumed 400 TFLOP/s per GPU" in err
+    assert "--budget 113M --address auto --results s3://BUCKET/results --gpus-per-trial 1" in err
+    assert "Add --yes to run it here anyway." in err
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_results_path_that_is_a_file_is_one_line_before_any_training(capsys, tmp_path):
+    import time
+
+    taken = tmp_path / "results.txt"
+    taken.write_text("not a folder")
+    t0 = time.perf_counter()
+    assert main([QUICKSTART, "--results", str(taken), "--name", "q"]) == 2
+    err = capsys.readouterr().err
+    assert time.perf_counter() - t0 < 10 and err.count("\n") == 1
+    assert err.startswith("run_search.py: q: ") and str(taken) in err and "not a directory" in err

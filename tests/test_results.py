@@ -42,7 +42,7 @@ def test_eight_processes_writing_fifty_rows_each(tmp_path):
 def test_row_round_trip_with_schema_and_extra_columns(tmp_path):
     path = write_row(tmp_path / "s", {"study": "s", "trial_id": "t/1", "status": "ok", "val_loss": 2.5,
                                       "val_ppl_by_loops": {"1": 20.0, "2": 15.5}, "my_metric": 7})
-    assert path.name == "t-1.a0.parquet"
+    assert path == str(tmp_path / "s" / "trials" / "t-1.a0.parquet")
     df = read_study(tmp_path / "s")
     assert list(df.columns) == list(COLUMNS)
     row = df.iloc[0]
@@ -64,7 +64,7 @@ def test_version_1_files_read_beside_version_2_with_the_diagnostics_null(tmp_pat
     pq.write_table(old, tmp_path / "s" / "trials" / "old.a0.parquet")
     write_row(tmp_path / "s", {"study": "s", "trial_id": "new", "status": "ok", "val_loss": 2.0, "stream_cosine": 0.9})
     df = read_study(tmp_path / "s").set_index("trial_id")
-    assert df.loc["old", "schema_version"] == 1 and df.loc["new", "schema_version"] == SCHEMA_VERSION == 2
+    assert df.loc["old", "schema_version"] == 1 and df.loc["new", "schema_version"] == SCHEMA_VERSION == 3
     assert pd.isna(df.loc["old", "stream_cosine"]) and df.loc["new", "stream_cosine"] == 0.9
     assert len(pd.read_parquet(tmp_path / "s")) == 2
 

@@ -3,6 +3,7 @@ persisted Optuna study, resume after SIGKILL, and trials that diverge or raise."
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,6 +81,18 @@ def test_a_search_runs_through_ray_tune_and_optuna(corpus, tmp_path):
     again = run_search(space, opts, console=None, policy=POLICY)
     assert again.ran == 0 and again.finished_before == 4 and len(pd.read_parquet(tmp_path / "results" / "tiny")) == 4
     assert not ray_processes(_ray_temp_dir(opts.study_dir))
+    # a row file cut short (a bad copy, a full disk): set aside, its candidate trained again, once
+    trials = tmp_path / "results" / "tiny" / "trials"
+    damaged = trials / "t0002.a0.parquet"
+    family = pd.read_parquet(damaged)["family"].iloc[0]
+    damaged.write_bytes(damaged.read_bytes()[:300])
+    healed = run_search(space, opts, console=None, policy=POLICY)
+    assert healed.finished_before == 3 and healed.ran == 1 and healed.written == 1
+    assert any("set aside damaged row file" in note and "t0002.a0.parquet" in note for note in healed.notes)
+    assert (tmp_path / "results" / "tiny" / "_quarantine" / "t0002.a0.parquet").stat().st_size == 300
+    df = pd.read_parquet(tmp_path / "results" / "tiny")
+    assert len(df) == 4 and sorted(df["family"]) == ["abbie-d", "hyperloop", "looped", "transformer"]
+    assert df.loc[df["trial_id"] == "t0004", "family"].item() == family  # the same candidate, run again
 
 
 DRIVER = """
@@ -245,3 +258,44 @@ def test_every_searchable_metric_is_reported_and_searchable(corpus, tmp_path):
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
     for t in study.trials:
         assert len(t.values) == len(SEARCHABLE) and all(v == v for v in t.values), t.values
+
+
+# ---- a full disk (issue 18) -------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 3 MB file system (tmpfs; needs root, as CI has)."""
+    root = tmp_path / "disk"
+    root.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(root)], capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a small file system here: {done.stderr.strip()}")
+    yield root
+    subprocess.run(["umount", "-l", str(root)], capture_output=True)
+
+
+def test_a_full_disk_stops_the_search_cleanly_and_resume_finishes_it(corpus, tmp_path, small_disk, capsys):
+    from benchmark.cli import main
+
+    results = small_disk / "results"
+    space_path = space_file(tmp_path, "full", trials=1, tokens="20K")
+    run_search(load_space(space_path), options(corpus, results, "full"), console=None, policy=POLICY)
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * (shutil.disk_usage(small_disk).free - 60 * 1024))  # 60 kB left
+    flags = [str(space_path), "--trials", "2", "--name", "full", "--results", str(results), "--data",
+             str(corpus / "text.txt"), "--tokenizer", "bpe:320", "--no-compile", "--precision", "fp32"]
+    assert main(flags) == 3
+    err = capsys.readouterr().err
+    assert f"run_search.py: full: stopped: {results / 'full'}: the disk is full" in err and "MiB free" in err
+    assert f"once there is space: python run_search.py {space_path} --name full --results {results} --resume" in err
+    assert "Traceback" not in err
+    kept = pd.read_parquet(results / "full")
+    assert len(kept) >= 1 and not list((results / "full" / "trials").glob(".*"))  # no half-written file
+
+    filler.unlink()
+    assert main([*flags, "--resume"]) == 0
+    df = pd.read_parquet(results / "full")
+    assert len(df) == 2 and df["trial_id"].is_unique and set(df["status"]) <= {"ok", "pruned"}
+    assert set(kept["trial_id"]) <= set(df["trial_id"])
+    study = optuna.load_study(study_name="full", storage=f"sqlite:///{results / 'full' / OPTUNA_DB}")
+    assert "RUNNING" not in [t.state.name for t in study.trials]

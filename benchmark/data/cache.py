@@ -53,17 +53,25 @@ class PreparedData:
 
 
 def prepare(cfg: DataConfig) -> PreparedData:
-    """Corpus -> tokenizer -> token arrays; each step runs once and is then read from the cache."""
+    """Corpus -> tokenizer -> token arrays; each step runs once and is then read from the cache.
+
+    The cache is per node (cache_root() is a local folder): the first trial on a node builds it,
+    under a file lock, so two trials starting together on one node do not both tokenise; the
+    second waits, then reads what the first wrote (issue 11)."""
+    from filelock import FileLock
+
     corpus = load_corpus(cfg)
-    tokenizer = load_tokenizer(
-        cfg.tokenizer, cache_dir=corpus.cache_dir, corpus_id=corpus.fingerprint, texts=corpus.tokenizer_sample
-    )
-    return PreparedData(
-        tokenizer=tokenizer,
-        train=tokenized(corpus, tokenizer, "train"),
-        val=tokenized(corpus, tokenizer, "validation"),
-        dataset_id=corpus.dataset_id,
-    )
+    corpus.cache_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(corpus.cache_dir / f".prepare-{corpus.fingerprint[:16]}.lock")):
+        tokenizer = load_tokenizer(
+            cfg.tokenizer, cache_dir=corpus.cache_dir, corpus_id=corpus.fingerprint, texts=corpus.tokenizer_sample
+        )
+        return PreparedData(
+            tokenizer=tokenizer,
+            train=tokenized(corpus, tokenizer, "train"),
+            val=tokenized(corpus, tokenizer, "validation"),
+            dataset_id=corpus.dataset_id,
+        )
 
 
 def tokenized(corpus: Corpus, tokenizer: Tokenizer, split: str) -> TokenArray:

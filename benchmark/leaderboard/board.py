@@ -3,7 +3,7 @@ hypervolumes. Everything the tables, plots and page show is computed here, once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,10 +69,12 @@ class Board:
         return self.objectives[-1]
 
 
-def build(trials: pd.DataFrame, settings: Settings = Settings(), declared: Mapping[str, dict] | None = None) -> Board:
+def build(trials: pd.DataFrame, settings: Settings = Settings(), declared: Mapping[str, dict] | None = None,
+          notes: Sequence[str] = ()) -> Board:
     """`declared`: each study's declaration (studies.read_declarations), whose objectives the board
-    takes when the settings name none; None when the trials come from no study folder."""
-    objs, notes = _objectives(settings, declared)
+    takes when the settings name none; None when the trials come from no study folder. `notes`:
+    what reading the studies left out (studies.skipped_notes), said first among the board's notes."""
+    objs, said = _objectives(settings, declared)
     missing = [o.column for o in objs if o.column not in trials]
     if "status" not in trials or missing:
         raise LeaderboardError(f"results lack column(s): {', '.join(missing or ['status'])}")
@@ -95,7 +97,7 @@ def build(trials: pd.DataFrame, settings: Settings = Settings(), declared: Mappi
         excluded=_excluded(trials.loc[~usable, [c for c in trials if c not in ("spec", "val_ppl_by_loops")]], objs),
         hypervolumes=_hypervolumes(candidates, pairs, settings.ref),
         pairs=pairs,
-        notes=tuple(notes + spec_notes + skipped),
+        notes=(*notes, *said, *spec_notes, *skipped),
     )
 
 

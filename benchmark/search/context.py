@@ -15,7 +15,8 @@ if TYPE_CHECKING:  # the command line reads this package without loading the dat
 @dataclass(frozen=True, kw_only=True)
 class TrialContext:
     study: str
-    study_dir: str                       # absolute: workers may run in another directory
+    study_dir: str                       # absolute path or URI: workers may run in another directory
+    fallback_dir: str | None = None      # rows go here when the results disk is full (rows.write)
     data: DataConfig
     training: Mapping[str, Any]          # the space's `training:` section (plus eval_every for ASHA)
     count: str                           # the budget's count rule: which column `params` is
@@ -41,4 +42,14 @@ class TrialContext:
         return TrainConfig.from_dict({**self.training, "tokens_per": self.count, "seed": seed, **self.policy})
 
     def checkpoint_dir(self, trial_id: str) -> Path | None:
-        return Path(self.study_dir) / "_checkpoints" / trial_id if self.checkpoints else None
+        """Local folder the trial saves its weights to: in the study, or, for results on a URI, a
+        local staging folder that the trainable copies to <study>/_checkpoints/ (upload_checkpoint)."""
+        if not self.checkpoints:
+            return None
+        from benchmark.store.location import is_uri
+
+        if is_uri(self.study_dir):
+            import tempfile
+
+            return Path(tempfile.gettempdir()) / "shapebench-checkpoints" / self.study / trial_id
+        return Path(self.study_dir) / "_checkpoints" / trial_id

@@ -2,14 +2,20 @@
 
     space (YAML) -> define-by-run function -> OptunaSearch (sampler: study.py; the Optuna study
     persisted in <study>/_optuna.db, its metrics named, each trial carrying its row as attributes)
-    -> Ray Tune (concurrency limit, actor reuse, ASHA over training tokens for one objective that
-    is reported during training) -> trainable.py: run_trial for each seed -> one Parquet row per
-    attempt (rows.py, store/results.py), written by the trial itself.
+    -> Ray Tune (trials sized to the nodes: resources.py; concurrency limit, actor reuse, ASHA over
+    training tokens for one objective that is reported during training; a trial whose worker or
+    node is lost runs again) -> trainable.py: run_trial for each seed -> one Parquet row per attempt
+    (rows.py, store/results.py), written by the trial itself where the results live (a folder, or
+    a URI through pyarrow.fs).
 
 Resume: the same --name continues a study. Rows in Parquet are the truth: finished trials are
 never re-run, the Optuna study remembers them for the sampler, and trials left RUNNING by a
 killed driver are closed (from their Parquet row if they finished) or failed and re-enqueued.
-Processes of a killed local Ray instance are found by their session directory and ended.
+Damaged row files are set aside and their trials run again; rows kept aside when the disk was full
+come back. Processes of a killed local Ray instance are found by their session directory and ended.
+
+The search stops early (SearchHalted) when the results disk is full or no trial can start on the
+cluster; what is finished is kept, and the message says how to go on (issues 11, 18).
 """
 
 from __future__ import annotations
@@ -24,34 +30,60 @@ from benchmark.search import ray_session
 from benchmark.search import study as studies
 from benchmark.search.context import TrialContext
 from benchmark.search.study import OPTUNA_DB  # noqa: F401  (re-exported: where the study lives)
-from benchmark.store import metrics
-from benchmark.store.results import finished_trials, read_study, sweep_orphans
+from benchmark.store import location, metrics
+from benchmark.store.results import (
+    finished_trials,
+    quarantine,
+    read_study,
+    recover,
+    sweep_orphans,
+    trial_files,
+)
 from benchmark.store.study import write_study_info
+
+# What one trial leaves in the results store, for the free-space check before a search: a row
+# file (~30 kB with the evaluations' curves), its share of the Optuna study and Ray's state.
+BYTES_PER_TRIAL = 256 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
 class SearchOptions:
     name: str
-    results_dir: Path = Path("results")
+    results_dir: str | Path = Path("results")   # a local or NFS folder, or a URI (s3://, gs://: pyarrow.fs)
     seed: int = 0
     seeds: int = 1                   # train every chosen candidate with this many seeds
-    concurrency: int | None = None   # default: one trial per GPU, else one at a time (it uses every core)
+    concurrency: int | None = None   # default: as many trials as the nodes hold (search/resources.py)
+    cpus_per_trial: float | None = None   # default: the largest node's CPUs, shared by its trials
+    gpus_per_trial: float | None = None   # default: 1 when a node has GPUs (fractions share a GPU)
     address: str | None = None       # an existing Ray cluster ("auto", "HOST:PORT")
+    storage: str | None = None       # an Optuna RDB URL; default: SQLite beside the rows (study.storage_url)
     time_budget_s: float | None = None
     retries: int = 1                 # an exception is retried this many times, then recorded as failed
+    node_retries: int = 3            # a trial whose worker or node is lost runs again elsewhere
+    pending_timeout_s: float = 600.0  # stop, saying what is missing, when no trial starts for this long
     data: DataConfig = field(default_factory=DataConfig)
     asha: bool = True                # successive halving over tokens when there is one objective
     checkpoints: bool = False        # keep each trial's weights under <study>/_checkpoints
     sampler: str | None = None       # None: the study's recorded sampler, else "auto" (study.py)
 
     @property
-    def study_dir(self) -> Path:
-        return Path(self.results_dir) / self.name
+    def study_dir(self) -> str:
+        return location.join(self.results_dir, self.name)
+
+
+class SearchHalted(RuntimeError):
+    """The search stopped before its trials were done: the disk is full (`kind` "store_full") or
+    the cluster cannot start a trial ("resources"). Finished rows are kept; the message says how
+    to go on."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass
 class SearchSummary:
-    study_dir: Path
+    study_dir: str
     requested: int
     finished_before: int
     ran: int
@@ -61,50 +93,137 @@ class SearchSummary:
     overhead_s: float | None
     best: dict[str, Any] | None
     sampler: str | None = None
+    storage: str | None = None             # --storage, when the study is not in SQLite beside the rows
+    written: int = 0                       # row files this run wrote
+    notes: list[str] = field(default_factory=list)   # set-aside or recovered rows, a low disk
 
 
 def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] | None = None) -> SearchSummary:
     """Run (or continue) a study until `space.trials` candidates have results."""
-    import optuna
-
-    from benchmark.data import prepare
-    from benchmark.space.candidates import grid
-
     t0 = time.perf_counter()
-    opts.study_dir.mkdir(parents=True, exist_ok=True)
-    sweep_orphans(opts.study_dir)
+    notes, set_aside = prepare_store(opts)
+    before = set(trial_files(opts.study_dir))
     done = studies.finished_numbers(finished_trials(opts.study_dir))
-    names = [name for name, _ in space.objectives]
-    modes = [mode for _, mode in space.objectives]
-    study, storage = studies.open_study(opts.study_dir, opts.name, names, [f"{m}imize" for m in modes],
-                                        grid(space, limit=space.trials) or [])
+    names, modes = [n for n, _ in space.objectives], [m for _, m in space.objectives]
+    study, storage = _open(space, opts, names, modes)
+    studies.run_again(study, set_aside, done)
     sampler = studies.resolve_sampler(opts.sampler, study.user_attrs.get("sampler"), space, len(names))
     ctx = _context(space, opts, names, policy, asha=_asha(space, opts, names))
     studies.close_running(study, ctx)
-    summary = SearchSummary(opts.study_dir, space.trials, len(done), 0, 0, {}, 0.0, None, None, sampler)
+    summary = SearchSummary(opts.study_dir, space.trials, len(done), 0, 0, {}, 0.0, None, None, sampler, opts.storage,
+                            notes=notes)
     remaining = max(0, space.trials - len(done))
     if remaining == 0:
-        return _finish(summary, opts, t0)
-    data = prepare(opts.data)  # tokenise once, before any worker needs the cache
+        return _finish(summary, opts, t0, before)
+    try:
+        halt = _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, console)
+    except Exception as e:  # the study database or Ray's state could not be written: a full disk?
+        if not location.disk_full(e):
+            raise
+        ray_session.stop()
+        halt = ("store_full", f"{opts.study_dir}: the disk is full ({e.__class__.__name__} writing the study)")
+    finally:
+        _mirror_quietly(opts)
+    _finish(summary, opts, t0, before)
+    if halt:
+        kind, message = halt
+        raise SearchHalted(kind, f"{message}; {_space_line(space, opts, remaining)}" if kind == "store_full" else message)
+    return summary
+
+
+def prepare_store(opts: SearchOptions) -> tuple[list[str], list[str]]:
+    """Before any training: the results location is usable (ResultsPathError otherwise), rows a
+    killed writer left half-written are removed, damaged row files are set aside in
+    <study>/_quarantine (their trials run again), rows kept in the fallback folder when the disk
+    was full are brought back, and free space is compared with what the search will write."""
+    location.check_results(opts.study_dir)
+    sweep_orphans(opts.study_dir)
+    set_aside = quarantine(opts.study_dir)
+    notes = [f"set aside damaged row file {p} (its trial runs again)" for p in set_aside]
+    notes += [f"recovered row {name} kept in {fallback_dir(opts)} when the disk was full"
+              for name in recover(opts.study_dir, fallback_dir(opts))]
+    studies.mirror(opts.study_dir, opts.storage, push=False)
+    return notes, set_aside
+
+
+def _space_line(space, opts: SearchOptions, remaining: int) -> str:
+    free = location.free_bytes(opts.study_dir)
+    have = f"{free / 2**20:.1f} MiB free" if free is not None else "free space unknown"
+    return f"{have}, and the {remaining} trials left need about {space_needed(space, opts, remaining) / 2**20:.1f} MiB"
+
+
+def _mirror_quietly(opts: SearchOptions) -> None:
+    try:
+        studies.mirror(opts.study_dir, opts.storage, push=True)
+    except OSError as e:  # the rows are where they belong; the study copy is a convenience
+        import warnings
+
+        warnings.warn(f"could not copy the Optuna study to {opts.study_dir}: {e}", stacklevel=2)
+
+
+def fallback_dir(opts: SearchOptions) -> str:
+    """Where a trial keeps its row when the results disk is full: this search's temporary folder
+    on the machine that ran it (`--resume` on the driver's machine brings such rows back)."""
+    return ray_session.temp_dir(opts.study_dir) + "-rows"
+
+
+def space_needed(space, opts: SearchOptions, remaining: int) -> int:
+    """Bytes the search will write: rows, study, Ray's state, and checkpoints when kept."""
+    per_trial = BYTES_PER_TRIAL * opts.seeds
+    if opts.checkpoints:
+        per_trial += 4 * (space.budget or 0) * opts.seeds  # fp32 weights
+    return per_trial * remaining
+
+
+def _open(space, opts: SearchOptions, names, modes):
+    from benchmark.space.candidates import grid
+
+    return studies.open_study(studies.storage_url(opts.study_dir, opts.storage), opts.name, names,
+                              [f"{m}imize" for m in modes], grid(space, limit=space.trials) or [])
+
+
+def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, console):
+    """Prepare the data, start Ray, size the trials to the nodes, run Tune; returns a halt
+    (kind, message) or None."""
+    from benchmark.data import prepare
+
+    _check_space(space, opts, remaining, summary, console)
+    data = prepare(opts.data)  # tokenise once on this node, before any local worker needs the cache
     info = study_info(space, opts, sampler, data)
     studies.set_study_attrs(study, info)
     write_study_info(opts.study_dir, info)
     ray_session.start(opts.address, opts.study_dir)
-    concurrency, per_trial = ray_session.per_trial_resources(opts.concurrency)
-    ctx = replace(ctx, threads=per_trial["cpu"])
+    try:
+        res = ray_session.trial_resources(opts.cpus_per_trial, opts.gpus_per_trial, opts.concurrency)
+    except ValueError as e:  # ResourcesError: no node can hold a trial
+        return "resources", str(e)
+    ctx = replace(ctx, threads=res.threads)
     seed = opts.seed + len(study.trials)  # a restored sampler's random state is not in the storage
-    optuna_sampler = studies.make_sampler(sampler, seed, len(names), concurrency > 1, space.trials)
-    view = _tune(space, opts, ctx, modes, optuna_sampler, storage, concurrency, per_trial, remaining, console)
+    optuna_sampler = studies.make_sampler(sampler, seed, len(modes), res.concurrency > 1, space.trials)
+    view, halt = _tune(space, opts, ctx, modes, optuna_sampler, storage, res, remaining, console)
     summary.ran, summary.overhead_s = view.finished, view.overhead_s()
+    import optuna
     import ray
 
     ray.shutdown()
-    studies.close_running(optuna.load_study(study_name=opts.name, storage=storage), ctx)
-    return _finish(summary, opts, t0)
+    if not halt or halt[0] != "store_full":  # else trials stay RUNNING: --resume closes them from their rows
+        studies.close_running(optuna.load_study(study_name=opts.name, storage=storage), ctx)
+    return halt
+
+
+def _check_space(space, opts: SearchOptions, remaining: int, summary: SearchSummary, console) -> None:
+    needed, free = space_needed(space, opts, remaining), location.free_bytes(opts.study_dir)
+    if free is not None and free < needed:
+        note = (f"{opts.study_dir} has {free / 2**20:.1f} MiB free; this search will write about "
+                f"{needed / 2**20:.1f} MiB (rows, study, Ray state{', checkpoints' if opts.checkpoints else ''})")
+        summary.notes.append(note)
+        if console is not None:
+            console.print(f"[yellow]warning:[/yellow] {note}")
 
 
 def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -> TrialContext:
-    return TrialContext(study=opts.name, study_dir=str(opts.study_dir.resolve()), data=opts.data,
+    study_dir = opts.study_dir if location.is_uri(opts.study_dir) else str(Path(opts.study_dir).resolve())
+    return TrialContext(study=opts.name, study_dir=study_dir, fallback_dir=fallback_dir(opts), data=opts.data,
                         training={**space.training, "eval_every": _eval_every(space) if asha else 0},
                         count=space.count, objectives=tuple(names), seed=opts.seed, seeds=opts.seeds,
                         retries=opts.retries, checkpoints=opts.checkpoints, policy=policy or {})
@@ -115,12 +234,12 @@ def _asha(space, opts: SearchOptions, names: list[str]) -> bool:
     return opts.asha and len(names) == 1 and metrics.BY_NAME[names[0]].intermediate
 
 
-def _tune(space, opts, ctx, modes, sampler, storage, concurrency, per_trial, remaining, console):
+def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import ConcurrencyLimiter
 
-    from benchmark.search.callback import SearchCallback
+    from benchmark.search.callback import Halt, SearchCallback
     from benchmark.search.live import LiveView
     from benchmark.search.searcher import make_searcher
     from benchmark.search.trainable import trainable
@@ -132,24 +251,32 @@ def _tune(space, opts, ctx, modes, sampler, storage, concurrency, per_trial, rem
         scheduler = ASHAScheduler(time_attr="tokens", metric=ctx.objectives[0], mode=modes[0], max_t=total,
                                   grace_period=max(1, total // 8), reduction_factor=3)
     view = LiveView(console, opts.name, remaining, ctx.objectives[0], maximize=modes[0] == "max")
+    callback = SearchCallback(view, ctx, opts.pending_timeout_s, asks=res.describe(), searcher=searcher)
     tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(trainable, ctx=ctx), per_trial),
-        tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(searcher, max_concurrent=concurrency),
+        tune.with_resources(tune.with_parameters(trainable, ctx=ctx), res.bundle()),
+        tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(searcher, max_concurrent=res.concurrency),
                                     scheduler=scheduler, num_samples=remaining, reuse_actors=True,
                                     time_budget_s=opts.time_budget_s),
-        run_config=tune.RunConfig(name="_ray", storage_path=str(opts.study_dir.resolve()), verbose=0,
-                                  callbacks=[SearchCallback(view, ctx)], log_to_file=False),
+        run_config=tune.RunConfig(name="_ray", storage_path=_ray_storage(opts), verbose=0, stop=Halt(callback),
+                                  callbacks=[callback], log_to_file=False,
+                                  failure_config=tune.FailureConfig(max_failures=opts.node_retries)),
     )
     with view:
         tuner.fit()
-    return view
+    return view, callback.halt or (("store_full", searcher.full) if searcher.full else None)
+
+
+def _ray_storage(opts: SearchOptions) -> str:
+    """Ray Tune's storage_path: the study's own location (a path, or the same URI: Tune writes
+    there through pyarrow.fs too), so its state travels with the rows."""
+    return opts.study_dir if location.is_uri(opts.study_dir) else str(Path(opts.study_dir).resolve())
 
 
 def study_info(space, opts: SearchOptions, sampler: str, data) -> dict[str, Any]:
     """What the study declared and ran on: Optuna study attributes and <study>/_study.json."""
     from benchmark.store.provenance import code_version
 
-    return {"space": space.name, "description": space.description, "budget": space.budget,
+    return {"space": space.name, "space_file": space.source.file, "description": space.description, "budget": space.budget,
             "count": space.count, "tolerance": space.tolerance, "trials": space.trials,
             "objectives": [list(o) for o in space.objectives], "sampler": sampler, "seeds": opts.seeds,
             "seed": opts.seed, "code_version": code_version(), "dataset_id": data.dataset_id,
@@ -170,7 +297,8 @@ def _eval_every(space) -> int:
     return max(1, tokens // per_step // 8)
 
 
-def _finish(summary: SearchSummary, opts: SearchOptions, t0: float) -> SearchSummary:
+def _finish(summary: SearchSummary, opts: SearchOptions, t0: float, before: set[str]) -> SearchSummary:
+    summary.written = len(set(trial_files(opts.study_dir)) - before)
     df = read_study(opts.study_dir)
     summary.rows = len(df)
     summary.statuses = df["status"].value_counts().to_dict() if len(df) else {}

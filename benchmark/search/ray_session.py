@@ -19,7 +19,10 @@ for _k, _v in QUIET.items():
 
 def temp_dir(study_dir: Path) -> str:
     """A per-study session directory (short: Ray's unix socket paths are limited to ~107 chars)."""
-    digest = hashlib.sha1(str(Path(study_dir).resolve()).encode()).hexdigest()[:10]
+    from benchmark.store.location import is_uri
+
+    key = str(study_dir) if is_uri(study_dir) else str(Path(study_dir).resolve())
+    digest = hashlib.sha1(key.encode()).hexdigest()[:10]
     return os.path.join(tempfile.gettempdir(), f"sbray-{digest}")
 
 
@@ -64,12 +67,28 @@ def start(address: str | None, study_dir: Path) -> None:
              _temp_dir=session, **common)
 
 
-def per_trial_resources(concurrency: int | None) -> tuple[int, dict[str, int]]:
-    """(concurrent trials, resources per trial): one trial per GPU, else one at a time with
-    every core (a trial uses them all)."""
+def trial_resources(cpus: float | None, gpus: float | None, concurrency: int | None):
+    """What each trial asks for, decided from the alive nodes (search/resources.py); raises
+    ResourcesError within seconds when no node can hold one."""
     import ray
 
-    gpus = int(ray.cluster_resources().get("GPU", 0))
-    cpus = int(ray.cluster_resources().get("CPU", 1))
-    concurrency = concurrency or max(1, gpus)
-    return concurrency, {"cpu": max(1, cpus // concurrency), "gpu": 1 if gpus else 0}
+    from benchmark.search.resources import nodes_of, per_trial
+
+    return per_trial(nodes_of(ray.nodes()), cpus, gpus, concurrency)
+
+
+def free_resources() -> str:
+    """What the alive nodes have free now, for a message about trials that do not start."""
+    import ray
+
+    free = ray.available_resources()
+    alive = sum(1 for n in ray.nodes() if n.get("Alive"))
+    return f"{free.get('CPU', 0):g} CPUs and {free.get('GPU', 0):g} GPUs free on {alive} alive nodes"
+
+
+def stop() -> None:
+    """Disconnect from (or end) the Ray instance, if this process started one."""
+    import sys
+
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        sys.modules["ray"].shutdown()

@@ -17,15 +17,17 @@ from typing import Any, Mapping
 from benchmark.arch.describe import variant
 from benchmark.search.context import TrialContext
 from benchmark.store import metrics
-from benchmark.store.results import read_files, write_row
+from benchmark.store.results import read_files, trial_files, write_row
 
 ERROR_CHARS = 1500
+NOT_AXES = ("spec", "optuna_trial", "node_id")
 
 
 def identity(ctx: TrialContext, config: Mapping[str, Any], trial_id: str) -> dict[str, Any]:
     """The columns that place a row in its study: trial, sampled axes, budget."""
     return {"study": ctx.study, "trial_id": trial_id, "optuna_trial": int(config["optuna_trial"]),
-            "axes": json.dumps({k: v for k, v in config.items() if k not in ("spec", "optuna_trial")}, default=str),
+            "node_id": config.get("node_id"),  # the Ray node that ran it (set by the trainable)
+            "axes": json.dumps({k: v for k, v in config.items() if k not in NOT_AXES}, default=str),
             "budget": config.get("budget"), "budget_count": config.get("count"),
             "budget_distance": config.get("budget_distance")}
 
@@ -50,7 +52,7 @@ def failed(ctx: TrialContext, config, trial_id: str, seed: int, error: BaseExcep
 def infeasible(ctx: TrialContext, config) -> dict[str, Any]:
     number = int(config["optuna_trial"])
     return {"study": ctx.study, "trial_id": ctx.trial_id(number), "optuna_trial": number, "status": "infeasible",
-            "error": config["infeasible"], "seed": ctx.seed}
+            "error": config["infeasible"], "seed": ctx.seed, "node_id": config.get("node_id")}
 
 
 def unfinished(ctx: TrialContext, config, last: Mapping[str, Any], status: str, error: str | None) -> dict[str, Any]:
@@ -62,8 +64,10 @@ def unfinished(ctx: TrialContext, config, last: Mapping[str, Any], status: str, 
             "val_ppl": math.exp(loss) if loss is not None and math.isfinite(loss) else None}
 
 
-def write(ctx: TrialContext, row: Mapping[str, Any]) -> Path:
-    return write_row(ctx.study_dir, row)
+def write(ctx: TrialContext, row: Mapping[str, Any]) -> str:
+    """Write a row where the study lives; when the disk is full, keep it in the search's fallback
+    folder (for `--resume` to recover) and raise StoreFull."""
+    return write_row(ctx.study_dir, row, fallback=ctx.fallback_dir)
 
 
 def now() -> str:
@@ -75,8 +79,7 @@ def now() -> str:
 def trial_rows(study_dir: str | Path, number: int) -> list[dict[str, Any]]:
     """The latest attempt of each seed of Optuna trial `number` (files t0007.a0.parquet,
     t0007-s1.a1.parquet, ...), read from the study's files alone."""
-    folder = Path(study_dir) / "trials"
-    files = sorted(folder.glob(f"t{number:04d}.a*.parquet")) + sorted(folder.glob(f"t{number:04d}-s*.a*.parquet"))
+    files = trial_files(study_dir, f"t{number:04d}.a") + trial_files(study_dir, f"t{number:04d}-s")
     latest: dict[str, dict[str, Any]] = {}
     for row in read_files(files):
         if row["trial_id"] not in latest or row["attempt"] >= latest[row["trial_id"]]["attempt"]:
@@ -122,3 +125,19 @@ def user_attrs(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
 
 def _present(v: Any) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def upload_checkpoint(ctx: TrialContext, trial_id: str) -> None:
+    """For results on a URI: copy the weights a trial saved locally to <study>/_checkpoints/."""
+    from benchmark.store.location import is_uri, join, resolve
+
+    local = ctx.checkpoint_dir(trial_id)
+    if local is None or not is_uri(ctx.study_dir) or not local.is_dir():
+        return
+    import shutil
+
+    import pyarrow.fs as pafs
+
+    fs, remote = resolve(join(ctx.study_dir, "_checkpoints", trial_id))
+    pafs.copy_files(str(local), remote, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+    shutil.rmtree(local, ignore_errors=True)

@@ -1,6 +1,10 @@
 """Ray Tune's OptunaSearch, extended so that every finished trial carries its Parquet row as
 Optuna user attributes: what optuna-dashboard, `load_study` and `trials_dataframe()` show beside
-the values. Attributes are set before the trial is told, as Optuna freezes a finished trial."""
+the values. Attributes are set before the trial is told, as Optuna freezes a finished trial.
+
+A trial that ended `failed` or `infeasible` (the trainable reports NaN values) is told as FAIL.
+One that ended because the results disk is full is not told at all: it stays RUNNING, and the
+next `--resume` closes it from its row once the row is recovered (study.close_running)."""
 
 from __future__ import annotations
 
@@ -10,23 +14,58 @@ from ray.tune.search.optuna import OptunaSearch
 
 from benchmark.search import rows
 from benchmark.search.context import TrialContext
+from benchmark.store.location import disk_full
+
+NOT_TOLD = "store_full"
+FAILED = ("failed", "infeasible", "diverged")
 
 
 class AttributedSearch(OptunaSearch):
     def __init__(self, *args, ctx: TrialContext, **kwargs):
         super().__init__(*args, **kwargs)
         self._ctx = ctx
+        self.full: str | None = None  # the study's database found a full disk: the search stops
+
+    def suggest(self, trial_id: str):
+        if self.full:
+            return None
+        try:
+            return super().suggest(trial_id)
+        except Exception as e:
+            return self._full(e)
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False):
+        try:
+            return self._complete(trial_id, result, error)
+        except Exception as e:
+            self._completed_trials.add(trial_id)  # its row is written; --resume tells Optuna from it
+            return self._full(e)
+
+    def _full(self, error: Exception) -> None:
+        if not disk_full(error):
+            raise error
+        self.full = f"{self._ctx.study_dir}: the disk is full (the Optuna study could not be written)"
+
+    def _complete(self, trial_id: str, result: dict[str, Any] | None, error: bool):
         ot_trial = self._ot_trials.get(trial_id)
-        if ot_trial is not None and trial_id not in self._completed_trials:
+        if ot_trial is None or trial_id in self._completed_trials:
+            return super().on_trial_complete(trial_id, result, error)
+        status = (result or {}).get("status")
+        if status == NOT_TOLD:
+            self._completed_trials.add(trial_id)
+            return None
+        try:
             attrs = rows.user_attrs(rows.trial_rows(self._ctx.study_dir, ot_trial.number))
-            if not attrs:  # stopped by ASHA, or its worker died: the Tune callback writes its row
-                attrs = {"status": "failed" if error else "pruned",
-                         **({"tokens_trained": result["tokens"]} if result and "tokens" in result else {})}
-            for key, value in attrs.items():
-                ot_trial.set_user_attr(key, value)
-        super().on_trial_complete(trial_id, result, error)
+        except Exception:  # noqa: BLE001  (a damaged row must not stop the search; resume sets it aside)
+            attrs = {}
+        if not attrs:  # stopped by ASHA, or its worker died: the Tune callback writes its row
+            attrs = {"status": "failed" if error else "pruned",
+                     **({"tokens_trained": result["tokens"]} if result and "tokens" in result else {})}
+        for key, value in attrs.items():
+            ot_trial.set_user_attr(key, value)
+        if status in FAILED:
+            return super().on_trial_complete(trial_id, None, error=True)
+        return super().on_trial_complete(trial_id, result, error)
 
 
 def make_searcher(sample, ctx: TrialContext, sampler, modes: list[str], storage) -> AttributedSearch:

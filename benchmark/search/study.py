@@ -28,8 +28,63 @@ class StudyError(ValueError):
     pass
 
 
-def storage_url(study_dir: Path) -> str:
-    return f"sqlite:///{(Path(study_dir) / OPTUNA_DB).resolve()}"
+def storage_url(study_dir: str | Path, storage: str | None = None) -> str:
+    """Where the Optuna study lives: `--storage` (an RDB URL several drivers can share), else
+    SQLite in the study folder; for results on a URI (SQLite cannot live in an object store), a
+    SQLite file kept by the driver (mirror_path) and copied to <study>/_optuna.db (mirror)."""
+    from benchmark.store.location import is_uri
+
+    if storage:
+        return storage
+    path = mirror_path(study_dir) if is_uri(study_dir) else Path(study_dir) / OPTUNA_DB
+    return f"sqlite:///{path.resolve()}"
+
+
+def mirror_path(study_dir: str) -> Path:
+    import hashlib
+
+    from benchmark.data import cache_root
+
+    digest = hashlib.sha1(str(study_dir).encode()).hexdigest()[:12]
+    return cache_root() / "studies" / digest / OPTUNA_DB
+
+
+def mirror(study_dir: str | Path, storage: str | None, push: bool) -> bool:
+    """For results on a URI: copy the driver's SQLite study to <study>/_optuna.db (push, after a
+    search), or fetch that copy before one, unless this driver's own file is newer (a driver killed
+    after its last copy). Returns whether a copy was made."""
+    import sqlite3
+    from contextlib import closing
+
+    import pyarrow.fs as pafs
+
+    from benchmark.store.location import is_uri, join, resolve
+    from benchmark.store.results import trial_files
+
+    if storage or not is_uri(study_dir):
+        return False
+    local, (fs, remote) = mirror_path(str(study_dir)), resolve(join(study_dir, OPTUNA_DB))
+    if push:
+        if not local.exists():
+            return False
+        snapshot = local.with_suffix(".snapshot")
+        with closing(sqlite3.connect(local)) as src, closing(sqlite3.connect(snapshot)) as dst:
+            src.backup(dst)  # a consistent copy, even of a database in use
+        pafs.copy_files(str(snapshot), remote, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+        snapshot.unlink()
+        return True
+    info = fs.get_file_info(remote)
+    if info.type != pafs.FileType.File:
+        # No copy there: a new study (a local file left from an older study of this URI goes), or
+        # a driver killed before it copied (its rows are there: keep the local study).
+        if local.exists() and not trial_files(study_dir):
+            local.unlink()
+        return False
+    if local.exists() and info.mtime is not None and local.stat().st_mtime >= info.mtime.timestamp():
+        return False  # this driver's study is newer (it was killed after its last copy): keep it
+    local.parent.mkdir(parents=True, exist_ok=True)  # else the copy beside the rows is the study's truth
+    pafs.copy_files(remote, str(local), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+    return True
 
 
 def resolve_sampler(requested: str | None, recorded: str | None, space, n_objectives: int) -> str:
@@ -62,7 +117,7 @@ def make_sampler(name: str, seed: int, n_objectives: int, parallel: bool, trials
     raise StudyError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
 
 
-def open_study(study_dir: Path, name: str, ctx_names: list[str], directions: list[str],
+def open_study(url: str, name: str, ctx_names: list[str], directions: list[str],
                grid_points: list[dict[str, Any]] = ()):
     """Load or create the persisted study and name its metrics (also on resume, for studies made
     before names existed). A new study of a finite space starts with its points enqueued, so no
@@ -70,7 +125,9 @@ def open_study(study_dir: Path, name: str, ctx_names: list[str], directions: lis
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = optuna.storages.RDBStorage(storage_url(study_dir))
+    if url.startswith("sqlite:///"):
+        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    storage = optuna.storages.RDBStorage(url)
     study = optuna.create_study(storage=storage, study_name=name, directions=directions, load_if_exists=True)
     if [d.name.lower() for d in study.directions] != directions:
         raise StudyError(f"study {name!r} was created with directions {[d.name.lower() for d in study.directions]}, "
@@ -106,6 +163,18 @@ def close_running(study, ctx: TrialContext) -> None:
             study.tell(t.number, state=TrialState.FAIL)
             if not found:
                 study.enqueue_trial(t.params)
+
+
+def run_again(study, set_aside: list[str], done: dict[int, list[dict]]) -> None:
+    """Trials whose row files were damaged and set aside run again with the same parameters
+    (their Optuna trials stay as they were; the rerun is a new trial number)."""
+    import re
+
+    numbers = {int(m.group(1)) for p in set_aside if (m := re.match(r"t(\d+)", p.rsplit("/", 1)[-1]))}
+    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+    for number in sorted(numbers - set(done)):
+        if number in by_number and by_number[number].params:
+            study.enqueue_trial(by_number[number].params)
 
 
 class Sample:

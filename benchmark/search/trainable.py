@@ -3,40 +3,60 @@
 
 It reports the intermediate metrics of the registry at each evaluation (ASHA's rungs), and at the
 end the mean over ok seeds of every searchable metric, so any objective a space may declare is in
-the result Tune hands to Optuna."""
+the result Tune hands to Optuna.
+
+A trial that ran and failed (every seed failed, or the point is infeasible) ends normally with
+status `failed`/`infeasible` and NaN metrics; the searcher tells Optuna it failed. So an exception
+out of this function means the worker or its node was lost, and Tune runs the trial again
+elsewhere (RunConfig's FailureConfig), where it rewrites the same row files: recorded once.
+A full results disk ends the trial with `store_full`, and the driver stops the search."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from benchmark.search import rows
 from benchmark.search.context import TrialContext
 from benchmark.store import metrics
+from benchmark.store.results import StoreFull
 
 INTERMEDIATE = tuple(m.name for m in metrics.METRICS if m.intermediate)
+NO_VALUES = {name: math.nan for name in metrics.SEARCHABLE}
 
 
 def trainable(config: dict[str, Any], ctx: TrialContext) -> None:
+    import ray
     import torch
     from ray import tune
 
+    torch.set_num_threads(max(1, ctx.threads))
+    config = {**config, "node_id": ray.get_runtime_context().get_node_id()}
+    try:
+        final = _trial(config, ctx, tune)
+    except StoreFull as e:  # the row is in the fallback folder if there was room there
+        final = {**NO_VALUES, "status": "store_full", "store_full": str(e)}
+    tune.report({"tokens": 0, "row_written": True, "trial_wall_s": 0.0, **final})
+
+
+def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
     from benchmark.data import prepare
 
-    torch.set_num_threads(max(1, ctx.threads))
     number = int(config["optuna_trial"])
     if "infeasible" in config:  # the sampled point has no candidate within the budget
         rows.write(ctx, rows.infeasible(ctx, config))
-        raise RuntimeError(config["infeasible"])
+        return {**NO_VALUES, "status": "infeasible", "error": config["infeasible"]}
     data = prepare(ctx.data)
     written = []
     for k, seed in enumerate(ctx.seed_list()):
         report = _intermediate_report(tune) if k == 0 else None
         written.append(attempts(config, ctx, ctx.trial_id(number, seed), seed, data, report))
+    wall = sum(r.get("wall_s") or 0 for r in written)
     if not any(r["status"] == "ok" for r in written):  # Optuna has no value: the trial ends as FAIL
-        raise RuntimeError(f"trial {number}: {written[-1]['status']}: {written[-1]['error']}")
+        return {**NO_VALUES, "status": written[-1]["status"], "error": written[-1]["error"], "trial_wall_s": wall}
     final = dict(zip(metrics.SEARCHABLE, rows.values(written, metrics.SEARCHABLE, ctx.count)))
-    tune.report({**final, "tokens": max(r.get("tokens_trained") or 0 for r in written), "row_written": True,
-                 "status": "ok", "trial_wall_s": sum(r.get("wall_s") or 0 for r in written)})
+    return {**final, "tokens": max(r.get("tokens_trained") or 0 for r in written), "status": "ok",
+            "trial_wall_s": wall}
 
 
 def _intermediate_report(tune):
@@ -58,6 +78,8 @@ def attempts(config, ctx: TrialContext, trial_id: str, seed: int, data, report) 
         except Exception as e:  # recorded, then retried: a search never dies with one candidate
             row = rows.failed(ctx, config, trial_id, seed, e, started, attempt)
         rows.write(ctx, row)
+        if ctx.checkpoints and row["status"] == "ok":
+            rows.upload_checkpoint(ctx, trial_id)
         if row["status"] != "failed":
             return row
     return row

@@ -1,0 +1,84 @@
+"""Shared fixtures: a real S3 endpoint on 127.0.0.1 (moto's server, started once per session), so
+the results store is tested on URIs through the same pyarrow S3 client a cloud bucket gets."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+BUCKET = "shapebench-test"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# The server's own first lines, on Linux: stop when the parent (pytest) goes, even when a timeout kills
+# it and no teardown runs (prctl PR_SET_PDEATHSIG); then moto's command line as `python -m` runs it.
+SERVER = """
+import ctypes, runpy, signal, sys
+if sys.platform == "linux":
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+runpy.run_module("moto.server", run_name="__main__", alter_sys=True)
+"""
+
+
+def _wait_until_up(url: str, server: subprocess.Popen, log, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            log.seek(0)
+            pytest.fail(f"moto server exited with {server.returncode}: {log.read().decode()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    pytest.fail(f"moto server did not answer {url} within {timeout_s:g} s")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """`s3://<bucket>` on a moto server; AWS_* variables point pyarrow at it for the session."""
+    port = _free_port()
+    # moto logs every request: into a file, as a pipe nobody reads would fill up and stop it.
+    with tempfile.TemporaryFile() as log:
+        server = subprocess.Popen([sys.executable, "-c", SERVER, "-H", "127.0.0.1", "-p", str(port)],
+                                  stdout=log, stderr=subprocess.STDOUT)
+        patch = pytest.MonkeyPatch()
+        try:
+            _wait_until_up(f"http://127.0.0.1:{port}/moto-api/", server, log)
+            for key, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+                               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                               "AWS_EC2_METADATA_DISABLED": "true"}.items():
+                patch.setenv(key, value)
+            for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):  # a developer's own must not reach the fake endpoint
+                patch.delenv(key, raising=False)
+            import pyarrow.fs as pafs
+
+            pafs.FileSystem.from_uri(f"s3://{BUCKET}?allow_bucket_creation=true")[0].create_dir(BUCKET)
+            yield f"s3://{BUCKET}"
+        finally:
+            patch.undo()
+            server.terminate()
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+@pytest.fixture
+def s3_prefix(s3_endpoint) -> str:
+    """A fresh prefix in the test bucket for one test."""
+    return f"{s3_endpoint}/{uuid.uuid4().hex[:8]}"
