@@ -119,7 +119,7 @@ def test_results_on_s3_from_every_node(cluster, corpus, tmp_path, s3_endpoint):
     c, workers = cluster
     results = f"{s3_endpoint}/runs"
     opts = _options(corpus, results, "ons3", address=c.address)
-    summary = run_search(_space(tmp_path, "ons3"), opts, policy=POLICY)
+    summary = run_search(_space(tmp_path, "ons3", tokens="20K"), opts, policy=POLICY)
     df = pd.read_parquet(f"{results}/ons3")  # pandas reads the URI through pyarrow.fs
     assert sorted(df["trial_id"]) == ["t0000", "t0001", "t0002", "t0003"] and set(df["status"]) == {"ok"}
     assert set(df["node_id"]) == {w.node_id for w in workers}  # both worker nodes ran trials; the head none
@@ -182,6 +182,31 @@ def test_no_node_can_hold_a_trial_stops_within_seconds(cluster, corpus, tmp_path
     ray.shutdown()
 
 
+@pytest.mark.slow
+def test_trials_that_cannot_start_stop_the_search_saying_what_is_free(cluster, corpus, tmp_path):
+    """Every node could hold a trial, but something else holds their CPUs: after
+    `pending_timeout_s` with trials waiting and none running the search stops, never hangs."""
+    import ray
+
+    c, workers = cluster
+    ray.init(address=c.address, log_to_driver=False)
+
+    @ray.remote(num_cpus=1)
+    class Squatter:
+        def ready(self):
+            return True
+
+    squatters = [Squatter.remote() for _ in workers]
+    ray.get([s.ready.remote() for s in squatters])
+    opts = _options(corpus, tmp_path / "results", "pending", address=c.address, pending_timeout_s=5)
+    start = time.monotonic()
+    with pytest.raises(SearchHalted, match=r"no trial has started for \d+ s: each asks for 1 CPU, and the "
+                                           r"cluster has 0 CPUs and 0 GPUs free on 3 alive nodes") as err:
+        run_search(_space(tmp_path, "pending"), opts, policy=POLICY)
+    assert err.value.kind == "resources" and time.monotonic() - start < 60
+    ray.shutdown()  # the squatters were this driver's actors: they end with its connection
+
+
 # ---- the README's commands: `ray start`, then the command line with --address ---------------------
 
 @pytest.mark.slow
@@ -205,8 +230,14 @@ def test_the_cli_against_a_cluster_started_with_ray_start(corpus, tmp_path):
         out = subprocess.run([sys.executable, str(ROOT / "run_search.py"), str(space), "--address",
                               f"127.0.0.1:{port}", "--results", str(tmp_path / "results"), "--data",
                               str(corpus / "text.txt"), "--tokenizer", "bpe:320", "--no-compile", "--precision",
-                              "fp32"], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+                              "fp32", "--storage", f"sqlite:///{tmp_path / 'shared.db'}"],
+                             capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
         assert out.returncode == 0, out.stderr[-3000:]
+        import optuna  # the study is in the database --storage named, not beside the rows
+
+        shared = optuna.load_study(study_name="cli", storage=f"sqlite:///{tmp_path / 'shared.db'}")
+        assert [t.state.name for t in shared.trials] == ["COMPLETE"]
+        assert not (tmp_path / "results" / "cli" / "_optuna.db").exists()
         df = pd.read_parquet(tmp_path / "results" / "cli")
         assert len(df) == 1 and set(df["status"]) == {"ok"} and df["node_id"].notna().all()
         tight = subprocess.run([sys.executable, str(ROOT / "run_search.py"), str(space), "--address",

@@ -109,7 +109,7 @@ run_search(load_space({space!r}), opts, console=None, policy={{"compile": False,
 
 
 def test_resume_after_the_driver_is_killed(corpus, tmp_path):
-    space_path = space_file(tmp_path, "killme", trials=5, tokens="60K")
+    space_path = space_file(tmp_path, "killme", trials=4, tokens="40K")
     results = tmp_path / "results"
     code = textwrap.dedent(DRIVER.format(root=str(Path(__file__).resolve().parent.parent), results=str(results),
                                          text=str(corpus / "text.txt"), cache=str(corpus / "cache"),
@@ -123,13 +123,13 @@ def test_resume_after_the_driver_is_killed(corpus, tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     before = set(pd.read_parquet(results / "killme")["trial_id"])
-    assert 2 <= len(before) < 5
+    assert 2 <= len(before) < 4
 
     opts = options(corpus, results, "killme")
     summary = run_search(load_space(space_path), opts, console=None, policy=POLICY)
     df = pd.read_parquet(results / "killme")
     assert summary.finished_before == len(before)
-    assert df["trial_id"].is_unique and len(df) == 5        # each finished trial exactly once, total reached
+    assert df["trial_id"].is_unique and len(df) == 4        # each finished trial exactly once, total reached
     assert before <= set(df["trial_id"])
     study = optuna.load_study(study_name="killme", storage=f"sqlite:///{results / 'killme' / OPTUNA_DB}")
     assert "RUNNING" not in [t.state.name for t in study.trials]
