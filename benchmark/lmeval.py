@@ -39,7 +39,7 @@ from lm_eval.utils import (
 from benchmark.data import HF_EOT_CANDIDATES, Tokenizer
 from benchmark.models import LanguageModel
 from benchmark.trial.checkpoint import TOKENIZER, CheckpointError, load_checkpoint
-from benchmark.trial.step import default_device
+from benchmark.trial.step import ExecPolicy, default_device
 
 MAX_GEN_TOKS = 256  # lm-eval's default for generate_until
 
@@ -51,7 +51,8 @@ class ShapebenchLM(TemplateLM):
 
     def __init__(self, checkpoint: str | Path | None = None, *, model: LanguageModel | None = None,
                  tokenizer: Tokenizer | None = None, max_length: int | None = None,
-                 loops: int | None = None, batch_size: int | str = 16, device: str | None = None):
+                 loops: int | None = None, batch_size: int | str = 16, device: str | None = None,
+                 precision: str = "auto"):
         super().__init__()
         if (checkpoint is None) == (model is None) or (model is not None and tokenizer is None):
             raise ValueError("shapebench: pass checkpoint=PATH, or both model and tokenizer")
@@ -63,6 +64,8 @@ class ShapebenchLM(TemplateLM):
             raise ValueError("shapebench: max_length (the model's context window) is required with a model")
         self._device = torch.device(device) if device else default_device()
         self.model = model.to(self._device).eval()
+        # Scored under the autocast validation uses (trial/step.py): the same numbers on a GPU.
+        self._dtype = ExecPolicy(precision=precision, compile=False).autocast_dtype(self._device)
         self.tokenizer = tokenizer
         self.max_length = int(max_length)
         self.loops = loops  # None: the training loop count
@@ -101,7 +104,9 @@ class ShapebenchLM(TemplateLM):
         right-padded: the model is causal, so padding never reaches a real position."""
         width = max(map(len, rows))
         idx = torch.tensor([row + [self.eot_token_id] * (width - len(row)) for row in rows], device=self.device)
-        return self.model(idx, loops=self.loops).float()
+        with torch.autocast(device_type=self._device.type, dtype=self._dtype or torch.float32,
+                            enabled=self._dtype is not None):
+            return self.model(idx, loops=self.loops).float()
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
         """(log P(continuation | context), whether greedy decoding gives the continuation) per

@@ -20,6 +20,7 @@ cluster; what is finished is kept, and the message says how to go on (issues 11,
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -293,7 +294,7 @@ def _total_tokens_hint(space) -> int:
 def _eval_every(space) -> int:
     """Steps between intermediate evaluations: about 8 per trial, so ASHA has rungs to cut at."""
     tokens = _total_tokens_hint(space)
-    per_step = space.training.get("batch_size", 16) * space.training.get("seq_len", 256)
+    per_step = math.prod(space.training_value(k) for k in ("batch_size", "seq_len", "grad_accum"))
     return max(1, tokens // per_step // 8)
 
 

@@ -122,11 +122,17 @@ def _tokens(space: SearchSpace) -> str:
     return str(tokens) if tokens.absolute else f"{tokens} ({space.training_value('tokens_per')} parameters)"
 
 
+def _step(space: SearchSpace) -> str:
+    """Tokens per optimiser step: micro-batch x sequence length x accumulation."""
+    b, t, k = (space.training_value(key) for key in ("batch_size", "seq_len", "grad_accum"))
+    return f"{fmt_count(b * t * k)} per step ({b} x {t}" + (f" x {k} micro-batches)" if k > 1 else ")")
+
+
 def summary(plan: Plan, rows: list[dict[str, Any]]) -> str:
     space = plan.space
     how = f"{len(rows)} sampled (seed {plan.seed})" if plan.sampled else f"{len(rows)} (the whole grid)"
     total = sum(r["est_seconds"] for r in rows)
     return (f"{how} candidates at {fmt_count(space.budget)} {space.count} parameters "
             f"± {fmt_fraction(space.tolerance)}; "
-            f"median |Δ budget| {median_distance(plan):.4%}; {_tokens(space)} tokens each; "
+            f"median |Δ budget| {median_distance(plan):.4%}; {_tokens(space)} tokens each, {_step(space)}; "
             f"est. {fmt_seconds(total)} of training here; planned in {plan.seconds:.2f} s")

@@ -45,7 +45,8 @@ __all__ = ["COLUMNS", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "ResultsError", "R
            "read_table", "recover", "sweep_orphans", "to_table", "trial_files", "trials_dir", "write_row"]
 
 # 2: the hyper-connection diagnostics (DIAGNOSTICS); files of version 1 read with them null.
-# 3: node_id, the Ray node that ran the trial (a cluster search); older files read it null.
+# 3: node_id, the Ray node that ran the trial (a cluster search), and precision, what the training
+#    steps ran in (bf16, fp32, fp32+tf32); older files read them null.
 SCHEMA_VERSION = 3
 # infeasible: the sampled point has no candidate within the budget (nothing was trained).
 STATUSES = ("ok", "failed", "pruned", "diverged", "infeasible")
@@ -63,7 +64,7 @@ SCHEMA = pa.schema([
     ("val_ppl_int8", _f64), ("val_ppl_int4", _f64), ("val_ppl_int4_rtn", _f64),
     ("bf16_bytes", _i64), ("int8_bytes", _i64), ("int4_bytes", _i64),
     *((name, _f64) for name in DIAGNOSTICS),
-    ("tokens_per_s", _f64), ("flops_per_s", _f64), ("peak_mem_bytes", _i64), ("wall_s", _f64),
+    ("tokens_per_s", _f64), ("flops_per_s", _f64), ("peak_mem_bytes", _i64), ("precision", _str), ("wall_s", _f64),
     ("seed", _i64), ("optuna_trial", _i64), ("node_id", _str), ("dataset_id", _str), ("tokenizer_id", _str),
     ("code_version", _str), ("packages", _str), ("hardware", _str),
     ("started_at", _str), ("finished_at", _str), ("extra", _str),

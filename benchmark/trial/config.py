@@ -30,7 +30,9 @@ class TrainConfig:
     tokens: str | int = setting("20x", parse=parse_tokens)   # absolute ("5M", 5_000_000) or per parameter ("20x")
     tokens_per: str = setting("total", choices=TOKENS_PER)   # which parameter count "Nx" multiplies
     seq_len: int = setting(256, at_least=1)
-    batch_size: int = setting(16, at_least=1)                # sequences per step
+    batch_size: int = setting(16, at_least=1)                # sequences per micro-batch
+    grad_accum: int = setting(1, at_least=1)                 # micro-batches per optimiser step (a batch of
+                                                             # 256 x 2048 tokens, Hyperloop App. A, on one GPU)
     lr: float = setting(6e-4, above=0)                       # peak learning rate
     min_lr: float | None = setting(None, at_least=0)         # end of the decay; default lr / 10 (Hyperloop App. A: 4e-4 -> 4e-5)
     schedule: str = setting("cosine", choices=SCHEDULES)     # wsd: warmup-stable-decay (AbbIE §3.2)
@@ -73,8 +75,12 @@ class TrainConfig:
     def total_tokens(self, params: Mapping[str, int]) -> int:
         return parse_tokens(self.tokens).resolve(params[self.tokens_per])
 
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len * self.grad_accum
+
     def steps(self, params: Mapping[str, int]) -> int:
-        return max(1, math.ceil(self.total_tokens(params) / (self.batch_size * self.seq_len)))
+        return max(1, math.ceil(self.total_tokens(params) / self.tokens_per_step))
 
     def lr_at(self, step: int, total: int) -> float:
         """Linear warmup, then cosine to min_lr, or stable then cosine decay (WSD)."""

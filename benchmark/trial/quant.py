@@ -205,10 +205,11 @@ def collect_hessians(model: LanguageModel, layers: dict[str, Proj],
         return add
 
     handles = [p.register_forward_pre_hook(hook(name)) for name, p in layers.items()]
+    device = next(model.parameters()).device
     try:
         with torch.no_grad():
-            for batch in calib:
-                model(batch[0] if isinstance(batch, (tuple, list)) else batch)
+            for batch in calib:  # batches come from the CPU batch builder: onto the model's device
+                model((batch[0] if isinstance(batch, (tuple, list)) else batch).to(device))
     finally:
         for h in handles:
             h.remove()

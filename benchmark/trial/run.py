@@ -116,7 +116,7 @@ def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: Da
         "val_loss_by_source": json.dumps(final["val_loss_by_source"]),
         "val_ppl_by_loops": json.dumps(evaluate_loops(model, evals, spec.eval_loops, cfg)) if spec.eval_loops else None,
         "evals": json.dumps(result.evals), "tokens_per_s": result.tokens_per_s,
-        "flops_per_s": result.flops_per_s, "peak_mem_bytes": result.peak_mem_bytes,
+        "flops_per_s": result.flops_per_s, "peak_mem_bytes": result.peak_mem_bytes, "precision": result.precision,
         **hyper_diagnostics(model, diagnostic_tokens(evals, model)),
     })
     if quantize:

@@ -38,7 +38,9 @@ def bf16_supported(device: torch.device) -> bool:
     oneDNN's bf16 matmul measured slower than fp32 MKL on our 2-core runners (see perf.py), so
     `auto` stays in fp32 there. A fixed rule per machine, not a timing probe, keeps runs reproducible."""
     if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
+        # Native bf16 tensor cores from compute capability 8.0 (Ampere); torch's
+        # is_bf16_supported() also counts emulation, which would train V100s and T4s slowly.
+        return torch.cuda.get_device_capability(device) >= (8, 0)
     if device.type == "cpu":
         return _cpu_has_amx() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     return False
@@ -50,6 +52,21 @@ def _cpu_has_amx() -> bool:
             return "amx_bf16" in f.read()
     except OSError:
         return False
+
+
+def precision_name(dtype: torch.dtype | None, device: torch.device) -> str:
+    """What a row records: bf16 autocast, fp32 with TF32 matmuls (CUDA), or fp32."""
+    if dtype is not None:
+        return "bf16"
+    return "fp32+tf32" if device.type == "cuda" else "fp32"
+
+
+def prepare_device(device: torch.device) -> None:
+    """fp32 matmuls on CUDA in TF32 (Ampere and newer; a no-op before), as fp32 training usually
+    runs there; its precision is recorded with the row (precision_name)."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
 
 
 def default_device() -> torch.device:
@@ -79,13 +96,21 @@ class TrainStep:
         self.loss = torch.compile(loss, dynamic=False) if policy.compile else loss
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = self.loss(x, y)
-        loss.backward()
+        return self.accumulate([(x, y)])
+
+    def accumulate(self, micro: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """One step over k equal micro-batches: each loss scaled by 1/k before its backward, so the
+        summed gradient is that of the mean loss over all k, as one batch k times larger gives."""
+        total = None
+        for x, y in micro:
+            loss = self.loss(x, y) / len(micro)
+            loss.backward()
+            total = loss.detach() if total is None else total + loss.detach()
         if self.clip:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
+        return total
 
 
 def policy_of(cfg) -> ExecPolicy:
