@@ -101,10 +101,39 @@ def _cache_file() -> Path:
 
 
 def _machine_key() -> str:
-    """Identifies the machine without importing torch (so `--plan` stays fast)."""
+    """Identifies the machine without importing torch (so `--plan` stays fast): the CPU, its cores,
+    torch's version and, where there is one, the GPU a trial would train on (issue 17: a speed
+    measured on one GPU, or on the CPU, is not another's)."""
     import importlib.metadata
 
-    return f"{platform.processor() or platform.machine()}|{os.cpu_count()}|torch {importlib.metadata.version('torch')}"
+    return (f"{cpu_name()}|{os.cpu_count()}|torch {importlib.metadata.version('torch')}"
+            + (f"|{gpu}" if (gpu := gpu_name()) else ""))
+
+
+def cpu_name() -> str:
+    """The CPU's model ("AMD EPYC 7B13"): platform.processor() is often just "x86_64" on Linux,
+    and machines of one architecture differ by 3x in matmul speed."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_name() -> str | None:
+    """The first NVIDIA GPU's model, from the driver's /proc files (no CUDA initialisation)."""
+    import glob
+
+    for info in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
+        try:
+            for line in open(info):
+                if line.startswith("Model:"):
+                    return line.split(":", 1)[1].strip()
+        except OSError:
+            continue
+    return None
 
 
 def machine_flops(probe: bool = True) -> float:

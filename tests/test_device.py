@@ -94,3 +94,16 @@ def test_tokens_per_step_counts_the_micro_batches():
     cfg = TrainConfig(tokens="1M", seq_len=2048, batch_size=16, grad_accum=16)
     assert cfg.tokens_per_step == 524_288  # Hyperloop App. A: 256 x 2048 tokens per batch
     assert cfg.steps({"total": 1}) == 2    # ceil(1M / 524,288)
+
+
+def test_rope_tables_are_made_once_per_length_and_device():
+    from benchmark.models.layers import Rotary
+
+    rope = Rotary(16, 10_000.0)
+    cos, sin = rope(32, torch.device("cpu"))
+    again = rope(32, torch.device("cpu"))
+    assert again[0] is cos and again[1] is sin                      # reused, not recomputed
+    assert torch.equal(cos, rope.compute(32, torch.device("cpu"))[0])
+    assert rope(48, torch.device("cpu"))[0].shape == (48, 16)        # another length, its own table
+    with torch.inference_mode():                                       # never cached from there
+        assert rope(64, torch.device("cpu"))[0] is not rope(64, torch.device("cpu"))[0]

@@ -56,8 +56,19 @@ class Rotary(nn.Module):
         super().__init__()
         inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self._tables: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def forward(self, seq_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        # Eager steps reuse the tables (one per length and device); a compiled graph folds them in
+        # itself, and tables made under inference_mode could not be used by a later backward.
+        if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
+            return self.compute(seq_len, device)
+        key = (seq_len, str(device))
+        if key not in self._tables:
+            self._tables[key] = self.compute(seq_len, device)
+        return self._tables[key]
+
+    def compute(self, seq_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         t = torch.arange(seq_len, device=device, dtype=torch.float32)
         freqs = torch.outer(t, self.inv_freq.to(device))      # (T, hd/2)
         emb = torch.cat([freqs, freqs], dim=-1)                # (T, hd)
