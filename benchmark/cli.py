@@ -141,7 +141,7 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "study created" chatter in a plan
     plan = make_plan(space, seed=args.seed)
-    rows = records(plan, perf.machine_flops())
+    rows = records(plan, perf.estimates())
     if args.json:
         for row in rows:
             print(json.dumps(row, sort_keys=True))
@@ -236,7 +236,7 @@ def _too_big(space: SearchSpace, args: argparse.Namespace, opts) -> int | None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # a sampled plan's in-memory study says nothing
     plan = make_plan(space, seed=args.seed)
     flops = perf.machine_flops()
-    recs = records(plan, flops)
+    recs = records(plan, perf.estimates())
     hours = sum(r["est_seconds"] for r in recs) * opts.seeds / 3600
     if hours <= LIMIT_HOURS:
         return None

@@ -14,9 +14,6 @@ measured value cached on disk, else a short probe.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import time
 from dataclasses import dataclass
@@ -24,7 +21,7 @@ from pathlib import Path
 
 from benchmark.arch.counting import count_flops, count_params
 from benchmark.arch.spec import FAMILIES, ArchSpec
-from benchmark.store.atomic import atomic_open
+from benchmark.store import speeds
 
 REFERENCE = {"d_model": 256, "n_heads": 4, "vocab_size": 8192, "ffn": {"ratio": 2.75}}
 LOOPED_SPLIT = {"begin": 2, "middle": 2, "end": 2}  # 6 unique layers, like the 6-layer Transformer
@@ -94,58 +91,19 @@ def matmul_peak(dtype, n: int = 2048, reps: int = 10) -> float:
 
 # ---- the throughput used for estimates ------------------------------------------------------
 
-def _cache_file() -> Path:
+def _speeds_file() -> Path:
     from benchmark.data import cache_root
 
-    return cache_root() / "perf.json"
-
-
-def _machine_key() -> str:
-    """Identifies the machine without importing torch (so `--plan` stays fast): the CPU, its cores,
-    torch's version and, where there is one, the GPU a trial would train on (issue 17: a speed
-    measured on one GPU, or on the CPU, is not another's)."""
-    import importlib.metadata
-
-    return (f"{cpu_name()}|{os.cpu_count()}|torch {importlib.metadata.version('torch')}"
-            + (f"|{gpu}" if (gpu := gpu_name()) else ""))
-
-
-def cpu_name() -> str:
-    """The CPU's model ("AMD EPYC 7B13"): platform.processor() is often just "x86_64" on Linux,
-    and machines of one architecture differ by 3x in matmul speed."""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def gpu_name() -> str | None:
-    """The first NVIDIA GPU's model, from the driver's /proc files (no CUDA initialisation)."""
-    import glob
-
-    for info in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
-        try:
-            for line in open(info):
-                if line.startswith("Model:"):
-                    return line.split(":", 1)[1].strip()
-        except OSError:
-            continue
-    return None
+    return speeds.path_in(cache_root())
 
 
 def machine_flops(probe: bool = True) -> float:
-    """Achieved training FLOP/s here: the last value recorded by a real run on this machine,
-    else a short eager probe (a few seconds; conservative, since compiled runs are faster)."""
-    path = _cache_file()
-    try:
-        cached = json.loads(path.read_text())
-        if cached.get("machine") == _machine_key():
-            return float(cached["flops_per_s"])
-    except (OSError, ValueError, KeyError):
-        pass
+    """This machine's training FLOP/s when no trial has measured better: the value recorded by
+    `benchmark.perf models` or an earlier probe, else a short eager probe (a few seconds;
+    conservative, since compiled runs are faster)."""
+    cached = speeds.machine_fallback(_speeds_file())
+    if cached is not None:
+        return cached
     if not probe:
         raise LookupError("no measured throughput for this machine yet")
     from benchmark.trial.step import ExecPolicy
@@ -157,13 +115,16 @@ def machine_flops(probe: bool = True) -> float:
 
 
 def record_flops(flops_per_s: float, source: str) -> None:
-    """Remember achieved training FLOP/s for estimates (atomic write; best effort)."""
-    path = _cache_file()
-    try:
-        with atomic_open(path) as f:
-            f.write(json.dumps({"machine": _machine_key(), "flops_per_s": flops_per_s, "source": source}))
-    except OSError:
-        pass
+    """Remember this machine's training FLOP/s for estimates (atomic write; best effort)."""
+    speeds.record_machine(_speeds_file(), flops_per_s, source)
+
+
+def estimates(precision: str = "auto", compile: bool = True):
+    """family -> Speed for `--plan`: what finished trials measured here under this policy
+    (store/speeds.py), else machine_flops() with the plan's fixed overhead."""
+    from benchmark.space.plan import TRIAL_OVERHEAD_S
+
+    return speeds.estimator(_speeds_file(), speeds.policy_key(precision, compile), machine_flops(), TRIAL_OVERHEAD_S)
 
 
 # ---- the benchmark ------------------------------------------------------------------------

@@ -82,3 +82,15 @@ def s3_endpoint():
 def s3_prefix(s3_endpoint) -> str:
     """A fresh prefix in the test bucket for one test."""
     return f"{s3_endpoint}/{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_speeds_file(tmp_path_factory):
+    """Tests never read or teach this machine's measured speeds (store/speeds.py): the tiny,
+    uncompiled trials they run would skew a user's `--plan` estimates, and a user's would move
+    the numbers the plan tests pin. Child processes and Ray workers inherit the variable."""
+    from benchmark.store.speeds import ENV
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(ENV, str(tmp_path_factory.mktemp("speeds") / "perf.json"))
+        yield

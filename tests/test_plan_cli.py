@@ -168,3 +168,26 @@ def test_a_results_path_that_is_a_file_is_one_line_before_any_training(capsys, t
     err = capsys.readouterr().err
     assert time.perf_counter() - t0 < 10 and err.count("\n") == 1
     assert err.startswith("run_search.py: q: ") and str(taken) in err and "not a directory" in err
+
+
+def test_estimates_learn_from_the_trials_finished_here(monkeypatch, tmp_path):
+    """`--plan` uses each family's measured training FLOP/s and time outside training once trials
+    have run here (issue 12); a family not yet run gets the mean of those that have."""
+    from benchmark.space.language import load_space
+    from benchmark.space.plan import make_plan, records
+    from benchmark.store import speeds
+
+    monkeypatch.setenv(speeds.ENV, str(tmp_path / "perf.json"))
+    plan = make_plan(load_space(QUICKSTART))
+    before = records(plan, perf.estimates())
+    assert all(r["est_from_trials"] == 0 for r in before)
+    path = speeds.path_in(tmp_path)
+    policy = speeds.policy_key("auto", True)
+    speeds.record_trial(path, policy, "transformer", 2e10, 100.0)
+    speeds.record_trial(path, policy, "transformer", 4e10, 60.0)
+    speeds.record_trial(path, speeds.policy_key("fp32", False), "looped", 1e9, 1.0)  # another policy
+    after = records(plan, perf.estimates())
+    for r in after:
+        work = r["flops_per_token_train"] * r["tokens"]
+        assert r["est_seconds"] == pytest.approx(work / 3e10 + 80.0)  # the mean of the two trials
+        assert r["est_from_trials"] == (2 if r["family"] == "transformer" else 0)

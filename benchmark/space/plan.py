@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from benchmark.arch.counting import count_flops
 from benchmark.space.budget import fmt_count, fmt_fraction, parse_tokens
@@ -58,22 +58,34 @@ def make_plan(space: SearchSpace, seed: int = 0) -> Plan:
                 seconds=time.perf_counter() - start)
 
 
-def records(plan: Plan, flops_per_s: float) -> list[dict[str, Any]]:
-    """One JSON-able record per candidate (SPEC.md: `run_search.py --plan --json`)."""
+def records(plan: Plan, speed: float | Callable[[str], Any]) -> list[dict[str, Any]]:
+    """One JSON-able record per candidate (SPEC.md: `run_search.py --plan --json`). `speed` is
+    this machine's training FLOP/s, or family -> Speed (store/speeds.py: what trials measured
+    here, with their time outside training) so that the estimate learns from finished trials."""
     space = plan.space
+    speed_of = speed if callable(speed) else (lambda family: _Fixed(speed, TRIAL_OVERHEAD_S, 0))
     out = []
     for i, c in enumerate(plan.candidates):
         flops = count_flops(c.spec, space.training_value("seq_len"))
         tokens = space.tokens_for(c.solution.params)
         config = c.config()
+        known = speed_of(c.spec.family)
         out.append({
             "candidate": i, "family": c.spec.family, "structure": c.spec.structure(), "values": c.values,
             "spec": config["spec"], **{k: config[k] for k in ("params_total", "params_non_embedding", "budget",
                                                               "count", "budget_distance")},
             "flops_per_token_train": flops["train"], "flops_per_token_infer": flops["infer"],
-            "tokens": tokens, "est_seconds": flops["train"] * tokens / flops_per_s + TRIAL_OVERHEAD_S,
+            "tokens": tokens, "est_seconds": flops["train"] * tokens / known.flops_per_s + known.overhead_s,
+            "est_from_trials": known.trials,
         })
     return out
+
+
+@dataclass(frozen=True)
+class _Fixed:  # the shape of store.speeds.Speed, for a single machine-wide FLOP/s
+    flops_per_s: float
+    overhead_s: float
+    trials: int
 
 
 def median_distance(plan: Plan) -> float:
@@ -135,4 +147,12 @@ def summary(plan: Plan, rows: list[dict[str, Any]]) -> str:
     return (f"{how} candidates at {fmt_count(space.budget)} {space.count} parameters "
             f"± {fmt_fraction(space.tolerance)}; "
             f"median |Δ budget| {median_distance(plan):.4%}; {_tokens(space)} tokens each, {_step(space)}; "
-            f"est. {fmt_seconds(total)} of training here; planned in {plan.seconds:.2f} s")
+            f"est. {fmt_seconds(total)} of training here ({_basis(rows)}); planned in {plan.seconds:.2f} s")
+
+
+def _basis(rows: list[dict[str, Any]]) -> str:
+    """What the estimate stands on: trials measured here, or the machine's probe."""
+    measured = sum(1 for r in rows if r["est_from_trials"])
+    if not measured:
+        return "from this machine's FLOP/s; finished trials refine it"
+    return f"{measured} of {len(rows)} candidates from their family's trials measured here"

@@ -126,4 +126,19 @@ def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: Da
                         tokenizer_json=data.tokenizer.inner.to_str())
     row["wall_s"] = time.perf_counter() - t0
     row["finished_at"] = now()
+    if quantize:  # a search's trial: its speed teaches `--plan` (store/speeds.py)
+        remember_speed(spec.family, cfg, row)
     return row
+
+
+def remember_speed(family: str, cfg: TrainConfig, row: Mapping[str, Any]) -> None:
+    """This trial's training FLOP/s and its time outside the training steps (compile,
+    evaluations, quantisation), for the estimates of later plans on this machine."""
+    from benchmark.data import cache_root
+    from benchmark.store import speeds
+
+    if not (row.get("tokens_per_s") and row.get("flops_per_s")):
+        return
+    training_s = row["tokens_trained"] / row["tokens_per_s"]
+    speeds.record_trial(speeds.path_in(cache_root()), speeds.policy_key(cfg.precision, cfg.compile), family,
+                        row["flops_per_s"], max(0.0, row["wall_s"] - training_s))

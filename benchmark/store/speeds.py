@@ -1,0 +1,130 @@
+"""Speeds measured on this machine, for time estimates (`run_search.py --plan`, the cluster-job
+check): the machine's training FLOP/s from a probe or `benchmark.perf models`, and, once trials
+have finished here, each family's achieved training FLOP/s and its fixed time per trial outside
+training (compile, evaluations, quantisation), so estimates learn from what ran (issue 12).
+
+One JSON file (`<cache>/perf.json`, or $SHAPEBENCH_SPEEDS), keyed by the machine (CPU model,
+cores, torch version, GPU model) and the execution policy. A probe sets only the machine's
+fallback; it never overrides what trials measured. Best effort: a file that cannot be read or
+written gives the fallback, never an error.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from benchmark.store.atomic import atomic_open
+
+ENV = "SHAPEBENCH_SPEEDS"
+KEEP = 8  # the latest trials per family and policy an estimate averages
+
+
+@dataclass(frozen=True)
+class Speed:
+    flops_per_s: float   # achieved training FLOP/s
+    overhead_s: float    # a trial's time outside its training steps
+    trials: int          # how many finished trials this comes from; 0: the machine's fallback
+
+
+def path_in(cache_root: str | os.PathLike) -> Path:
+    return Path(os.environ.get(ENV) or Path(cache_root) / "perf.json")
+
+
+def cpu_name() -> str:
+    """The CPU's model ("AMD EPYC 7B13"): platform.processor() is often just "x86_64" on Linux,
+    and machines of one architecture differ by 3x in matmul speed."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_name() -> str | None:
+    """The first NVIDIA GPU's model, from the driver's /proc files (no CUDA initialisation)."""
+    for info in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
+        try:
+            with open(info) as f:
+                for line in f:
+                    if line.startswith("Model:"):
+                        return line.split(":", 1)[1].strip()
+        except OSError:
+            continue
+    return None
+
+
+def machine_key() -> str:
+    """This machine, without importing torch (so `--plan` stays fast): a speed measured on one
+    CPU or GPU is not another's."""
+    gpu = gpu_name()
+    return (f"{cpu_name()}|{os.cpu_count()}|torch {importlib.metadata.version('torch')}"
+            + (f"|{gpu}" if gpu else ""))
+
+
+def policy_key(precision: str, compile: bool) -> str:
+    return f"{precision}|{'compiled' if compile else 'eager'}"
+
+
+def _load(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data.get("machines"), dict) else {"machines": {}}
+    except (OSError, ValueError, AttributeError):
+        return {"machines": {}}
+
+
+def _save(path: Path, data: dict) -> None:
+    try:
+        with atomic_open(path) as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+    except OSError:
+        pass
+
+
+def machine_fallback(path: Path) -> float | None:
+    """The machine's training FLOP/s from a probe or the benchmark, if one was recorded."""
+    entry = _load(path)["machines"].get(machine_key(), {})
+    value = entry.get("flops_per_s")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def record_machine(path: Path, flops_per_s: float, source: str) -> None:
+    data = _load(path)
+    entry = data["machines"].setdefault(machine_key(), {})
+    entry.update(flops_per_s=flops_per_s, source=source)
+    _save(path, data)
+
+
+def record_trial(path: Path, policy: str, family: str, flops_per_s: float, overhead_s: float) -> None:
+    """One finished trial's training FLOP/s and time outside training (the latest KEEP kept)."""
+    if not (flops_per_s > 0 and overhead_s >= 0):
+        return
+    data = _load(path)
+    families = data["machines"].setdefault(machine_key(), {}).setdefault("trials", {}).setdefault(policy, {})
+    families[family] = [*families.get(family, []), [flops_per_s, overhead_s]][-KEEP:]
+    _save(path, data)
+
+
+def estimator(path: Path, policy: str, fallback_flops: float, fallback_overhead_s: float) -> Callable[[str], Speed]:
+    """family -> Speed: the mean of that family's trials here under this policy; a family not yet
+    run gets the mean over the families that ran (their overhead too), else the fallback."""
+    measured = _load(path)["machines"].get(machine_key(), {}).get("trials", {}).get(policy, {})
+    per = {fam: Speed(statistics.fmean(f for f, _ in runs), statistics.fmean(o for _, o in runs), len(runs))
+           for fam, runs in measured.items() if runs}
+    if per:
+        pooled = Speed(statistics.fmean(s.flops_per_s for s in per.values()),
+                       statistics.fmean(s.overhead_s for s in per.values()), 0)
+    else:
+        pooled = Speed(fallback_flops, fallback_overhead_s, 0)
+    return lambda family: per.get(family, pooled)
