@@ -74,6 +74,7 @@ def test_a_search_runs_through_ray_tune_and_optuna(corpus, tmp_path):
     assert sorted(df["family"]) == ["abbie-d", "hyperloop", "looped", "transformer"]  # the grid, once each
     assert (abs(df["budget_distance"]) <= 0.02).all()
     assert summary.ran == 4 and summary.overhead_s is not None
+    assert summary.progress_reads > 0  # the running trials' progress reached the live view
     study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'results' / 'tiny' / OPTUNA_DB}")
     states = [t.state.name for t in study.trials]
     assert states.count("COMPLETE") == 4 and "RUNNING" not in states

@@ -23,14 +23,16 @@ from benchmark.store.results import StoreFull
 
 class SearchCallback(Callback):
     def __init__(self, view: LiveView, ctx: TrialContext, pending_timeout_s: float | None = None,
-                 asks: str = "", searcher=None):
-        self.view, self.ctx, self.searcher = view, ctx, searcher
+                 asks: str = "", searcher=None, poll=None):
+        self.view, self.ctx, self.searcher, self.poll = view, ctx, searcher, poll
         self.metric = view.metric
         self.pending_timeout_s, self.asks = pending_timeout_s, asks
         self.halt: tuple[str, str] | None = None   # (kind, message): "store_full" or "resources"
         self._progress = time.monotonic()
 
     def on_step_begin(self, iteration, trials, **info):
+        if self.poll is not None and (state := self.poll()):
+            self.view.progress(state)
         statuses = [t.status for t in trials]
         if "RUNNING" in statuses or "PENDING" not in statuses or self.pending_timeout_s is None:
             self._progress = time.monotonic()
@@ -60,6 +62,7 @@ class SearchCallback(Callback):
 
     def _done(self, trial, error: bool) -> None:
         last = trial.last_result or {}
+        self.view.forget(f"t{int(trial.config['optuna_trial']):04d}")  # its rows' names (TrialContext.trial_id)
         if last.get("store_full"):
             self.halt = self.halt or ("store_full", last["store_full"])
         if last.get("row_written"):

@@ -27,6 +27,7 @@ class TrialContext:
     threads: int = 1                     # torch threads per trial
     checkpoints: bool = False
     policy: Mapping[str, Any] = field(default_factory=dict)  # precision / compile / device overrides
+    progress: Any = None                 # the progress board's actor handle (search/progress.py)
 
     def trial_id(self, number: int, seed: int | None = None) -> str:
         """A trial's name in the results: its Optuna number, plus the seed when there are several."""

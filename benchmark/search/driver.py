@@ -97,6 +97,7 @@ class SearchSummary:
     storage: str | None = None             # --storage, when the study is not in SQLite beside the rows
     written: int = 0                       # row files this run wrote
     notes: list[str] = field(default_factory=list)   # set-aside or recovered rows, a low disk
+    progress_reads: int = 0                # reads of the trials' progress board that had news
 
 
 def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] | None = None) -> SearchSummary:
@@ -187,6 +188,7 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
     """Prepare the data, start Ray, size the trials to the nodes, run Tune; returns a halt
     (kind, message) or None."""
     from benchmark.data import prepare
+    from benchmark.search.progress import start_board
 
     _check_space(space, opts, remaining, summary, console)
     data = prepare(opts.data)  # tokenise once on this node, before any local worker needs the cache
@@ -198,11 +200,11 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
         res = ray_session.trial_resources(opts.cpus_per_trial, opts.gpus_per_trial, opts.concurrency)
     except ValueError as e:  # ResourcesError: no node can hold a trial
         return "resources", str(e)
-    ctx = replace(ctx, threads=res.threads)
+    ctx = replace(ctx, threads=res.threads, progress=start_board())
     seed = opts.seed + len(study.trials)  # a restored sampler's random state is not in the storage
     optuna_sampler = studies.make_sampler(sampler, seed, len(modes), res.concurrency > 1, space.trials)
     view, halt = _tune(space, opts, ctx, modes, optuna_sampler, storage, res, remaining, console)
-    summary.ran, summary.overhead_s = view.finished, view.overhead_s()
+    summary.ran, summary.overhead_s, summary.progress_reads = view.finished, view.overhead_s(), view.progress_reads
     import optuna
     import ray
 
@@ -242,6 +244,7 @@ def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console):
 
     from benchmark.search.callback import Halt, SearchCallback
     from benchmark.search.live import LiveView
+    from benchmark.search.progress import Poll
     from benchmark.search.searcher import make_searcher
     from benchmark.search.trainable import trainable
 
@@ -252,7 +255,8 @@ def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console):
         scheduler = ASHAScheduler(time_attr="tokens", metric=ctx.objectives[0], mode=modes[0], max_t=total,
                                   grace_period=max(1, total // 8), reduction_factor=3)
     view = LiveView(console, opts.name, remaining, ctx.objectives[0], maximize=modes[0] == "max")
-    callback = SearchCallback(view, ctx, opts.pending_timeout_s, asks=res.describe(), searcher=searcher)
+    callback = SearchCallback(view, ctx, opts.pending_timeout_s, asks=res.describe(), searcher=searcher,
+                              poll=Poll(ctx.progress))
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(trainable, ctx=ctx), res.bundle()),
         tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(searcher, max_concurrent=res.concurrency),

@@ -1,10 +1,15 @@
 """What a person sees while a search runs: a live rich panel (trials done / running / failed, the
-current best, ETA). It only displays: the Tune callback (search/callback.py) tells it what
-happened."""
+current best, each running trial's tokens, loss, tokens/s and ETA, the search's ETA), or, when
+the console is not a terminal (a log file), the same as plain lines every PLAIN_EVERY_S seconds.
+It only displays: the Tune callback (search/callback.py) tells it what happened, and the progress
+board (search/progress.py) what each running trial has done."""
 
 from __future__ import annotations
 
 import time
+
+PLAIN_EVERY_S = 30.0  # a log gets a status line this often
+STALE_S = 120.0       # a trial that has posted nothing for this long is not shown as running
 
 
 class LiveView:
@@ -18,6 +23,10 @@ class LiveView:
         self.best: tuple[float, str] | None = None
         self.started = time.perf_counter()
         self._live = None
+        self.trials: dict[str, dict] = {}        # trial -> its latest progress, with tokens/s
+        self.ended: dict[str, float] = {}        # trial-name prefix -> when it ended
+        self.progress_reads = 0
+        self._printed = time.perf_counter()
 
     def __getstate__(self):
         # Tune pickles its callbacks with the experiment state; the terminal stays with the driver.
@@ -33,6 +42,31 @@ class LiveView:
             self.best = (value, label)
         self.refresh()
 
+    def progress(self, state: dict[str, dict]) -> None:
+        """The progress board's latest read: keeps tokens/s from successive posts of each trial."""
+        self.progress_reads += 1
+        for key, info in state.items():
+            before = self.trials.get(key)
+            rate = before.get("rate") if before else None
+            if before and info["time"] > before["time"] and info["tokens"] >= before["tokens"]:
+                rate = (info["tokens"] - before["tokens"]) / (info["time"] - before["time"])
+            self.trials[key] = {**info, "rate": rate}
+        self.refresh()
+
+    def forget(self, prefix: str) -> None:
+        """A trial ended (finished, stopped by ASHA, failed): its progress, on the board until a
+        run of it posts again, is no longer shown."""
+        self.ended[prefix] = time.time()
+
+    def active(self) -> list[tuple[str, dict]]:
+        """Trials still training that posted lately, by name."""
+        now = time.time()
+        return sorted((k, v) for k, v in self.trials.items()
+                      if v["step"] < v["total"] and now - v["time"] < STALE_S and not self._ended(k, v))
+
+    def _ended(self, key: str, info: dict) -> bool:
+        return any(key.startswith(p) and info["time"] <= t for p, t in self.ended.items())
+
     def trial_done(self, key: str, status: str, wall_s: float | None) -> None:
         start = self.running.pop(key, None)
         if start is not None:
@@ -45,7 +79,7 @@ class LiveView:
 
     # ---- rendering -----------------------------------------------------------------------
     def __enter__(self):
-        if self.console is not None:
+        if self.console is not None and self.console.is_terminal:
             from rich.live import Live
 
             self._live = Live(self.render(), console=self.console, refresh_per_second=2, transient=False)
@@ -56,6 +90,8 @@ class LiveView:
         if self._live is not None:
             self._live.update(self.render())
             self._live.__exit__(*exc)
+        elif self.console is not None:
+            self.console.print(self.plain(), soft_wrap=True)  # a log's last status line
 
     def render(self):
         from rich.table import Table
@@ -66,25 +102,71 @@ class LiveView:
         t.add_row("trials", f"{self.finished}/{self.total} done, {len(self.running)} running ({counts})")
         if self.best:
             t.add_row(f"best {self.metric}", f"{self.best[0]:.4f}  {self.best[1]}")
+        for key, info in self.active():
+            t.add_row(f"  {key}", trial_line(info))
         eta = self.eta_s()
-        t.add_row("elapsed / ETA", f"{_hms(time.perf_counter() - self.started)} / {_hms(eta) if eta else '?'}")
+        t.add_row("elapsed / ETA", f"{_hms(time.perf_counter() - self.started)} / {_hms(eta) if eta is not None else '?'}")
         return t
 
     def refresh(self):
         if self._live is not None:
             self._live.update(self.render())
+        elif self.console is not None and time.perf_counter() - self._printed >= PLAIN_EVERY_S:
+            self._printed = time.perf_counter()
+            self.console.print(self.plain(), soft_wrap=True)
+
+    def plain(self) -> str:
+        """One line for a log: counts, elapsed / ETA, then each running trial."""
+        eta = self.eta_s()
+        head = (f"[{_hms(time.perf_counter() - self.started)} / ETA {_hms(eta) if eta is not None else '?'}] {self.study}: "
+                f"{self.finished}/{self.total} done, {len(self.running)} running")
+        return "; ".join([head, *(f"{k} {trial_line(v)}" for k, v in self.active())])
 
     def eta_s(self) -> float | None:
-        if not self.spans:
+        """The search's time left: the running trials' own ETAs, then the trials not yet started at
+        the mean span of those finished (or, before any finished, of the running ones' totals)."""
+        if self.finished >= self.total:
+            return 0.0
+        running = [trial_eta(v) for _, v in self.active()]
+        known = [e for e in running if e is not None]
+        per_trial = sum(self.spans) / len(self.spans) if self.spans else None
+        if per_trial is None and known:
+            per_trial = max(trial_total_s(v) or 0 for _, v in self.active()) or None
+        if per_trial is None:
             return None
-        left = self.total - self.finished
-        return left * sum(self.spans) / len(self.spans) / max(1, len(self.running) or 1)
+        waiting = max(0, self.total - self.finished - max(len(self.running), len(running)))
+        parallel = max(1, len(self.running))
+        return (max(known) if known else 0.0) + waiting * per_trial / parallel
 
     def overhead_s(self) -> float | None:
         """Mean orchestration time per trial: what the driver saw minus time inside the trial."""
         if not self.trial_walls:
             return None
         return max(0.0, (sum(self.spans) - sum(self.trial_walls)) / len(self.trial_walls))
+
+
+def trial_eta(info: dict) -> float | None:
+    rate = info.get("rate")
+    return (info["tokens_total"] - info["tokens"]) / rate if rate else None
+
+
+def trial_total_s(info: dict) -> float | None:
+    rate = info.get("rate")
+    return info["tokens_total"] / rate if rate else None
+
+
+def trial_line(info: dict) -> str:
+    """`409.6K/800K tokens, loss 4.123, 2.1K tok/s, ETA 3:05`"""
+    rate, eta = info.get("rate"), trial_eta(info)
+    return (f"{_count(info['tokens'])}/{_count(info['tokens_total'])} tokens, loss {info['loss']:.3f}, "
+            f"{_count(rate) + ' tok/s' if rate else '? tok/s'}, ETA {_hms(eta) if eta is not None else '?'}")
+
+
+def _count(n: float) -> str:
+    for unit, size in (("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.4g}{unit}"
+    return f"{n:.0f}"
 
 
 def _hms(s: float) -> str:

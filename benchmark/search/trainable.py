@@ -67,13 +67,16 @@ def _intermediate_report(tune):
 
 def attempts(config, ctx: TrialContext, trial_id: str, seed: int, data, report) -> dict[str, Any]:
     """Run one seed of a trial with bounded retries; every attempt leaves a row."""
+    from benchmark.search.progress import reporter
     from benchmark.trial.run import run_trial
 
     cfg = ctx.train_config(seed)
+    on_step = reporter(ctx.progress, trial_id, cfg.tokens_per_step)
     for attempt in range(ctx.retries + 1):
         started = rows.now()
         try:
             row = rows.measured(ctx, config, trial_id, run_trial(config["spec"], cfg, data=data, on_eval=report,
+                                                                 on_step=on_step,
                                                                  checkpoint_dir=ctx.checkpoint_dir(trial_id)), attempt)
         except Exception as e:  # recorded, then retried: a search never dies with one candidate
             row = rows.failed(ctx, config, trial_id, seed, e, started, attempt)

@@ -1,0 +1,64 @@
+"""The live view of a search (issue 12, item 6): each running trial's tokens, loss, tokens/s and
+ETA, the search's ETA from them, and plain lines when the console is a log, not a terminal."""
+
+import io
+import time
+
+import pytest
+from rich.console import Console
+
+from benchmark.search import live
+from benchmark.search.live import LiveView, trial_line
+
+
+def post(step, total=100, loss=4.0, at=None, per_step=1000):
+    return {"step": step, "total": total, "loss": loss, "time": at if at is not None else time.time(),
+            "tokens": step * per_step, "tokens_total": total * per_step}
+
+
+def test_a_running_trial_shows_tokens_loss_rate_and_eta():
+    view = LiveView(None, "s", total=3, metric="val_loss")
+    view.trial_started("tune-1")
+    now = time.time()
+    view.progress({"t0000": post(10, at=now - 10)})
+    view.progress({"t0000": post(30, loss=3.5, at=now)})   # 20 steps of 1000 tokens in 10 s
+    (key, info), = view.active()
+    assert key == "t0000" and info["rate"] == pytest.approx(2000.0)
+    assert trial_line(info) == "30K/100K tokens, loss 3.500, 2K tok/s, ETA 0:35"
+    # the search: 35 s for this trial, then two more of (before any finished) 100K / 2K = 50 s each
+    assert view.eta_s() == pytest.approx(35 + 2 * 50, rel=1e-6)
+    view.trial_done("tune-1", "ok", 40.0)
+    view.progress({"t0000": post(100, at=now + 35)})
+    assert view.active() == []                                 # done training: not shown as running
+
+
+def test_stale_or_finished_trials_are_not_shown():
+    view = LiveView(None, "s", total=2, metric="val_loss")
+    view.progress({"old": post(5, at=time.time() - live.STALE_S - 1), "done": post(100)})
+    assert view.active() == []
+
+
+def test_a_log_gets_plain_status_lines(monkeypatch):
+    monkeypatch.setattr(live, "PLAIN_EVERY_S", 0.0)
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=300)
+    view = LiveView(console, "quick", total=6, metric="val_loss")
+    with view:
+        view.trial_started("tune-1")
+        now = time.time()
+        view.progress({"t0002": post(10, at=now - 5)})
+        view.progress({"t0002": post(20, loss=4.25, at=now)})
+    lines = [line for line in out.getvalue().splitlines() if line]
+    assert lines and all("quick: 0/6 done, 1 running" in line for line in lines)
+    assert "t0002 20K/100K tokens, loss 4.250, 2K tok/s, ETA 0:40" in lines[-1]
+    assert "\x1b[" not in out.getvalue()                       # no terminal control codes in a log
+
+
+def test_a_trial_that_ended_is_no_longer_shown_running():
+    """Stopped by ASHA after one post: the board still holds it, the view must not."""
+    view = LiveView(None, "s", total=2, metric="val_loss")
+    view.progress({"t0002": post(1), "t0003-s1": post(5), "t0003-s2": post(5)})
+    view.forget("t0003")
+    assert [k for k, _ in view.active()] == ["t0002"]
+    view.progress({"t0002": post(2)})  # a later read of the board keeps what is known
+    assert [k for k, _ in view.active()] == ["t0002"]
