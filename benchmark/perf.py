@@ -23,6 +23,9 @@ from benchmark.arch.counting import count_flops, count_params
 from benchmark.arch.spec import FAMILIES, ArchSpec
 from benchmark.store import speeds
 
+# A dtype whose matmuls are this many times slower than fp32 is not benchmarked (a training step
+# in it would take minutes on such a CPU).
+SLOW_BF16 = 4
 REFERENCE = {"d_model": 256, "n_heads": 4, "vocab_size": 8192, "ffn": {"ratio": 2.75}}
 LOOPED_SPLIT = {"begin": 2, "middle": 2, "end": 2}  # 6 unique layers, like the 6-layer Transformer
 
@@ -68,25 +71,39 @@ def measure(spec: ArchSpec, policy, steps: int = 8, warmup: int = 2,
     return Measurement(step_s, times[0], tps, tps * count_flops(spec, seq_len)["train"])
 
 
-def matmul_peak(dtype, n: int = 2048, reps: int = 10) -> float:
-    """Achieved FLOP/s of an n x n matmul, the machine's practical peak for that dtype."""
+def matmul_peak(dtype, budget_s: float = 2.0, n_max: int = 2048) -> float:
+    """Achieved FLOP/s of an n x n matmul, the machine's practical peak for that dtype, within
+    about `budget_s` whatever the dtype's speed: n doubles from 128 only while the next size (8x
+    the work) still fits, so a dtype hundreds of times slower than fp32 (bf16 on CPUs without
+    AVX-512-BF16 or AMX) is measured at a small n in seconds instead of minutes."""
     import torch
 
     from benchmark.trial.step import default_device
 
     device = default_device()
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    for _ in range(3):
-        a @ b
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    n, spent = 128, 0.0
+    while True:
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        once = _timed(lambda: a @ b, device)          # the first call also warms up
+        once = min(once, _timed(lambda: a @ b, device))
+        spent += 2 * once
+        if n >= n_max or spent + 16 * once > budget_s / 2:
+            break
+        n *= 2
+    reps = max(1, min(50, int(budget_s / 2 / max(once, 1e-9))))
+    seconds = _timed(lambda: [a @ b for _ in range(reps)], device)
+    return 2 * n ** 3 * reps / seconds
+
+
+def _timed(fn, device) -> float:
+    import torch
+
     t = time.perf_counter()
-    for _ in range(reps):
-        a @ b
+    fn()
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return 2 * n ** 3 * reps / (time.perf_counter() - t)
+    return time.perf_counter() - t
 
 
 # ---- the throughput used for estimates ------------------------------------------------------
@@ -137,17 +154,23 @@ def run_models(families: list[str], steps: int) -> dict:
     from benchmark.trial.step import ExecPolicy, default_device
 
     console = Console()
+    console = console if console.is_terminal else Console(width=200)  # a log keeps every column
     peak = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    slow_bf16 = peak["bf16"] < peak["fp32"] / SLOW_BF16
     console.print(f"matmul peak here: fp32 {peak['fp32'] / 1e9:.0f} GFLOP/s, bf16 {peak['bf16'] / 1e9:.0f} GFLOP/s "
                   f"({torch.get_num_threads()} threads, {default_device()}); default path: "
                   f"{ExecPolicy().autocast_dtype(default_device()) or 'fp32'}, compiled")
     default, eager = ExecPolicy(), ExecPolicy(precision="fp32", compile=False)
-    bf16 = ExecPolicy(precision="bf16", compile=True)
+    compared = [("compiled fp32", ExecPolicy(precision="fp32", compile=True))]
+    if not slow_bf16:
+        compared.append(("compiled bf16", ExecPolicy(precision="bf16", compile=True)))
+    else:  # a step would take minutes: say so rather than never finish
+        console.print(f"compiled bf16 skipped: bf16 matmul here is {peak['fp32'] / peak['bf16']:.0f}x slower than fp32")
     rows, results = [], {}
     for i, fam in enumerate(families):
         spec = reference_spec(fam)
-        # the first family also runs compiled bf16, to show what `auto` chose against
-        paths = [("default", default), ("eager fp32", eager)] + ([("compiled bf16", bf16)] if i == 0 else [])
+        # the first family also runs the other precisions, to show what `auto` chose against
+        paths = [("default", default), ("eager fp32", eager)] + (compared if i == 0 else [])
         for name, policy in paths:
             console.print(f"[dim]{fam} / {name} ...[/dim]")
             m = measure(spec, policy, steps=steps)
@@ -161,7 +184,7 @@ def run_models(families: list[str], steps: int) -> dict:
         p = count_params(reference_spec(fam))["non_embedding"]
         table.add_row(fam, structure, f"{p / 1e6:.2f}M", name, f"{m.first_step_s:.1f}", f"{m.step_s:.3f}",
                       f"{m.tokens_per_s:,.0f}", f"{m.flops_per_s / 1e9:.1f}",
-                      f"{m.flops_per_s / peak['fp32']:.0%}", f"{m.flops_per_s / peak['bf16']:.0%}")
+                      f"{m.flops_per_s / peak['fp32']:.0%}", "-" if slow_bf16 else f"{m.flops_per_s / peak['bf16']:.0%}")
     console.print(table)
     summary = _ratios(results)
     for line in summary:
@@ -184,6 +207,11 @@ def _ratios(results) -> list[str]:
     for fam in sorted({f for f, _ in results}):
         if t(fam) and t(fam, "eager fp32"):
             lines.append(f"{fam}: default path {t(fam, 'eager fp32') / t(fam):.2f}x faster than eager fp32")
+    paths = {p: t(f, p) for f, p in results if f == next(iter(results))[0]}
+    if len(paths) > 2:
+        best = min(paths, key=paths.get)
+        lines.append("precision here: " + ", ".join(f"{p} {paths[best] / v:.0%} of the best" for p, v in paths.items())
+                     + f" (best: {best})")
     return lines
 
 
