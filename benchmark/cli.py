@@ -167,14 +167,14 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from benchmark.search import SearchHalted, StudyError, run_search
-    from benchmark.store.location import check_results
+    from benchmark.store.location import check_results, is_dir
     from benchmark.store.results import ResultsError
 
     console = Console(stderr=True)
     name = args.name or space.name
     try:
         opts = _options(space, args, name)
-        if args.resume and not _study_exists(opts.study_dir):
+        if args.resume and not is_dir(opts.study_dir):
             print(f"run_search.py: --resume: no study named {name!r} under {opts.results_dir}/", file=sys.stderr)
             return 2
         if not (args.yes or args.address or args.resume) and (stop := _too_big(space, args, opts)) is not None:
@@ -211,12 +211,6 @@ def _options(space: SearchSpace, args: argparse.Namespace, name: str):
                          data=_data(args), sampler=args.sampler,
                          time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
                          **({"pending_timeout_s": parse_duration(args.pending_timeout)} if args.pending_timeout else {}))
-
-
-def _study_exists(study_dir: str) -> bool:
-    from benchmark.store.location import is_dir
-
-    return is_dir(study_dir)
 
 
 def _resume_command(args: argparse.Namespace, name: str) -> str:

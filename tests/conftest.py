@@ -3,6 +3,7 @@ the results store is tested on URIs through the same pyarrow S3 client a cloud b
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import sys
@@ -94,3 +95,14 @@ def own_speeds_file(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(ENV, str(tmp_path_factory.mktemp("speeds") / "perf.json"))
         yield
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    """A folder with `text.txt`, 400 paragraphs of a 13-word vocabulary, and its token cache: the
+    corpus of the search and cluster tests (a module's own `corpus` fixture takes precedence)."""
+    root = tmp_path_factory.mktemp("words")
+    rng = random.Random(0)
+    words = "the cat dog sat ran on under a mat log hill and then".split()
+    (root / "text.txt").write_text("\n\n".join(" ".join(rng.choice(words) for _ in range(40)) for _ in range(400)))
+    return root

@@ -7,7 +7,6 @@ as a cluster's head often does) and two worker nodes of one CPU each, so no node
 that asks for the cluster's total."""
 
 import os
-import random
 import secrets
 import shutil
 import subprocess
@@ -72,15 +71,6 @@ def test_no_node_holds_a_trial_names_what_is_missing():
 
 
 # ---- a real cluster -------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cluster")
-    rng = random.Random(0)
-    words = "the cat dog sat ran on under a mat log hill and then".split()
-    (root / "text.txt").write_text("\n\n".join(" ".join(rng.choice(words) for _ in range(40)) for _ in range(400)))
-    return root
-
 
 @pytest.fixture(scope="module")
 def cluster(s3_endpoint):

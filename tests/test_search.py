@@ -2,7 +2,6 @@
 persisted Optuna study, resume after SIGKILL, and trials that diverge or raise."""
 
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -35,15 +34,6 @@ training: {{tokens: {tokens}, seq_len: 32, batch_size: 8, lr: {lr}, grad_clip: {
 objectives: [val_loss:min]
 trials: {trials}
 """
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("search")
-    rng = random.Random(0)
-    words = "the cat dog sat ran on under a mat log hill and then".split()
-    (root / "text.txt").write_text("\n\n".join(" ".join(rng.choice(words) for _ in range(40)) for _ in range(400)))
-    return root
 
 
 FAMILIES = "  family: [transformer, looped, hyperloop, abbie-d]"

@@ -137,7 +137,7 @@ def prepare_store(opts: SearchOptions) -> tuple[list[str], list[str]]:
     """Before any training: the results location is usable (ResultsPathError otherwise), rows a
     killed writer left half-written are removed, damaged row files are set aside in
     <study>/_quarantine (their trials run again), rows kept in the fallback folder when the disk
-    was full are brought back, and free space is compared with what the search will write."""
+    was full are brought back, and a study kept by another driver is fetched (study.mirror)."""
     location.check_results(opts.study_dir)
     sweep_orphans(opts.study_dir)
     set_aside = quarantine(opts.study_dir)
@@ -206,27 +206,27 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
     view, halt = _tune(space, opts, ctx, modes, optuna_sampler, storage, res, remaining, console)
     summary.ran, summary.overhead_s, summary.progress_reads = view.finished, view.overhead_s(), view.progress_reads
     import optuna
-    import ray
 
-    ray.shutdown()
+    ray_session.stop()
     if not halt or halt[0] != "store_full":  # else trials stay RUNNING: --resume closes them from their rows
         studies.close_running(optuna.load_study(study_name=opts.name, storage=storage), ctx)
     return halt
 
 
 def _check_space(space, opts: SearchOptions, remaining: int, summary: SearchSummary, console) -> None:
-    needed, free = space_needed(space, opts, remaining), location.free_bytes(opts.study_dir)
-    if free is not None and free < needed:
-        note = (f"{opts.study_dir} has {free / 2**20:.1f} MiB free; this search will write about "
-                f"{needed / 2**20:.1f} MiB (rows, study, Ray state{', checkpoints' if opts.checkpoints else ''})")
+    """Warn, before training, when the results disk has less room than the search will write."""
+    free = location.free_bytes(opts.study_dir)
+    if free is not None and free < space_needed(space, opts, remaining):
+        note = (f"{opts.study_dir}: {_space_line(space, opts, remaining)} (rows, study, Ray state"
+                f"{', checkpoints' if opts.checkpoints else ''})")
         summary.notes.append(note)
         if console is not None:
             console.print(f"[yellow]warning:[/yellow] {note}")
 
 
 def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -> TrialContext:
-    study_dir = opts.study_dir if location.is_uri(opts.study_dir) else str(Path(opts.study_dir).resolve())
-    return TrialContext(study=opts.name, study_dir=study_dir, fallback_dir=fallback_dir(opts), data=opts.data,
+    return TrialContext(study=opts.name, study_dir=location.absolute(opts.study_dir), fallback_dir=fallback_dir(opts),
+                        data=opts.data,
                         training={**space.training, "eval_every": _eval_every(space) if asha else 0},
                         count=space.count, objectives=tuple(names), seed=opts.seed, seeds=opts.seeds,
                         retries=opts.retries, checkpoints=opts.checkpoints, policy=policy or {})
@@ -262,19 +262,14 @@ def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console):
         tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(searcher, max_concurrent=res.concurrency),
                                     scheduler=scheduler, num_samples=remaining, reuse_actors=True,
                                     time_budget_s=opts.time_budget_s),
-        run_config=tune.RunConfig(name="_ray", storage_path=_ray_storage(opts), verbose=0, stop=Halt(callback),
+        # Ray Tune keeps its state beside the rows (through pyarrow.fs for a URI, as the rows)
+        run_config=tune.RunConfig(name="_ray", storage_path=ctx.study_dir, verbose=0, stop=Halt(callback),
                                   callbacks=[callback], log_to_file=False,
                                   failure_config=tune.FailureConfig(max_failures=opts.node_retries)),
     )
     with view:
         tuner.fit()
     return view, callback.halt or (("store_full", searcher.full) if searcher.full else None)
-
-
-def _ray_storage(opts: SearchOptions) -> str:
-    """Ray Tune's storage_path: the study's own location (a path, or the same URI: Tune writes
-    there through pyarrow.fs too), so its state travels with the rows."""
-    return opts.study_dir if location.is_uri(opts.study_dir) else str(Path(opts.study_dir).resolve())
 
 
 def study_info(space, opts: SearchOptions, sampler: str, data) -> dict[str, Any]:

@@ -19,10 +19,9 @@ for _k, _v in QUIET.items():
 
 def temp_dir(study_dir: Path) -> str:
     """A per-study session directory (short: Ray's unix socket paths are limited to ~107 chars)."""
-    from benchmark.store.location import is_uri
+    from benchmark.store.location import absolute
 
-    key = str(study_dir) if is_uri(study_dir) else str(Path(study_dir).resolve())
-    digest = hashlib.sha1(key.encode()).hexdigest()[:10]
+    digest = hashlib.sha1(absolute(study_dir).encode()).hexdigest()[:10]
     return os.path.join(tempfile.gettempdir(), f"sbray-{digest}")
 
 

@@ -170,7 +170,9 @@ def run_again(study, set_aside: list[str], done: dict[int, list[dict]]) -> None:
     (their Optuna trials stay as they were; the rerun is a new trial number)."""
     import re
 
-    numbers = {int(m.group(1)) for p in set_aside if (m := re.match(r"t(\d+)", p.rsplit("/", 1)[-1]))}
+    from benchmark.store.location import basename
+
+    numbers = {int(m.group(1)) for p in set_aside if (m := re.match(r"t(\d+)", basename(p)))}
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
     for number in sorted(numbers - set(done)):
         if number in by_number and by_number[number].params:

@@ -73,6 +73,12 @@ def _filesystem(root: str, env: tuple) -> tuple[pafs.FileSystem, str]:
     return pafs.FileSystem.from_uri(root)
 
 
+def absolute(where: Where) -> str:
+    """The same location from any working directory (a worker's, a later run's): a URI as it is,
+    a local path resolved."""
+    return where if is_uri(where) else str(Path(where).resolve())
+
+
 def join(where: Where, *parts: str) -> str:
     """`where`/part/part..., a URI's ?query kept at the end."""
     if not is_uri(where):
@@ -132,26 +138,23 @@ def read_bytes(where: Where) -> bytes:
 
 def files(where: Where) -> list[str]:
     """Names of the plain files directly in a folder; [] when there is no such folder."""
-    local = local_path(where)
-    if local is not None:
-        try:
-            with os.scandir(local) as entries:
-                return [e.name for e in entries if e.is_file()]
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-    return [i.base_name for i in _listing(where) if i.type == pafs.FileType.File]
+    return _names(where, pafs.FileType.File)
 
 
 def folders(where: Where) -> list[str]:
     """Names of the folders directly in a folder; [] when there is no such folder."""
+    return _names(where, pafs.FileType.Directory)
+
+
+def _names(where: Where, kind: pafs.FileType) -> list[str]:
     local = local_path(where)
     if local is not None:
         try:
             with os.scandir(local) as entries:
-                return [e.name for e in entries if e.is_dir()]
+                return [e.name for e in entries if (e.is_file() if kind == pafs.FileType.File else e.is_dir())]
         except (FileNotFoundError, NotADirectoryError):
             return []
-    return [i.base_name for i in _listing(where) if i.type == pafs.FileType.Directory]
+    return [i.base_name for i in _listing(where) if i.type == kind]
 
 
 def _listing(where: str) -> list[pafs.FileInfo]:
