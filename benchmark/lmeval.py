@@ -117,12 +117,17 @@ class ShapebenchLM(TemplateLM):
         for start in range(0, len(order), self.batch_size):
             batch = order[start:start + self.batch_size]
             logits = self.logits([windows[i][0] for i in batch])
+            logprobs, greedy = [], []
             for row, i in enumerate(batch):
                 inputs, target = windows[i]
                 scored = F.log_softmax(logits[row, len(inputs) - len(target):len(inputs)], dim=-1)  # (n, vocab)
                 target_t = torch.tensor(target, device=scored.device)
-                results[i] = (scored.gather(1, target_t[:, None]).sum().item(),
-                              bool((scored.argmax(-1) == target_t).all()))
+                logprobs.append(scored.gather(1, target_t[:, None]).sum())
+                greedy.append((scored.argmax(-1) == target_t).all())
+            # One read per batch: a read per request would make the host wait for the GPU each time.
+            read = torch.stack([torch.stack(logprobs), torch.stack(greedy).float()]).tolist()  # (2, B)
+            for i, logprob, exact in zip(batch, *read):
+                results[i] = (logprob, bool(exact))
         return results
 
     def window(self, context: list[int], continuation: list[int]) -> tuple[list[int], list[int]]:
@@ -169,8 +174,10 @@ class ShapebenchLM(TemplateLM):
         while active:
             rows = [(contexts[j] + generated[j])[-self.max_length:] for j in active]
             logits = self.logits(rows)
-            for r, j in enumerate(active):
-                generated[j].append(int(logits[r, len(rows[r]) - 1].argmax()))
+            last = torch.tensor([len(row) - 1 for row in rows], device=logits.device)
+            # Every row's next token in one read (a read per row would wait for the GPU each time).
+            for j, token in zip(active, logits[torch.arange(len(rows), device=logits.device), last].argmax(-1).tolist()):
+                generated[j].append(token)
             active = [j for j in active if not self.finished(generated[j], *settings[j])]
         return [self.cut(tokens, until) for tokens, (until, _) in zip(generated, settings)]
 

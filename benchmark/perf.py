@@ -1,11 +1,19 @@
 """Speed of the training path on this machine.
 
     python -m benchmark.perf models [--steps 8] [--families transformer,looped,...]
+    python -m benchmark.perf scale [SPACE] [--budget 113M] [--families transformer,hyperloop]
+                                   [--set shape.layers=12 ...] [--precisions default,fp32]
 
-trains every family for a few steps at a reference size (~4.8M non-embedding parameters,
-seq 256, batch 16) with the default execution policy, plus eager float32 for comparison, and
-prints tokens/s, achieved FLOP/s and the ratio to this machine's bf16 and fp32 matmul peak, all
-measured in one run (timings are noisy on a shared CPU: compare ratios from the same run).
+`models` trains every family for a few steps at a reference size (~4.8M non-embedding
+parameters, seq 256, batch 16) with the default execution policy, plus eager float32 for
+comparison, and prints tokens/s, achieved FLOP/s and the ratio to this machine's bf16 and fp32
+matmul peak, all measured in one run (timings are noisy on a shared CPU: compare ratios from the
+same run).
+
+`scale` measures one training step of each family as a space solves it at its budget (default:
+the default space at 113M, with its sequence length and micro-batch): tokens/s, model-FLOPs
+utilisation against the bf16 matmul peak measured in the same run, and peak memory. It is the
+GPU-sized check (issue 17); on a CPU a 113M step takes minutes.
 
 `machine_flops()` is the throughput used for time estimates (`run_search.py --plan`): the last
 measured value cached on disk, else a short probe.
@@ -44,6 +52,7 @@ class Measurement:
     first_step_s: float    # includes compilation
     tokens_per_s: float
     flops_per_s: float     # achieved training FLOP/s (count_flops' train FLOPs per token x tokens/s)
+    peak_mem_bytes: int = 0  # the step's peak (CUDA allocator; on a CPU the process's high-water mark)
 
 
 def measure(spec: ArchSpec, policy, steps: int = 8, warmup: int = 2,
@@ -51,12 +60,20 @@ def measure(spec: ArchSpec, policy, steps: int = 8, warmup: int = 2,
     import torch
 
     from benchmark.models import build_model
-    from benchmark.trial.step import TrainStep, default_device
+    from benchmark.trial.config import TrainConfig
+    from benchmark.trial.step import TrainStep, default_device, prepare_device
+    from benchmark.trial.training import (
+        make_optimizer,
+        peak_memory_bytes,
+        reset_peak_memory,
+    )
 
     device = default_device()
+    prepare_device(device)
+    reset_peak_memory(device)
     torch.manual_seed(seed)
     model = build_model(spec).to(device).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = make_optimizer(model, TrainConfig(lr=1e-4))  # the trial's optimiser (fused AdamW on CUDA)
     step = TrainStep(model, opt, policy, device)
     gen = torch.Generator().manual_seed(seed)
     data = torch.randint(0, spec.vocab_size, (batch_size, seq_len + 1), generator=gen).to(device)
@@ -68,7 +85,11 @@ def measure(spec: ArchSpec, policy, steps: int = 8, warmup: int = 2,
         times.append(time.perf_counter() - t)
     step_s = statistics.median(times[warmup:])
     tps = batch_size * seq_len / step_s
-    return Measurement(step_s, times[0], tps, tps * count_flops(spec, seq_len)["train"])
+    peak = peak_memory_bytes(device)
+    del step, opt, model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return Measurement(step_s, times[0], tps, tps * count_flops(spec, seq_len)["train"], peak)
 
 
 def matmul_peak(dtype, budget_s: float = 2.0, n_max: int = 2048) -> float:
@@ -215,18 +236,113 @@ def _ratios(results) -> list[str]:
     return lines
 
 
+# ---- one step at a space's budget (the GPU-sized check) ------------------------------------------
+
+def reference_values(space, family: str, fixed: dict[str, object]) -> dict[str, object]:
+    """One point of `space` for `family`: the values given with --set, else the middle of each
+    range and the first of each choice (a stated, repeatable reference, not a search)."""
+    from benchmark.space.candidates import choose
+    from benchmark.space.domains import Choice, FloatRange, IntRange
+
+    def pick(axis):
+        if axis.key == "family":
+            return family
+        if axis.key in fixed:
+            return fixed[axis.key]
+        d = axis.domain
+        if isinstance(d, IntRange):
+            grid = d.grid()
+            return grid[len(grid) // 2]
+        if isinstance(d, FloatRange):
+            return (d.lo * d.hi) ** 0.5 if d.log else (d.lo + d.hi) / 2
+        return d.values[0] if isinstance(d, Choice) else d.value
+    return choose(space, pick)
+
+
+def run_scale(space_path: str, budget: str | None, families: list[str], fixed: dict[str, object],
+              precisions: list[str], steps: int, seq_len: int | None, batch_size: int | None) -> dict:
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from benchmark.space.candidates import resolve
+    from benchmark.space.language import load_space
+    from benchmark.trial.step import ExecPolicy, default_device, prepare_device
+
+    space = load_space(space_path).with_overrides(budget=budget)
+    seq_len = seq_len or space.training_value("seq_len")
+    batch_size = batch_size or space.training_value("batch_size")
+    device = default_device()
+    console = Console()
+    console = console if console.is_terminal else Console(width=200)
+    prepare_device(device)  # fp32 matmuls in TF32 on CUDA, as the fp32 path trains
+    big = 8192 if device.type == "cuda" else 2048  # a size that fills a GPU; bounded in time on a CPU
+    peak = {"fp32": matmul_peak(torch.float32, n_max=big), "bf16": matmul_peak(torch.bfloat16, n_max=big)}
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else speeds.machine_key()
+    console.print(f"{name}: matmul peak fp32 {peak['fp32'] / 1e12:.1f} TFLOP/s (TF32 where CUDA has it), "
+                  f"bf16 {peak['bf16'] / 1e12:.1f} TFLOP/s; torch {torch.__version__}")
+    table = Table(title=f"One training step at {space.name}'s budget (seq {seq_len}, micro-batch {batch_size})")
+    for col in ("family", "structure", "d_model", "params", "path", "first step s", "step s", "tokens/s",
+                "TFLOP/s", "MFU", "peak mem GiB"):
+        table.add_column(col, justify="right")
+    results = {}
+    for fam in families:
+        cand = resolve(space, reference_values(space, fam, fixed))
+        spec = cand.solution.spec
+        for prec in precisions:
+            policy = ExecPolicy() if prec == "default" else ExecPolicy(precision=prec)
+            path = f"{policy.autocast_dtype(device) or 'fp32'} compiled" + (" (default)" if prec == "default" else "")
+            console.print(f"[dim]{fam} {spec.structure()} / {path} ...[/dim]")
+            m = measure(spec, policy, steps=steps, warmup=3, seq_len=seq_len, batch_size=batch_size)
+            results[(fam, prec)] = m
+            dtype = "bf16" if policy.autocast_dtype(device) is not None else "fp32"
+            table.add_row(fam, spec.structure(), str(spec.d_model), f"{cand.solution.params['total'] / 1e6:.1f}M",
+                          path, f"{m.first_step_s:.1f}", f"{m.step_s:.4f}", f"{m.tokens_per_s:,.0f}",
+                          f"{m.flops_per_s / 1e12:.1f}", f"{m.flops_per_s / peak[dtype]:.0%}",
+                          f"{m.peak_mem_bytes / 2**30:.1f}")
+    console.print(table)
+    console.print("MFU: count_flops' training FLOPs per token x tokens/s over the matmul peak measured above "
+                  "in the path's precision (not the datasheet's).")
+    return results
+
+
+def _setting(text: str) -> tuple[str, object]:
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE such as shape.layers=12, got {text!r}")
+    return key.strip(), yaml.safe_load(value)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmark.perf", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["models"])
+    ap.add_argument("what", choices=["models", "scale"])
+    ap.add_argument("space", nargs="?", default="search_spaces/default.yaml", help="scale: the space (default: %(default)s)")
     ap.add_argument("--steps", type=int, default=8, help="timed steps per family and path")
-    ap.add_argument("--families", default=",".join(FAMILIES), help="comma-separated families")
+    ap.add_argument("--families", help="comma-separated families (models: all; scale: transformer,hyperloop)")
+    ap.add_argument("--budget", help="scale: the budget (default: the space's)")
+    ap.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+                    help="scale: an axis value, e.g. shape.layers=12 (default: each range's middle, each choice's first)")
+    ap.add_argument("--precisions", default="default", help="scale: comma-separated: default, bf16, fp32")
+    ap.add_argument("--seq-len", type=int, help="scale: sequence length (default: the space's)")
+    ap.add_argument("--batch-size", type=int, help="scale: micro-batch (default: the space's)")
     args = ap.parse_args(argv)
-    families = [f.strip() for f in args.families.split(",") if f.strip()]
+    default = FAMILIES if args.what == "models" else ("transformer", "hyperloop")
+    families = [f.strip() for f in (args.families or ",".join(default)).split(",") if f.strip()]
     unknown = set(families) - set(FAMILIES)
     if unknown:
         ap.error(f"unknown families: {', '.join(sorted(unknown))}")
-    run_models(families, args.steps)
+    if args.what == "models":
+        run_models(families, args.steps)
+        return 0
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    bad = set(precisions) - {"default", "bf16", "fp32"}
+    if bad:
+        ap.error(f"unknown precisions: {', '.join(sorted(bad))} (default, bf16, fp32)")
+    run_scale(args.space, args.budget, families, dict(args.set), precisions, args.steps, args.seq_len,
+              args.batch_size)
     return 0
 
 

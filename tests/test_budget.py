@@ -131,3 +131,48 @@ def test_every_family_meets_any_budget_within_tolerance(family, budget, count, h
     sol = solve_budget({"family": family, "n_heads": 4}, budget=budget, count=count, head_dim=head_dim)
     assert abs(sol.distance) <= 0.005
     assert count_params(sol.spec)[count] == sol.params[count]
+
+
+# ---- hardware-friendly shapes (`align:`) -------------------------------------------------------
+
+ALIGN = {"d_model": 64, "ffn": 64, "head_dim": 8}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_aligned_shapes_still_meet_the_budget(family):
+    """Every family at 113M on the aligned lattice: d_model, the FFN width and head_dim are
+    multiples of 64 / 64 / 8 and the total is within the 0.5% tolerance. Unaligned, the same
+    hyperloop solves to d_model 820, head_dim 82 (flash attention needs multiples of 8)."""
+    from benchmark.space.budget import Align
+
+    raw = {"family": family, "vocab_size": 8192}
+    sol = solve_budget(raw, budget=113_000_000, tolerance=0.005, head_dim=64, align=Align(**ALIGN))
+    spec = sol.spec
+    assert spec.d_model % 64 == 0 and spec.head_dim % 8 == 0 and spec.ffn.width % 64 == 0
+    assert abs(sol.params["total"] - 113_000_000) <= 0.005 * 113_000_000
+    loose = solve_budget(raw, budget=113_000_000, tolerance=0.005, head_dim=64)
+    assert abs(loose.params["total"] - 113_000_000) <= PRECISION * 113_000_000   # unaligned: 0.05%
+
+
+def test_the_unaligned_hyperloop_at_113m_is_what_the_alignment_is_for():
+    from benchmark.space.budget import Align
+
+    raw = {"family": "hyperloop", "vocab_size": 8192, "layers": {"begin": 3, "middle": 6, "end": 3},
+           "hyper": {"streams": 4}, "ffn": {"ratio": 3.0}}
+    loose = solve_budget(raw, budget=113_000_000, head_dim=64).spec
+    assert (loose.d_model, loose.head_dim) == (820, 82)
+    aligned = solve_budget(raw, budget=113_000_000, head_dim=64, align=Align(**ALIGN)).spec
+    assert (aligned.d_model, aligned.head_dim, aligned.ffn.width) == (832, 64, 2432)
+
+
+def test_align_in_a_space_file_is_validated_with_its_line(tmp_path):
+    from benchmark.space.language import load_space
+    from benchmark.space.source import SpaceError
+
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nbudget: 1M\nalign: {d_model: 64, heads: 8}\nbase: {vocab_size: 512}\n")
+    with pytest.raises(SpaceError, match=r"s\.yaml:3:.*align.*unknown key 'heads'; align takes d_model, ffn, head_dim"):
+        load_space(path)
+    path.write_text("name: s\nbudget: 1M\nalign: {d_model: 0}\nbase: {vocab_size: 512}\n")
+    with pytest.raises(SpaceError, match=r"s\.yaml:3:.*align\.d_model: expected a positive whole number"):
+        load_space(path)

@@ -324,3 +324,30 @@ def test_read_block_needs_whole_layer_spans():
         ArchSpec.from_dict({"family": "mhc", "hyper": {"read": "block"}})
     with pytest.raises(ValueError, match="hyper.init: 'zero' is not one of home, symmetric"):
         ArchSpec.from_dict({"family": "mhc", "hyper": {"init": "zero"}})
+
+
+@pytest.mark.parametrize("family", ["hyperloop", "mhc", "hc"])
+def test_the_streams_stay_float32_under_bf16_autocast(monkeypatch, family):
+    """The n streams are the residual stream: under bf16 autocast they are read (u), gated and
+    mixed in float32, as the Transformer's residual stays float32. Before, autocast turned the
+    (1 x n) @ (n x d) read into a bf16 matmul, so Hyperloop's whole middle block (the block read)
+    ran with a bf16 residual (seen on an H100 as bf16 input reaching RMSNorm's float32 weight)."""
+    import benchmark.models.lm as lm
+    from benchmark.models.hyper import hyper_connect
+
+    seen = []
+
+    def spy(gate, Y, span, extra=None):
+        def reading(u):
+            seen.append(("u", u.dtype))
+            return span(u)
+        out = hyper_connect(gate, Y, reading, extra)
+        seen.append(("out", out.dtype))
+        return out
+
+    monkeypatch.setattr(lm, "hyper_connect", spy)
+    model = build(tiny(family))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(tokens())
+    assert seen and {dtype for _, dtype in seen} == {torch.float32}
+    assert torch.isfinite(logits.float()).all()

@@ -106,7 +106,9 @@ class SigmoidGate(nn.Module):
     def logits(self, Y: torch.Tensor):
         """The pre-activations α W z + b of H_pre, H_post and H_res: (B, T, n) x 2 and (B, T, n_res)."""
         B, T, n, d = Y.shape
-        proj = F.linear(self.norm(Y.reshape(B, T, n * d)), self.weight)     # (B, T, 2n + n_res)
+        # The projection may run in bf16 under autocast; the gates (sigmoid, Sinkhorn's 20
+        # normalisations) run in the streams' precision (float32), as the streams they weigh do (hyper_connect).
+        proj = F.linear(self.norm(Y.reshape(B, T, n * d)), self.weight).to(Y.dtype)  # (B, T, 2n + n_res)
         pre = self.alpha[0] * proj[..., :n] + self.bias[:n]
         post = self.alpha[1] * proj[..., n:2 * n] + self.bias[n:2 * n]
         res = self.alpha[2] * proj[..., 2 * n:] + self.bias[2 * n:] if self.mixing != "identity" else None
@@ -149,7 +151,7 @@ class ZhuGate(nn.Module):
     def forward(self, Y: torch.Tensor):
         if not self.dynamic:
             return self.static_am, self.static_beta, self.static_ar.t()
-        dyn = self.norm(Y) @ self.weight                            # (B, T, n, n + 2)
+        dyn = (self.norm(Y) @ self.weight).to(Y.dtype)              # (B, T, n, n + 2); gates in the stream dtype
         if self.tanh:
             dyn = torch.tanh(dyn)
         beta = self.scale[1] * dyn[..., 0] + self.static_beta       # (B, T, n)
@@ -178,14 +180,21 @@ def hyper_connect(gate: nn.Module, Y: torch.Tensor, span, extra: torch.Tensor | 
     """Y' = H_res Y + H_post ⊗ (F(u) + extra), u = H_pre Y. `span` maps u (B, T, d) to F(u), what
     the span contributes (see the module docstring); `extra` is Hyperloop's loop embedding e_l."""
     pre, post, res = gate(Y)
-    u = (pre.unsqueeze(-2).to(Y.dtype) @ Y).squeeze(-2)               # (B, T, d)
+    # The streams are the residual stream: read and mixed in its own precision (float32), not in
+    # bf16, which autocast would pick for these matmuls. Otherwise u, and with the block read the
+    # whole middle block's residual, would run in bf16 where the Transformer's stays in float32
+    # (seen on an H100: bf16 u reaching RMSNorm's float32 weight, and its slow unfused path).
+    # u as a weighted sum, not a (1 x n) @ (n x d) matmul: a compiler fuses it into one pass
+    # over the streams, where a batched matmul of B*T tiny products is slow on a GPU.
+    u = (pre.unsqueeze(-1).to(Y.dtype) * Y).sum(-2)                   # (B, T, d)
     out = span(u)
     if extra is not None:
         out = out + extra
-    if res is None:
-        mixed = Y
-    elif res.dim() == Y.dim() - 1:
-        mixed = Y * res.unsqueeze(-1).to(Y.dtype)                       # diagonal
-    else:
-        mixed = res.to(Y.dtype) @ Y                                     # (.., n, n) @ (.., n, d)
-    return mixed + post.unsqueeze(-1).to(Y.dtype) * out.unsqueeze(-2)
+    with torch.autocast(device_type=Y.device.type, enabled=False):
+        if res is None:
+            mixed = Y
+        elif res.dim() == Y.dim() - 1:
+            mixed = Y * res.unsqueeze(-1).to(Y.dtype)                   # diagonal
+        else:
+            mixed = res.to(Y.dtype) @ Y                                 # (.., n, n) @ (.., n, d)
+        return mixed + post.unsqueeze(-1).to(Y.dtype) * out.unsqueeze(-2).to(Y.dtype)

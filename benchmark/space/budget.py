@@ -26,6 +26,39 @@ HEAD_BAND = 1.25    # shape.head_dim: head_dim may sit within this factor of its
 MAX_WIDTH = 1 << 20
 
 
+@dataclass(frozen=True)
+class Align:
+    """Hardware-friendly shapes (a space's `align:`): d_model, the FFN hidden width and head_dim
+    as multiples of these. Tensor cores and flash attention serve multiples of 8 to 64 fast; a
+    head_dim of 82 (what 113M solves to unaligned) is padded or sent to a slower kernel (measured
+    on an H100: README "On a GPU"). The budget is still met within the tolerance: the solver
+    searches the aligned lattice of (d_model, width) and the width absorbs the rounding."""
+
+    d_model: int = 1
+    ffn: int = 1
+    head_dim: int = 2   # RoPE rotates pairs: an even head_dim in any case
+
+    def __post_init__(self):
+        for key in ALIGN_KEYS:
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"align.{key}: expected a positive whole number such as 64, got {v!r}")
+        object.__setattr__(self, "head_dim", math.lcm(self.head_dim, 2))
+
+
+ALIGN_KEYS = ("d_model", "ffn", "head_dim")
+
+
+def parse_align(value: Any) -> Align:
+    """`{d_model: 64, ffn: 64, head_dim: 8}` (any subset) -> Align; ValueError naming the key."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a mapping such as {{d_model: 64, ffn: 64, head_dim: 8}}, got {value!r}")
+    unknown = [k for k in value if k not in ALIGN_KEYS]
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]!r}; align takes {', '.join(ALIGN_KEYS)}")
+    return Align(**value)
+
+
 class BudgetError(ValueError):
     """No candidate of this shape meets the budget within tolerance; the message says why."""
 
@@ -145,9 +178,9 @@ class _Ladder:
     head). That makes valid d_model values dense (every few units at d_model ~ 1000, like the
     hourglass paper's 1032 = 12 x 86), so the FFN width rarely moves far off its ratio."""
 
-    def __init__(self, raw: Mapping[str, Any], head_dim: int | None):
+    def __init__(self, raw: Mapping[str, Any], head_dim: int | None, align: Align = Align()):
         heads = raw.get("n_heads", ArchSpec.n_heads)
-        self.target, self.heads = head_dim, heads
+        self.target, self.heads, self.align = head_dim, heads, align
         self.group = heads // (raw.get("n_kv_heads") or heads)
         self.any = head_dim is None and raw.get("head_dim") is not None
 
@@ -158,18 +191,19 @@ class _Ladder:
         g = self.group
         fewest = max(1, math.floor(d_model / (self.target * HEAD_BAND)))   # the band, rounded outward
         most = max(fewest, math.ceil(d_model * HEAD_BAND / self.target))  # to whole head counts
-        counts = [n for n in range(-(-fewest // g) * g, most + 1, g) if d_model % n == 0 and d_model // n % 2 == 0]
+        h = self.align.head_dim
+        counts = [n for n in range(-(-fewest // g) * g, most + 1, g) if d_model % n == 0 and d_model // n % h == 0]
         if not counts:
             return {}
         n = min(counts, key=lambda n: abs(math.log(d_model / n / self.target)))
         return {"n_heads": n, "n_kv_heads": n // g}
 
     def valid(self, d_model: int) -> bool:
-        if d_model < 1:
+        if d_model < 1 or d_model % self.align.d_model:
             return False
         if self.target is not None:
             return bool(self.keys(d_model))
-        return self.any or d_model % self.heads == 0 and d_model // self.heads % 2 == 0
+        return self.any or d_model % self.heads == 0 and d_model // self.heads % self.align.head_dim == 0
 
     def up(self, d_model: int) -> int:
         d_model = max(d_model, 1)
@@ -183,10 +217,13 @@ class _Ladder:
         return d_model if d_model >= 1 else None
 
     def why(self) -> str:
+        a, h = self.align, self.align.head_dim
+        aligned = f"a multiple of {a.d_model} (align.d_model), " if a.d_model > 1 else ""
+        head = "an even head_dim" if h == 2 else f"a head_dim that is a multiple of {h}"
         if self.target is not None:
-            return f"n_heads giving an even head_dim within {HEAD_BAND}x of {self.target}"
-        return "any integer, since head_dim is given" if self.any else \
-            f"a multiple of 2 x n_heads={self.heads}, for an even head_dim"
+            return aligned + f"n_heads giving {head} within {HEAD_BAND}x of {self.target}"
+        return aligned + ("any integer, since head_dim is given" if self.any else
+                          f"a multiple of {h} x n_heads={self.heads}, for {head}")
 
 
 def _with(raw: Mapping[str, Any], d_model: int | None = None, width: int | None = None,
@@ -247,7 +284,7 @@ def _nearest_width(n: _Counter, d_model: int | None, budget: int, multiple: int)
 
 
 def solve_budget(raw: Mapping[str, Any], *, budget: int, count: str = "total", tolerance: float = 0.005,
-                 solve: str = "d_model", head_dim: int | None = None) -> Solution:
+                 solve: str = "d_model", head_dim: int | None = None, align: Align | None = None) -> Solution:
     """Set the free dimension of `raw` (an ArchSpec mapping) so that its `count` parameters are
     within `tolerance` of `budget`; `head_dim` (with solve: d_model) scales n_heads with d_model.
     Raises BudgetError, or SpecError for an invalid mapping. The rule:
@@ -266,16 +303,46 @@ def solve_budget(raw: Mapping[str, Any], *, budget: int, count: str = "total", t
       head_dim nearest its target), else the one nearest the budget, if within `tolerance`.
       With the width given absolutely (`ffn.d_ff` / `ffn.d_h`) only d_model moves: the nearer of
       the two valid values.
+    * `align` (a space's `align:`) keeps d_model, head_dim and the FFN width on multiples: d_model's
+      ladder holds only aligned values, `ffn.multiple_of` becomes the alignment, and since such a
+      coarse lattice rarely lands within PRECISION, every setting within `tolerance` counts as
+      precise, so the shape asked for decides among them (one aligned d_model either side at most).
+      Where the FFN lattice is too coarse for that, its multiple halves (to 1 at the smallest budgets).
     * `solve: ffn.d_ff`, `ffn.d_h` or `ffn` (whichever width the candidate's FFN kind has): d_model
       stays as given and the width nearest the budget wins (hourglass paper Table 1: fixed attention).
     """
+    if align is not None:
+        # The FFN width on align.ffn where the budget allows; where that lattice is too coarse to
+        # land within tolerance near the shape asked for (a 64-wide step of a K=4 hourglass FFN at
+        # d_model 1536 is 4% of 113M), on the next power-of-two divisor, then on any width (at
+        # budgets of a few million, where one 8-wide step can exceed the tolerance).
+        steps = [align.ffn]
+        while steps[-1] % 2 == 0:
+            steps.append(steps[-1] // 2)
+        steps += [1] if steps[-1] != 1 else []
+        for i, step in enumerate(steps):
+            ffn = dict(raw.get("ffn", {}))
+            ffn["multiple_of"] = math.lcm(ffn.get("multiple_of", FFNSpec.multiple_of), step)
+            try:
+                return _solve(raw | {"ffn": ffn}, budget, count, tolerance, solve, head_dim, align)
+            except BudgetError:
+                if i == len(steps) - 1:
+                    raise
+    return _solve(raw, budget, count, tolerance, solve, head_dim, None)
+
+
+def _solve(raw: Mapping[str, Any], budget: int, count: str, tolerance: float, solve: str,
+           head_dim: int | None, align: Align | None) -> Solution:
     _probe(raw)
-    ladder = _Ladder(raw, head_dim)
+    ladder = _Ladder(raw, head_dim, align or Align())
     n = _Counter(raw, count, ladder)
     multiple = _ffn(raw, "multiple_of")
     key, _ = _width_key(raw)
     if solve == "d_model":
-        d_model, width = _solve_d_model(raw, n, ladder, budget, tolerance, multiple)
+        if align is None:
+            d_model, width = _solve_d_model(raw, n, ladder, budget, tolerance, multiple)
+        else:  # one aligned d_model either side at most: the shape stays near the one asked for
+            d_model, width = _solve_d_model(raw, n, ladder, budget, tolerance, multiple, tolerance, widen=1)
     else:
         if solve in ("ffn.d_ff", "ffn.d_h") and solve != f"ffn.{key}":
             kind = _ffn(raw, "kind")
@@ -308,20 +375,20 @@ def _floor(smallest: int, tol: float) -> str:
 
 
 def _solve_d_model(raw, n: _Counter, ladder: _Ladder, budget: int, tol: float,
-                   multiple: int) -> tuple[int, int | None]:
+                   multiple: int, precision: float = PRECISION, widen: int = _WIDEN) -> tuple[int, int | None]:
     tune = _ratio_width(raw)
     above = _first_at_least(n, budget, ladder.up, "d_model")
     below = ladder.down(above - 1)
     seen: list[tuple[int, int | None]] = []
     # The two valid d_model values around the budget; with a tunable width, more either side until
     # one lands within PRECISION. Of those that do, the one nearest the shape asked for.
-    for ring in range(1 + (_WIDEN if tune else 0)):
+    for ring in range(1 + (widen if tune else 0)):
         if ring:
             above, below = ladder.up(above + 1), below and ladder.down(below - 1)
         for d in (above, below):
             if d is not None:
                 seen.append((d, _nearest_width(n, d, budget, multiple) if tune else None))
-        precise = [p for p in seen if abs(n(*p) - budget) <= PRECISION * budget]
+        precise = [p for p in seen if abs(n(*p) - budget) <= precision * budget]
         if precise:
             return min(precise, key=lambda p: (*_off_shape(n, *p), abs(n(*p) - budget)))
     nearest = min(seen, key=lambda p: abs(n(*p) - budget))

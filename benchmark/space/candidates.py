@@ -179,7 +179,7 @@ def _solve(space: SearchSpace, values: dict[str, Any]) -> Solution:
         raise SpecError("shape.head_dim", "sets n_heads from d_model; it cannot be combined with head_dim")
     if space.anchor is not None:  # hourglass paper Table 1: every candidate keeps the anchor's width and heads
         anchor = solve_budget(deep_merge(space.base, space.anchor), budget=space.budget, count=space.count,
-                              tolerance=space.tolerance, head_dim=head_dim)
+                              tolerance=space.tolerance, head_dim=head_dim, align=space.align)
         merged.update(d_model=anchor.spec.d_model, n_heads=anchor.spec.n_heads, n_kv_heads=anchor.spec.n_kv_heads)
         head_dim = None
     elif head_dim is not None and space.solve != "d_model":
@@ -188,7 +188,7 @@ def _solve(space: SearchSpace, values: dict[str, Any]) -> Solution:
 
     def solve(r: dict[str, Any]) -> Solution:
         return solve_budget(r, budget=space.budget, count=space.count, tolerance=space.tolerance, solve=space.solve,
-                            head_dim=head_dim)
+                            head_dim=head_dim, align=space.align)
 
     if "shape.d_model_per_layer" in shape:
         return fit_width_depth(merged, shape, solve)

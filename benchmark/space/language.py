@@ -17,6 +17,8 @@ from benchmark.arch.spec import FFN_WIDTHS, SPEC_KEYS
 from benchmark.space.budget import (
     COUNTS,
     SOLVES,
+    Align,
+    parse_align,
     parse_amount,
     parse_tokens,
     parse_tolerance,
@@ -32,8 +34,8 @@ from benchmark.store.results import check_study_name
 from benchmark.trial.config import DEFAULTS as TRAINING_DEFAULTS
 from benchmark.trial.config import TrainConfig, TrainConfigError
 
-TOP_KEYS = ("name", "description", "budget", "count", "tolerance", "solve", "anchor", "base", "variants",
-            "axes", "training", "objectives", "trials")
+TOP_KEYS = ("name", "description", "budget", "count", "tolerance", "solve", "align", "anchor", "base",
+            "variants", "axes", "training", "objectives", "trials")
 DEFAULT_TRIALS = 16
 _WIDTH_KEYS = tuple(f"ffn.{width}" for width, _, _ in FFN_WIDTHS.values())   # what `solve: ffn` sets
 _RATIO_KEYS = tuple(f"ffn.{ratio}" for _, ratio, _ in FFN_WIDTHS.values())
@@ -90,6 +92,7 @@ class SearchSpace:
     count: str = "total"
     tolerance: float = 0.005
     solve: str = "d_model"
+    align: Align | None = None      # hardware-friendly multiples of d_model, FFN width, head_dim
     anchor: dict[str, Any] | None = None
     base: dict[str, Any] = field(default_factory=dict)
     variants: dict[str, Variant] = field(default_factory=dict)
@@ -186,6 +189,7 @@ class _Reader:
             count=self.parsed("count", lambda v: one_of(v, COUNTS), "total"),
             tolerance=self.parsed("tolerance", parse_tolerance, 0.005),
             solve=self.solve,
+            align=self.parsed("align", parse_align, None),
             anchor=anchor,
             base=self.fragment(("base",), self.top.get("base", {})).arch,
             variants=variants,

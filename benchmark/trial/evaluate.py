@@ -19,17 +19,20 @@ def source_losses(model, eval_data: Mapping[str, torch.Tensor], batch_size: int 
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    out = {}
+    totals, counts = {}, {}
     for name, windows in eval_data.items():
-        total, count = 0.0, 0
+        # Summed on the device and read once at the end: a read per batch would make the host wait
+        # for the GPU after every batch (float64, as the sum of .item() values was, so the same numbers).
+        total, count = torch.zeros((), dtype=torch.float64, device=device), 0
         for i in range(0, len(windows), batch_size):
             w = windows[i:i + batch_size].to(device)
             n = w[:, 1:].numel()
-            total += lm_loss(model, w[:, :-1], w[:, 1:], dtype, loops).item() * n
+            total = total + lm_loss(model, w[:, :-1], w[:, 1:], dtype, loops).double() * n
             count += n
-        out[name] = (total / max(count, 1), count)
+        totals[name], counts[name] = total, count
     model.train(was_training)
-    return out
+    read = torch.stack(list(totals.values())).tolist() if totals else []  # the one host sync
+    return {name: (t / max(counts[name], 1), counts[name]) for name, t in zip(totals, read)}
 
 
 def evaluate(model, eval_data: Mapping[str, torch.Tensor], cfg=None, loops: int | None = None) -> dict:
