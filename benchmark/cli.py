@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 from benchmark.search import SAMPLERS
-from benchmark.space.budget import COUNTS, parse_amount, parse_tokens
-from benchmark.space.language import SearchSpace, SpaceError, load_space
+from benchmark.space.budget import COUNTS, parse_tokens
+from benchmark.space.language import SearchSpace, SpaceError, load_space, parse_budgets
 from benchmark.space.yamlsafe import YamlError
 from benchmark.store.results import check_study_name
 
@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="run_search.py", description="Plan or run an architecture search at a "
                                 "fixed parameter budget.")
     p.add_argument("space", nargs="?", default=None, help=f"search-space YAML (default: {DEFAULT_SPACE.name})")
-    p.add_argument("--budget", type=_checked(parse_amount), help="parameter budget, e.g. 113M, 1.2B, 500K")
+    p.add_argument("--budget", type=_checked(parse_budgets), help="parameter budget, e.g. 113M, 1.2B, 500K, "
+                   "or a ladder: 1M,2M,4M (every candidate at every budget)")
     p.add_argument("--count", choices=COUNTS, help="what the budget counts (default: the space's `count`)")
     p.add_argument("--trials", type=_positive, help="candidates to sample (default: the space's `trials`)")
     p.add_argument("--tokens", type=_checked(parse_tokens), help="training tokens: 20x (per parameter) or 5M")
@@ -137,7 +138,7 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from benchmark import perf
-    from benchmark.space.plan import make_plan, records, render, summary
+    from benchmark.space.plan import make_plan, records, render, summary, warnings
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "study created" chatter in a plan
     plan = make_plan(space, seed=args.seed)
@@ -146,6 +147,8 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
         for row in rows:
             print(json.dumps(row, sort_keys=True))
         print(summary(plan, rows), file=sys.stderr)
+        for line in warnings(space):
+            print(f"note: {line}", file=sys.stderr)
     else:
         console = Console()
         render(plan, rows, console if console.is_terminal else Console(width=200))  # a pipe keeps every column

@@ -369,3 +369,58 @@ def test_ray_tune_can_checkpoint_the_searcher_of_every_space(path, tmp_path):
     first, again = (fn(optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1)).ask())
                     for fn in (_Sample(space), restored))
     assert first == again
+
+
+# ---- budget ladders (issue 13) -------------------------------------------------------------------
+
+LADDER = """\
+name: ladder
+budget: [2M, 0.5M, 1M]
+base: {vocab_size: 8192, layers: {begin: 1, middle: 2, end: 1}}
+axes:
+  family: [transformer, hyperloop]
+  shape.head_dim: 32
+  shape.unrolled_layers: 6
+objectives: [val_loss:min, params:min]
+trials: 6
+"""
+
+
+def test_a_ladder_solves_every_candidate_at_every_budget(tmp_path):
+    from benchmark.space.plan import make_plan, warnings
+
+    path = tmp_path / "ladder.yaml"
+    path.write_text(LADDER)
+    space = load_space(path)
+    assert space.ladder == (500_000, 1_000_000, 2_000_000) and space.budget == 2_000_000
+    assert space.axes[0].key == "budget"
+    plan = make_plan(space)
+    assert not plan.sampled
+    got = sorted((c.solution.budget, c.spec.family) for c in plan.candidates)
+    assert got == sorted((b, f) for b in space.ladder for f in ("transformer", "hyperloop"))
+    for c in plan.candidates:   # each within tolerance of its own rung, so params spans 4x
+        assert abs(c.solution.params["total"] - c.solution.budget) <= 0.005 * c.solution.budget
+    assert warnings(space) == []  # params varies along a ladder: a real objective
+
+
+def test_a_sampled_ladder_starts_with_each_rung_once_and_budget_overrides_make_ladders(tmp_path):
+    from benchmark.space.plan import first_points, make_plan, warnings
+
+    path = tmp_path / "ladder.yaml"
+    path.write_text(LADDER.replace("trials: 6", "trials: 4"))   # 6 points > 4 trials: sampled
+    space = load_space(path)
+    assert first_points(space) == [{"budget": 500_000}, {"budget": 1_000_000}, {"budget": 2_000_000}]
+    plan = make_plan(space)
+    assert plan.sampled and [c.solution.budget for c in plan.candidates[:3]] == list(space.ladder)
+    one = space.with_overrides(budget="1M")
+    assert (one.budget, one.ladder, [a.key for a in one.axes][:1]) == (1_000_000, (), ["family"])
+    assert "constant by construction" in warnings(one)[0]
+    two = one.with_overrides(budget="4M,1M")
+    assert two.ladder == (1_000_000, 4_000_000) and two.axes[0].key == "budget"
+
+
+def test_a_ladder_with_a_repeated_rung_is_an_error_on_its_line(tmp_path):
+    path = tmp_path / "ladder.yaml"
+    path.write_text(LADDER.replace("[2M, 0.5M, 1M]", "[1M, 1M]"))
+    with pytest.raises(SpaceError, match=r"ladder\.yaml:2:\d+: budget: a budget is listed twice"):
+        load_space(path)

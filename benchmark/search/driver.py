@@ -178,10 +178,10 @@ def space_needed(space, opts: SearchOptions, remaining: int) -> int:
 
 
 def _open(space, opts: SearchOptions, names, modes):
-    from benchmark.space.candidates import grid
+    from benchmark.space.plan import first_points
 
     return studies.open_study(studies.storage_url(opts.study_dir, opts.storage), opts.name, names,
-                              [f"{m}imize" for m in modes], grid(space, limit=space.trials) or [])
+                              [f"{m}imize" for m in modes], first_points(space))
 
 
 def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, console):
@@ -276,7 +276,7 @@ def study_info(space, opts: SearchOptions, sampler: str, data) -> dict[str, Any]
     """What the study declared and ran on: Optuna study attributes and <study>/_study.json."""
     from benchmark.store.provenance import code_version
 
-    return {"space": space.name, "space_file": space.source.file, "description": space.description, "budget": space.budget,
+    return {"space": space.name, "space_file": space.source.file, "description": space.description, "budget": space.budget, "ladder": list(space.ladder) or None,
             "count": space.count, "tolerance": space.tolerance, "trials": space.trials,
             "objectives": [list(o) for o in space.objectives], "sampler": sampler, "seeds": opts.seeds,
             "seed": opts.seed, "code_version": code_version(), "dataset_id": data.dataset_id,

@@ -18,7 +18,7 @@ from benchmark.arch.spec import SPEC_KEYS, ArchSpec, SpecError
 from benchmark.space.budget import BudgetError, Solution, solve_budget
 from benchmark.space.domains import Axis
 from benchmark.space.expr import ExprError
-from benchmark.space.language import SearchSpace
+from benchmark.space.language import BUDGET_AXIS, SearchSpace
 from benchmark.space.shape import SHAPE_KEYS, apply_shape, fit_width_depth, layer_split
 from benchmark.space.source import SpaceError
 
@@ -64,7 +64,7 @@ def _fragment(space: SearchSpace, values: Mapping[str, Any]) -> tuple[dict[str, 
     for key, value in values.items():
         if key in SHAPE_KEYS:
             shape[key] = value
-        elif key != "variant":
+        elif key not in ("variant", BUDGET_AXIS):
             set_dotted(raw, key, value)
     return raw, shape
 
@@ -174,11 +174,12 @@ def _solve(space: SearchSpace, values: dict[str, Any]) -> Solution:
     family = ArchSpec.from_dict({"family": raw.get("family", ArchSpec.family)}).family  # SpecError if misspelt
     merged = apply_shape(deep_merge(PRESETS[family], raw), shape)
 
+    budget = values.get(BUDGET_AXIS, space.budget)  # a ladder's rung, or the one budget
     head_dim = shape.get("shape.head_dim")
     if head_dim is not None and merged.get("head_dim") is not None:
         raise SpecError("shape.head_dim", "sets n_heads from d_model; it cannot be combined with head_dim")
     if space.anchor is not None:  # hourglass paper Table 1: every candidate keeps the anchor's width and heads
-        anchor = solve_budget(deep_merge(space.base, space.anchor), budget=space.budget, count=space.count,
+        anchor = solve_budget(deep_merge(space.base, space.anchor), budget=budget, count=space.count,
                               tolerance=space.tolerance, head_dim=head_dim, align=space.align)
         merged.update(d_model=anchor.spec.d_model, n_heads=anchor.spec.n_heads, n_kv_heads=anchor.spec.n_kv_heads)
         head_dim = None
@@ -187,7 +188,7 @@ def _solve(space: SearchSpace, values: dict[str, Any]) -> Solution:
                         f"anchor, not solve: {space.solve}")
 
     def solve(r: dict[str, Any]) -> Solution:
-        return solve_budget(r, budget=space.budget, count=space.count, tolerance=space.tolerance, solve=space.solve,
+        return solve_budget(r, budget=budget, count=space.count, tolerance=space.tolerance, solve=space.solve,
                             head_dim=head_dim, align=space.align)
 
     if "shape.d_model_per_layer" in shape:

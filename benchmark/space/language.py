@@ -55,6 +55,18 @@ def _positive_int(v: Any) -> int:
     return v
 
 
+def parse_budgets(v: Any) -> tuple[int, ...]:
+    """`113M`, or a ladder `[0.5M, 1M, 2M]` (also the text `1M,2M,4M` of --budget) -> ascending,
+    distinct budgets."""
+    items = v.split(",") if isinstance(v, str) and "," in v else v if isinstance(v, list) else [v]
+    if not items:
+        raise ValueError("expected a budget like 113M or a ladder like [0.5M, 1M, 2M], got []")
+    budgets = [parse_amount(item.strip() if isinstance(item, str) else item) for item in items]
+    if len(set(budgets)) != len(budgets):
+        raise ValueError(f"a budget is listed twice: {v!r}")
+    return tuple(sorted(budgets))
+
+
 def _objectives(v: Any) -> tuple[tuple[str, str], ...]:
     """[val_loss:min, params] -> ((name, direction), ...) with names from the metric registry."""
     if not isinstance(v, list) or not v:
@@ -88,7 +100,8 @@ class Variant:
 class SearchSpace:
     name: str
     description: str = ""
-    budget: int | None = None
+    budget: int | None = None       # the budget; with a ladder, its largest (for estimates and gates)
+    ladder: tuple[int, ...] = ()    # `budget: [0.5M, 1M, 2M]`: every candidate at every budget (the `budget` axis)
     count: str = "total"
     tolerance: float = 0.005
     solve: str = "d_model"
@@ -107,7 +120,9 @@ class SearchSpace:
         """Command-line overrides; raises ValueError for a malformed budget or token amount."""
         changes: dict[str, Any] = {}
         if budget is not None:
-            changes["budget"] = parse_amount(budget)
+            budgets = parse_budgets(budget)
+            changes.update(budget=budgets[-1], ladder=budgets if len(budgets) > 1 else (),
+                           axes=with_ladder(self.axes, budgets))
         if count is not None:
             changes["count"] = one_of(count, COUNTS)
         if trials is not None:
@@ -117,6 +132,11 @@ class SearchSpace:
             changes["training"] = {**self.training, "tokens": tokens}
         return replace(self, **changes)
 
+    @property
+    def budgets(self) -> tuple[int, ...]:
+        """Every budget of the space: the ladder, or the one budget."""
+        return self.ladder or ((self.budget,) if self.budget is not None else ())
+
     def training_value(self, key: str) -> Any:
         """A training setting as the harness will see it (TrainConfig's default when the file gives none)."""
         return self.training.get(key, TRAINING_DEFAULTS[key])
@@ -124,6 +144,17 @@ class SearchSpace:
     def tokens_for(self, params: Mapping[str, int]) -> int:
         """Training tokens for a candidate with these parameter counts (TrainConfig.total_tokens)."""
         return parse_tokens(self.training_value("tokens")).resolve(params[self.training_value("tokens_per")])
+
+
+BUDGET_AXIS = "budget"
+
+
+def with_ladder(axes: tuple[Axis, ...], budgets: tuple[int, ...]) -> tuple[Axis, ...]:
+    """The axes with a ladder's `budget` axis first (replacing any earlier one): the budget is
+    decided like any axis, so a finite space enumerates every candidate at every budget and a
+    sampled one lets the sampler weigh it (the driver enqueues each budget once first)."""
+    rest = tuple(a for a in axes if a.key != BUDGET_AXIS)
+    return ((Axis(key=BUDGET_AXIS, domain=Choice(values=budgets)),) if len(budgets) > 1 else ()) + rest
 
 
 # ---- loading ------------------------------------------------------------------------------
@@ -182,10 +213,12 @@ class _Reader:
                             "be an FFN width (ffn, ffn.d_ff or ffn.d_h), not d_model", value=False)
         anchor = self.fragment(("anchor",), self.top["anchor"]).arch if self.anchored else None
         variants = self.variants()
+        budgets = self.parsed("budget", parse_budgets, ())
         return SearchSpace(
             name=self.parsed("name", lambda v: check_study_name(_text(v)), Path(self.src.file).stem),
             description=self.parsed("description", _text, ""),
-            budget=self.parsed("budget", parse_amount, None),
+            budget=budgets[-1] if budgets else None,
+            ladder=budgets if len(budgets) > 1 else (),
             count=self.parsed("count", lambda v: one_of(v, COUNTS), "total"),
             tolerance=self.parsed("tolerance", parse_tolerance, 0.005),
             solve=self.solve,
@@ -193,7 +226,7 @@ class _Reader:
             anchor=anchor,
             base=self.fragment(("base",), self.top.get("base", {})).arch,
             variants=variants,
-            axes=self.axes(variants),
+            axes=with_ladder(self.axes(variants), budgets),
             training=self.training(),
             objectives=self.parsed("objectives", _objectives, (("val_loss", "min"),)),
             trials=self.parsed("trials", _positive_int, DEFAULT_TRIALS),

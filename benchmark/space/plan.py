@@ -16,7 +16,7 @@ from typing import Any, Callable
 from benchmark.arch.counting import count_flops
 from benchmark.space.budget import fmt_count, fmt_fraction, parse_tokens
 from benchmark.space.candidates import Candidate, choose, grid, resolve
-from benchmark.space.language import SearchSpace
+from benchmark.space.language import BUDGET_AXIS, SearchSpace
 
 # Seconds a trial spends outside the training steps (model build, data, the final evaluation).
 TRIAL_OVERHEAD_S = 5.0
@@ -39,6 +39,8 @@ def plan_points(space: SearchSpace, seed: int = 0) -> tuple[list[dict[str, Any]]
     import optuna  # only a sampled plan needs it
 
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    for point in first_points(space):  # as the search does: each rung of a ladder once first
+        study.enqueue_trial(point)
     seen: dict[str, dict[str, Any]] = {}
     for _ in range(20 * space.trials):  # distinct points; a small space may have fewer than `trials`
         trial = study.ask()
@@ -47,6 +49,15 @@ def plan_points(space: SearchSpace, seed: int = 0) -> tuple[list[dict[str, Any]]
         if len(seen) == space.trials:
             break
     return list(seen.values()), True
+
+
+def first_points(space: SearchSpace) -> list[dict[str, Any]]:
+    """The points a new study starts with: the whole grid of a finite space, else each budget of a
+    ladder once (the other axes left to the sampler), so a ladder is covered before any rung repeats."""
+    points = grid(space, limit=space.trials)
+    if points is not None:
+        return points
+    return [{BUDGET_AXIS: b} for b in space.ladder]
 
 
 def make_plan(space: SearchSpace, seed: int = 0) -> Plan:
@@ -116,17 +127,34 @@ def render(plan: Plan, rows: list[dict[str, Any]], console) -> None:
 
     space = plan.space
     table = Table(title=f"{space.name}: {space.description}".rstrip(": "), title_justify="left")
-    for col in ("#", "family", "structure", "streams × mixing / every", "d_model", "heads", "FFN (width/d_model)",
-                "params", "non-emb", "Δ budget", "train FLOP/tok", "est. time"):
-        table.add_column(col, justify="right" if col in ("#", "d_model", "heads", "params", "non-emb") else "left")
+    ladder = bool(space.ladder)
+    for col in ("#", *(("budget",) if ladder else ()), "family", "structure", "streams × mixing / every", "d_model",
+                "heads", "FFN (width/d_model)", "params", "non-emb", "Δ budget", "train FLOP/tok", "est. time"):
+        table.add_column(col, justify="right" if col in ("#", "budget", "d_model", "heads", "params", "non-emb")
+                         else "left")
     for c, r in zip(plan.candidates, rows, strict=True):
         s = c.spec
         heads = str(s.n_heads) if s.n_kv_heads == s.n_heads else f"{s.n_heads}/{s.n_kv_heads} kv"
-        table.add_row(str(r["candidate"]), s.family, s.structure(), _hyper(s), str(s.d_model), heads, _ffn(s),
+        table.add_row(str(r["candidate"]), *((fmt_count(r["budget"]),) if ladder else ()), s.family, s.structure(),
+                      _hyper(s), str(s.d_model), heads, _ffn(s),
                       f"{r['params_total']:,}", f"{r['params_non_embedding']:,}", f"{r['budget_distance']:+.3%}",
                       fmt_count(r["flops_per_token_train"]), fmt_seconds(r["est_seconds"]))
     console.print(table)
     console.print(summary(plan, rows))
+    for line in warnings(space):
+        console.print(f"[yellow]note:[/yellow] {line}")
+
+
+def warnings(space: SearchSpace) -> list[str]:
+    """What a plan should point out about the space's design."""
+    out = []
+    constant = [name for name, _ in space.objectives if name.startswith("params")]
+    if constant and len(space.objectives) > 1 and not space.ladder:
+        out.append(f"objective {constant[0]} is constant by construction in a single-budget space (every candidate is "
+                   f"within {fmt_fraction(space.tolerance)} of {fmt_count(space.budget)}), so a multi-objective "
+                   "sampler would trade the loss against rounding noise; use an objective that varies "
+                   "(flops_per_token_train, int4_bytes) or a budget ladder (budget: [1M, 2M, 4M])")
+    return out
 
 
 def _tokens(space: SearchSpace) -> str:
@@ -144,7 +172,8 @@ def summary(plan: Plan, rows: list[dict[str, Any]]) -> str:
     space = plan.space
     how = f"{len(rows)} sampled (seed {plan.seed})" if plan.sampled else f"{len(rows)} (the whole grid)"
     total = sum(r["est_seconds"] for r in rows)
-    return (f"{how} candidates at {fmt_count(space.budget)} {space.count} parameters "
+    at = ", ".join(fmt_count(b) for b in space.budgets)
+    return (f"{how} candidates at {at} {space.count} parameters "
             f"± {fmt_fraction(space.tolerance)}; "
             f"median |Δ budget| {median_distance(plan):.4%}; {_tokens(space)} tokens each, {_step(space)}; "
             f"est. {fmt_seconds(total)} of training here ({_basis(rows)}); planned in {plan.seconds:.2f} s")
