@@ -190,7 +190,7 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
         print(f"run_search.py: {e}", file=sys.stderr)
         return 2
     console.print(f"[bold]{name}[/bold]: {space.description or space.name} -- {space.trials} trials, "
-                  f"budget {space.budget} ({space.count}), tokens {space.training.get('tokens')}")
+                  f"budget {', '.join(map(str, space.budgets))} ({space.count}), tokens {space.training.get('tokens')}")
     try:
         s = run_search(space, opts, console, policy=_policy(args))
     except (StudyError, ResultsError) as e:  # a study that cannot go on as asked, a results path that cannot be used
@@ -243,7 +243,7 @@ def _too_big(space: SearchSpace, args: argparse.Namespace, opts) -> int | None:
           f"({flops / 1e9:.0f} GFLOP/s measured here), about {gpu_hours:,.1f} GPU-hours at an assumed "
           f"{ASSUMED_GPU_FLOPS / 1e12:.0f} TFLOP/s per GPU. This is a cluster job (README 'On a cluster'):\n"
           f"  ray start --head --port 6379 --num-cpus 0   (each worker: ray start --address HEAD_IP:6379)\n"
-          f"  python run_search.py {space_arg}--budget {args.budget or space.budget} --address auto --results s3://BUCKET/results "
+          f"  python run_search.py {space_arg}--budget {args.budget or ','.join(map(str, space.budgets))} --address auto --results s3://BUCKET/results "
           f"--gpus-per-trial 1\nAdd --yes to run it here anyway.", file=sys.stderr)
     if sys.stdin.isatty() and input("Run it on this machine anyway? [y/N] ").strip().lower() in ("y", "yes"):
         return None

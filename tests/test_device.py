@@ -234,3 +234,21 @@ def test_a_whole_trial_and_its_checkpoint_on_a_gpu_run_where_each_tensor_lives(c
     assert host.loglikelihood(asks) == scores   # the device changes no number
     assert host.generate_until([Instance(request_type="generate_until", doc={}, idx=0,
                                          arguments=("the cat", {"until": ["."], "max_gen_toks": 4}))]) == greedy
+
+
+def test_compiled_code_is_cached_under_the_cache_folder_unless_the_user_chose_one(monkeypatch, tmp_path):
+    """Inductor's and AOTAutograd's caches follow TORCHINDUCTOR_CACHE_DIR; a trial points it into
+    shapebench's cache folder (which survives reboots, unlike /tmp) and keeps a user's choice."""
+    import os
+
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    from benchmark.data import cache_root
+
+    monkeypatch.setenv("SHAPEBENCH_CACHE", str(tmp_path))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    step.prepare_device(torch.device("cpu"))
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(cache_root() / "inductor") == cache_dir()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    step.prepare_device(torch.device("cpu"))
+    assert cache_dir() == str(tmp_path / "mine")

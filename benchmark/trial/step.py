@@ -63,7 +63,16 @@ def precision_name(dtype: torch.dtype | None, device: torch.device) -> str:
 
 def prepare_device(device: torch.device) -> None:
     """fp32 matmuls on CUDA in TF32 (Ampere and newer; a no-op before), as fp32 training usually
-    runs there; its precision is recorded with the row (precision_name)."""
+    runs there; its precision is recorded with the row (precision_name). And torch.compile's
+    caches (Inductor's FX graph cache and AOTAutograd's, both on by default) under shapebench's
+    cache folder rather than /tmp, so that a trial of shapes compiled before, in any earlier
+    process on this node, reuses the generated code after a reboot too (an H100: Hyperloop's
+    first step 71 s cold, 7 s warm). TORCHINDUCTOR_CACHE_DIR, when set, wins."""
+    import os
+
+    from benchmark.data import cache_root
+
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
