@@ -9,6 +9,13 @@
     python leaderboard.py --objectives params,flops,val_ppl --ref 2e8,2e9,40
     python leaderboard.py s3://bucket/results --format md   studies under a URI pyarrow.fs opens
                                                        (credentials, endpoint: AWS_* environment)
+    python leaderboard.py results/ladder --predict 113M   scaling fits over a budget ladder, predicted
+                                                       (with intervals) at 113M parameters
+    python leaderboard.py --claims search_spaces/claims/quickstart.yaml --out site/
+                                                       the papers' orderings: reproduced, contradicted
+                                                       or inconclusive at these seeds (+ claims.json)
+    python leaderboard.py results/quickstart --export bench/   a tabular benchmark (Syne Tune's
+                                                       blackbox-repository layout) in bench/quickstart/
 """
 
 from __future__ import annotations
@@ -23,13 +30,18 @@ from benchmark.leaderboard import (
     Objective,
     Settings,
     build_board,
+    evaluate_claims,
+    export_benchmark,
     find_studies,
+    load_claims,
     publish,
     read_declarations,
     read_studies,
     skipped_notes,
 )
 from benchmark.leaderboard.objectives import counted
+from benchmark.leaderboard.scaling import BY
+from benchmark.space.budget import parse_amount
 
 FILE_FORMATS = [f for f in FORMATS if f != "terminal"]
 
@@ -52,7 +64,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tolerance", default="0.5%", help="params clustering into budget bands when the "
                    "results have no budget column (default: 0.5%%)")
     p.add_argument("--top", type=int, metavar="N", help="show the N best ranks per budget band")
+    p.add_argument("--predict", metavar="PARAMS", help="predict each scaling fit's loss and rank at this many "
+                   "parameters, e.g. 113M (fits need a study with 3 or more budgets)")
+    p.add_argument("--fit-by", choices=list(BY), default="family", help="one scaling fit per family, or per "
+                   "family and structure (default: family)")
+    p.add_argument("--claims", type=Path, metavar="FILE", help="check the orderings a claims file lists "
+                   "(search_spaces/claims/*.yaml); with --out, also claims.json")
+    p.add_argument("--export", type=Path, metavar="DIR", help="write each study as a tabular benchmark in "
+                   "Syne Tune's blackbox-repository layout to DIR/<study>/")
     args = p.parse_args(argv)
+    try:
+        args.target = float(parse_amount(args.predict)) if args.predict else None
+    except ValueError as err:
+        p.error(f"--predict: {err}")
     given = args.objectives.split(",") if args.objectives else [args.x or "params", args.y or "val_ppl"]
     args.objective_texts = given if args.objectives or args.x or args.y else None
     try:
@@ -79,6 +103,7 @@ def settings(args: argparse.Namespace, count: str = "total") -> Settings:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        claims = load_claims(args.claims) if args.claims else None  # a broken file fails before any reading
         studies = find_studies(args.results, args.study)
         declared = read_declarations(studies)
         skipped: dict[str, list[str]] = {}
@@ -87,10 +112,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"leaderboard: {path}: not a readable Parquet file; skipped", file=sys.stderr)
         board = build_board(trials, settings(args, counted(declared)[0]), declared,
                             skipped_notes(studies, skipped, declared))
+        checked = (claims, evaluate_claims(claims, board.trials)) if claims else None
+        exported = export_benchmark(board, args.export) if args.export else []
     except LeaderboardError as err:
         print(f"leaderboard: {err}", file=sys.stderr)
         return 2
-    for path in publish(board, args.formats, args.out, args.top):
+    for path in [*exported, *publish(board, args.formats, args.out, args.top, predict=args.target,
+                                     fit_by=args.fit_by, checked=checked)]:
         print(f"wrote {path}", file=sys.stderr)
     return 0
 

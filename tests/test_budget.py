@@ -143,7 +143,7 @@ def test_aligned_shapes_still_meet_the_budget(family):
     """Every family at 113M on the aligned lattice: d_model, the FFN width and head_dim are
     multiples of 64 / 64 / 8 and the total is within the 0.5% tolerance. Unaligned, the same
     hyperloop solves to d_model 820, head_dim 82 (flash attention needs multiples of 8)."""
-    from benchmark.space.budget import Align
+    from benchmark.space.align import Align
 
     raw = {"family": family, "vocab_size": 8192}
     sol = solve_budget(raw, budget=113_000_000, tolerance=0.005, head_dim=64, align=Align(**ALIGN))
@@ -155,7 +155,7 @@ def test_aligned_shapes_still_meet_the_budget(family):
 
 
 def test_the_unaligned_hyperloop_at_113m_is_what_the_alignment_is_for():
-    from benchmark.space.budget import Align
+    from benchmark.space.align import Align
 
     raw = {"family": "hyperloop", "vocab_size": 8192, "layers": {"begin": 3, "middle": 6, "end": 3},
            "hyper": {"streams": 4}, "ffn": {"ratio": 3.0}}

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from rich.console import Console
 
 from benchmark import ArchSpec
 from benchmark.arch.describe import describe
@@ -278,6 +279,40 @@ def test_family_comes_from_the_spec_and_a_missing_spec_is_said():
     assert sorted(board.candidates["family"]) == sorted(LAYOUTS)
     board = build_board(trials.drop(columns=["spec"]))
     assert len(board.candidates) == len(trials) and board.notes == ("no spec column: seeds are not aggregated",)
+
+
+def tie_trials(seeds_per_candidate: dict[str, list[float]]) -> pd.DataFrame:
+    """One band of Transformers of different widths; val_ppl per seed for each candidate."""
+    rows = []
+    for k, (name, ppls) in enumerate(seeds_per_candidate.items()):
+        spec = {"family": "transformer", "d_model": 64 + 32 * k, "layers": {"begin": 4}}
+        rows += [{"study": "ties", "trial_id": f"{name}-{s}", "status": "ok", "family": "transformer",
+                  "spec": json.dumps(spec), "seed": s, "val_ppl": ppl, "params_total": 1.5e6, "budget": 1.5e6}
+                 for s, ppl in enumerate(ppls)]
+    return pd.DataFrame(rows)
+
+
+def test_ranks_whose_intervals_overlap_are_marked_as_ties(tmp_path):
+    # 95% t intervals (t(0.975, 2) = 4.303, s.e. 0.0577): a [9.85, 10.35] and b [10.15, 10.65]
+    # overlap; c [11.85, 12.35] stands clear of b; d has one seed and no interval.
+    board = build_board(tie_trials({"a": [10.0, 10.1, 10.2], "b": [10.3, 10.4, 10.5], "c": [12.0, 12.1, 12.2],
+                                    "d": [13.0]}))
+    (table,) = tables.leaderboard(board)
+    assert table.columns[0].cells == ["=1", "=2", "3", "4"] and table.columns[0].keys.tolist() == [1, 2, 3, 4]
+    assert table.caption.endswith("; " + tables.TIE_NOTE)
+    publish(board, ["md", "html"], out=tmp_path)
+    md = (tmp_path / "leaderboard.md").read_text()
+    assert "| =1 | transformer |" in md and "| =2 | transformer |" in md and "| 3 | transformer |" in md
+    assert '"cells":[["=1","=2","3","4"]' in (tmp_path / "index.html").read_text()
+    console = Console(record=True, width=250)
+    report.terminal(board, tables.document(board), [], console)
+    assert "│ =1 │" in console.export_text()
+
+
+def test_one_seed_marks_no_ties():
+    board = build_board(tie_trials({"a": [10.0], "b": [10.0001], "c": [10.0002]}))
+    (table,) = tables.leaderboard(board)
+    assert table.columns[0].cells == ["1", "2", "3"] and tables.TIE_NOTE not in table.caption
 
 
 def test_failed_trials_are_listed_and_never_ranked(board):
@@ -586,8 +621,8 @@ def test_cli_prints_markdown_and_writes_a_site(results, tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("# Leaderboard: broad")
     bands = [section.split("\n\n_")[0] for section in out.split("## Budget ")[1:]]
-    ranks = {line.split("|")[1].strip() for band in bands for line in band.splitlines()[4:]}
-    assert len(bands) == 2 and ranks == {"1", "2"}  # --top 2
+    ranks = {line.split("|")[1].strip().lstrip("=") for band in bands for line in band.splitlines()[4:]}
+    assert len(bands) == 2 and ranks == {"1", "2"}  # --top 2 (a tie marked "=2" is rank 2)
     assert cli.main([str(results), "--x", "flops", "--y", "val_ppl", "--format", "html", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "index.html").exists() and not (tmp_path / "leaderboard.md").exists()
     with pytest.raises(SystemExit):

@@ -83,9 +83,12 @@ def page(board: Board, doc: tables.Document, plots: list[Plot], notes: list[str]
         "<noscript>The tables are filled in by the page's script: enable JavaScript.</noscript>",
         f'<p class="caption">{html.escape(tables.objectives_line(board))}</p>',
         "<h2>Studies</h2>", formats.html_table(doc.studies, titled=False),
+        *([f"<h2>{html.escape(doc.claims.title)}</h2>", _table_with_caption(doc.claims, titled=False)]
+          if doc.claims is not None else []),
         "<h2>Hypervolume</h2>", _table_with_caption(doc.hypervolume, titled=False),
         "<h2>Plots</h2>", '<div class="plots">', *(_figure(p) for p in plots), "</div>",
         "<h2>Leaderboard</h2>", *(_table_with_caption(t) for t in doc.ranked),
+        *(["<h2>Scaling fits</h2>", _table_with_caption(doc.scaling, titled=False)] if doc.scaling is not None else []),
         *(["<h2>Hyper-connection diagnostics</h2>", _table_with_caption(doc.diagnostics, titled=False)]
           if len(doc.diagnostics) else []),
         "<h2>All trials</h2>",

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, NullLocator
 
 from benchmark import FAMILIES
-from benchmark.leaderboard import frontier, layout
+from benchmark.leaderboard import frontier, layout, scaling
 from benchmark.leaderboard.board import KEY, Board
 from benchmark.leaderboard.objectives import Objective
 from benchmark.store.metrics import metric
@@ -46,7 +46,8 @@ class Plot:
 
 
 def plan(board: Board) -> tuple[list[Plot], list[str]]:
-    """Every figure the board supports, and a note for each one it cannot draw."""
+    """Every figure the board supports, and a note for each one it cannot draw. (The scaling fits'
+    figure is scaling_plot: scaling.fit says why a study has none.)"""
     plots, notes = [], []
     for objs in board.pairs:
         plots.append(frontier_plot(board, objs))
@@ -292,5 +293,54 @@ def _draw_loops(board: Board, curves: pd.DataFrame, bands: list, xlabel: str, ti
         ax.set_xlabel(xlabel)
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel(metric("val_ppl").axis_label())
+    layout.figure_legend(fig, axes)
+    return fig
+
+
+# --- scaling fits -------------------------------------------------------------------------------
+
+def scaling_plot(fits: scaling.Scaling) -> Plot:
+    """One panel per study (the first MAX_PANELS): each group's best candidate per budget (mean
+    and s.e. over seeds), its fitted law, solid over the budgets measured and dashed beyond, and
+    with --predict the prediction at the target with its bootstrap interval."""
+    studies = list(dict.fromkeys(f.study for f in fits.fits))[:MAX_PANELS]
+    title = f"Scaling fits: {metric(scaling.METRIC).label} vs parameters, {scaling.LAW}"
+    return Plot("scaling", title, len(studies) > 1, partial(_draw_scaling, fits, studies, title))
+
+
+def _draw_scaling(fits: scaling.Scaling, studies: list[str], title: str) -> Figure:
+    target = fits.target
+    fig, axes = layout.new(title, len(studies), 1, width=5.0 * len(studies) + 0.6, height=4.4, legend=1.8)
+    predicted = fits.predictions.set_index(["study", "group"]) if len(fits.predictions) else None
+    for ax, study in zip(axes, studies):
+        ours = [f for f in fits.fits if f.study == study]
+        xs, ys = [target] if target else [], []
+        for f in ours:
+            colour = family_color(f.family)
+            ax.plot(f.n, f.loss, linestyle="none", marker="o", markersize=5, color=colour, label=f.group)
+            _error_bars(ax, f.n, f.loss, f.se, colour)
+            inside = np.geomspace(f.n.min(), f.n.max(), 64)
+            ax.plot(inside, f.predict(inside), color=colour, linewidth=1.4)
+            if target and target > f.n.max():
+                beyond = np.geomspace(f.n.max(), target, 32)
+                ax.plot(beyond, f.predict(beyond), color=colour, linewidth=1.2, linestyle="--")
+            if predicted is not None:
+                p = predicted.loc[(study, f.group)]
+                ax.plot([target], [p["loss"]], marker="D", markersize=6, color=colour, markerfacecolor="white",
+                        linestyle="none")
+                _error_bars(ax, np.array([target]), np.array([p["loss"]]), np.array([(p["hi"] - p["lo"]) / 2]), colour)
+                ys += [p["lo"], p["hi"]]
+            xs += f.n.tolist()
+            ys += f.loss.tolist()
+        if target:
+            beyond = target > max(f.n.max() for f in ours)
+            ax.axvline(target, color="grey", linestyle=":", linewidth=1)
+            ax.annotate(f"{'extrapolation' if beyond else 'prediction'} at {EngFormatter(sep='')(target)}",
+                        (target, 1.0), xycoords=("data", "axes fraction"), ha="right", va="top", fontsize=8,
+                        rotation=90, color="grey")
+        layout.style(ax, np.array(xs, dtype=float), np.array(ys, dtype=float))
+        ax.set_title(study, fontsize=10, y=1.0)
+        ax.set_xlabel(metric(fits.params).axis_label())
+    axes[0].set_ylabel(metric(scaling.METRIC).axis_label())
     layout.figure_legend(fig, axes)
     return fig

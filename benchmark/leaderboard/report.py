@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import json
 import multiprocessing
 import os
 import sys
@@ -20,7 +21,7 @@ import pyarrow.csv as pa_csv
 from rich.console import Console
 
 from benchmark.arch import describe
-from benchmark.leaderboard import formats, page, plots, tables
+from benchmark.leaderboard import claims, formats, page, plots, scaling, tables
 from benchmark.leaderboard.board import Board, aggregated
 
 FORMATS = ("terminal", "md", "csv", "latex", "html")
@@ -29,19 +30,33 @@ FILES = {"md": "leaderboard.md", "csv": "leaderboard.csv", "latex": "leaderboard
 
 
 def publish(board: Board, outputs: Sequence[str], out: Path | None = None, top: int | None = None,
-            console: Console | None = None) -> list[Path]:
+            console: Console | None = None, *, predict: float | None = None, fit_by: str = "family",
+            checked: tuple[claims.ClaimsFile, list[claims.Result]] | None = None) -> list[Path]:
     """Renders each requested output (FORMATS); returns the files written (none when printing to
     stdout). Plots are drawn only when something will hold them: an output folder or the page.
-    What had to be left out (a plot, a column) is said in each document, and on stderr."""
+    What had to be left out (a plot, a column) is said in each document, and on stderr.
+    Scaling fits are made for every budget ladder (by family or structure: `fit_by`), predicted at
+    `predict` parameters; `checked`: a claims file and its results (claims.evaluate), shown in
+    every document and written to <out>/claims.json."""
     # Piped output is not a terminal: rich would wrap every table to 80 columns; keep rows whole.
     console = console or Console(width=None if sys.stdout.isatty() else 200)
-    planned, plot_notes = plots.plan(board) if out is not None or "html" in outputs else ([], [])
+    figures = out is not None or "html" in outputs
+    planned, plot_notes = plots.plan(board) if figures else ([], [])
     written = []
     # The plots are drawn in another process while the documents are written (see _in_background).
     drawing = _in_background(plots.render_all, planned) if planned else contextlib.nullcontext(lambda: {})
-    with drawing as images:
-        doc = tables.document(board, top)
-        notes = [*board.notes, *plot_notes, *doc.ranked[0].notes]
+    with drawing as drawn:
+        # Meanwhile the scaling fits are made here, and their figure drawn: the other process, with
+        # the frontiers to draw, still takes longer.
+        fits = scaling.fit(board, fit_by, predict)
+        fitted = [plots.scaling_plot(fits)] if figures and fits.fits else []
+        planned, fitted_images = [*planned, *fitted], {p.name: plots.render(p) for p in fitted}
+
+        def images() -> dict[str, dict[str, bytes]]:
+            return {**drawn(), **fitted_images}
+
+        doc = tables.document(board, top, scaling.table(fits), claims.table(*checked) if checked else None)
+        notes = [*board.notes, *fits.notes, *plot_notes, *doc.ranked[0].notes]
         for fmt in outputs:
             if fmt == "terminal":
                 terminal(board, doc, notes, console)
@@ -63,6 +78,8 @@ def publish(board: Board, outputs: Sequence[str], out: Path | None = None, top: 
                 written.append(_write_hypervolumes(board, out / "hypervolume.csv"))
         if out is not None:
             written += _write_plots(images(), out / "plots")
+        if out is not None and checked:
+            written.append(_write_claims(checked, out / "claims.json"))
     if "terminal" not in outputs:
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
@@ -132,6 +149,12 @@ def _write_plots(images: dict[str, dict[str, bytes]], folder: Path) -> list[Path
     return written
 
 
+def _write_claims(checked: tuple[claims.ClaimsFile, list[claims.Result]], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(claims.to_json(*checked), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
 def _write_hypervolumes(board: Board, path: Path) -> Path:
     hv = board.hypervolumes.assign(reference=board.hypervolumes["reference"].map(lambda r: " ".join(map(repr, r))))
     hv.to_csv(path, index=False)
@@ -156,11 +179,15 @@ def csv(board: Board) -> str:
 def markdown(board: Board, doc: tables.Document, notes: list[str], plotted: list[plots.Plot]) -> str:
     parts = [f"# Leaderboard: {', '.join(board.studies)}",
              tables.objectives_line(board),
-             "## Studies", formats.markdown(doc.studies),
-             "## Hypervolume", _md(doc.hypervolume)]
+             "## Studies", formats.markdown(doc.studies)]
+    if doc.claims is not None:
+        parts += [f"## {doc.claims.title}", _md(doc.claims)]
+    parts += ["## Hypervolume", _md(doc.hypervolume)]
     if plotted:
         parts += ["## Plots", *(f"![{p.title}](plots/{p.name}.png)" for p in plotted)]
     parts += [f"## {t.title}\n\n{_md(t)}" for t in doc.ranked]
+    if doc.scaling is not None:
+        parts += [f"## {doc.scaling.title}", _md(doc.scaling)]
     if len(doc.diagnostics):
         parts += [f"## {doc.diagnostics.title}\n\n{_md(doc.diagnostics)}"]
     if len(doc.excluded):
@@ -176,13 +203,16 @@ def _md(table: formats.Table) -> str:
 
 def latex(board: Board, doc: tables.Document) -> str:
     head = [f"% shapebench leaderboard: {', '.join(board.studies)}", r"% needs \usepackage{booktabs}"]
-    body = [formats.latex(t, label="tab:" + t.title.lower().replace(" ", "-")) for t in doc.ranked]
+    extra = [t for t in (doc.scaling, doc.claims) if t is not None]
+    body = [formats.latex(t, label="tab:" + t.title.split(" (")[0].lower().replace(" ", "-"))
+            for t in (*doc.ranked, *extra)]
     return "\n\n".join([*head, formats.latex(doc.hypervolume, label="tab:hypervolume"), *body]) + "\n"
 
 
 def terminal(board: Board, doc: tables.Document, notes: list[str], console: Console) -> None:
-    for table in (doc.studies, doc.hypervolume, *doc.ranked):
-        console.print(formats.rich_table(table))
+    for table in (doc.studies, doc.hypervolume, *doc.ranked, doc.scaling, doc.claims):
+        if table is not None:
+            console.print(formats.rich_table(table))
     if len(board.excluded):
         counts = board.excluded["reason"].value_counts()
         console.print(f"{len(board.excluded)} trials kept off the frontiers: "

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from benchmark.leaderboard import stats
 from benchmark.leaderboard.board import Board
 from benchmark.leaderboard.formats import Column, Table
 from benchmark.store.metrics import DIAGNOSTICS, METRICS, metric
@@ -120,10 +121,11 @@ def leaderboard(board: Board, top: int | None = None) -> list[Table]:
     tables = []
     for band, rows in cands.groupby("band", sort=True, dropna=False):
         shown = f"top {top} of {len(rows)}" if top is not None and top < len(rows) else f"{len(rows)}"
+        ties = tied(rows, board.metric.column)  # over the whole band, before --top cuts it
         rows = rows if top is None else rows[rows["rank"] <= top]
         best = rows.groupby("family")["rank"].transform("min")
-        rows = rows.assign(_best=best).sort_values(["_best", "family", "rank"], kind="stable")
-        columns = [numeric(rows, "rank", "#", integers),
+        rows = rows.assign(_best=best, _tie=ties).sort_values(["_best", "family", "rank"], kind="stable")
+        columns = [rank_column(rows),
                    *([text(rows, "study", "Study")] if several else []),
                    text(rows, "family", "Family"), text(rows, "structure", "Structure"),
                    *([text(rows, "variant", "Variant")] if variants else []),
@@ -133,8 +135,36 @@ def leaderboard(board: Board, top: int | None = None) -> list[Table]:
                    Column(header="Pareto", cells=_marks(rows))]
         tables.append(Table(title=f"Budget {count(band)}", columns=columns, notes=notes, caption=(
             f"{shown} candidates ranked by {board.metric.describe()}, mean ± s.e. over seeds; "
-            f"★ on its study's {' / '.join(objs)} frontier, ☆ on its family's only")))
+            f"★ on its study's {' / '.join(objs)} frontier, ☆ on its family's only"
+            + (f"; {TIE_NOTE}" if rows["_tie"].any() else ""))))
     return tables
+
+
+TIE_NOTE = "=: tied with an adjacent rank (their 95% intervals over seeds overlap)"
+
+
+def tied(rows: pd.DataFrame, metric: str) -> pd.Series:
+    """Whether each candidate's rank ties an adjacent rank in `rows` (one band): the two t
+    intervals over seeds (stats.LEVEL) overlap. A candidate with one seed has no interval and ties
+    nothing. Overlapping intervals are the plain reading of "within noise", and a conservative one:
+    two means can differ significantly while their intervals still touch."""
+    ordered = rows.sort_values("rank", kind="stable")
+    mean = ordered[metric].to_numpy(float)
+    se = ordered[f"{metric}_se"].to_numpy(float) if f"{metric}_se" in ordered else np.full(len(ordered), np.nan)
+    n = ordered[f"{metric}_n"].to_numpy(float) if f"{metric}_n" in ordered else np.full(len(ordered), np.nan)
+    lo, hi = stats.interval(mean, se, n - 1)
+    overlap = (lo[1:] <= hi[:-1]) & (hi[1:] >= lo[:-1])  # NaN compares False: no interval, no tie
+    tie = np.zeros(len(ordered), dtype=bool)
+    tie[1:] |= overlap
+    tie[:-1] |= overlap
+    return pd.Series(tie, index=ordered.index).reindex(rows.index)
+
+
+def rank_column(rows: pd.DataFrame) -> Column:
+    """`#`: the rank in the band, `=2` where it ties a neighbour (`_tie`, from tied())."""
+    ranks = rows["rank"].to_numpy(dtype=float)
+    cells = [f"={r:.0f}" if t else f"{r:.0f}" for r, t in zip(ranks.tolist(), rows["_tie"].tolist())]
+    return Column(header="#", cells=cells, keys=ranks)
 
 
 def _has_variants(frame: pd.DataFrame) -> bool:
@@ -265,8 +295,11 @@ class Document:
     hypervolume: Table
     excluded: Table
     diagnostics: Table   # empty without hyper-connections
+    scaling: Table | None = None  # scaling fits over budget ladders (scaling.table)
+    claims: Table | None = None   # claims checked (claims.table), with --claims
 
 
-def document(board: Board, top: int | None = None) -> Document:
+def document(board: Board, top: int | None = None, scaling: Table | None = None,
+             claims: Table | None = None) -> Document:
     return Document(ranked=leaderboard(board, top), studies=provenance(board), hypervolume=hypervolumes(board),
-                    excluded=excluded(board), diagnostics=diagnostics(board))
+                    excluded=excluded(board), diagnostics=diagnostics(board), scaling=scaling, claims=claims)

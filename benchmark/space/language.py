@@ -14,11 +14,10 @@ from typing import Any, Callable, Iterator, Mapping
 
 from benchmark.arch.fields import did_you_mean, one_of, set_dotted
 from benchmark.arch.spec import FFN_WIDTHS, SPEC_KEYS
+from benchmark.space.align import Align, parse_align
 from benchmark.space.budget import (
     COUNTS,
     SOLVES,
-    Align,
-    parse_align,
     parse_amount,
     parse_tokens,
     parse_tolerance,

@@ -1,0 +1,356 @@
+"""Claims: orderings the papers report, checked against a study's rows.
+
+A claims file (`search_spaces/claims/*.yaml`) lists claims. Each names its source (paper and where
+in it), the study, the metric, its groups (column filters over the study's ok rows) and the order
+it expects them in, best first (under the metric's direction):
+
+    claims:
+      - claim: Hyperloop beats Looped at matched parameters
+        source: {paper: Hyperloop Transformers (Zeitoun et al. 2026), where: "§4.2, Table 1"}
+        study: quickstart
+        metric: val_loss
+        order: [hyperloop, looped]
+        groups: {hyperloop: {family: hyperloop}, looped: {family: looped}}
+        where: {budget: 1.5M}           # optional: a filter every group shares
+
+`study` may be left out: the claim is then checked in every study read, one result each.
+
+A group may hold several candidates (the quickstart's two depths): its rows are averaged per seed,
+so each seed counts once and the groups pair by seed (a seed that lost one of them to a failure is
+averaged over those it has). Each adjacent pair of the order gets the difference (first - second)
+with a 95% t interval, paired when both groups hold the same seeds, Welch's otherwise
+(stats.compare), its verdict, and the smallest difference these seeds detect with 80% power. One
+seed a side gives no interval: "inconclusive (1 seed)", never a verdict.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from benchmark.leaderboard import stats
+from benchmark.leaderboard.formats import Column, Table
+from benchmark.leaderboard.objectives import Objective
+from benchmark.leaderboard.studies import LeaderboardError
+from benchmark.leaderboard.tables import MISSING, WITH_SE
+from benchmark.space.budget import parse_amount
+from benchmark.space.source import Source
+from benchmark.space.yamlsafe import YamlError, load_yaml
+from benchmark.store.metrics import MetricError
+
+TOP_KEYS = ("description", "claims")
+CLAIM_KEYS = ("claim", "source", "study", "metric", "order", "groups", "where", "note")
+SOURCE_KEYS = ("paper", "where")
+ONE_SEED, NO_DATA = "inconclusive (1 seed)", "no data"
+
+
+class ClaimsError(LeaderboardError):
+    """A claims file the user must fix: `file:line:col: key: reason`."""
+
+
+Filters = Mapping[str, tuple]  # column -> the values it may take
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    index: int                       # its position in the file's `claims` list
+    claim: str
+    source: str
+    study: str | None                # None: every study read
+    metric: Objective
+    order: tuple[str, ...]           # group names, best first
+    groups: Mapping[str, Filters]
+    where: Filters
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimsFile:
+    path: str
+    description: str
+    claims: tuple[Claim, ...]
+    origin: Source                   # positions of every key, for errors found against the rows
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+def load(path: str | os.PathLike) -> ClaimsFile:
+    path = os.fspath(path)
+    try:
+        doc = load_yaml(path)
+    except OSError as err:
+        raise ClaimsError(f"{path}: cannot be read ({err.strerror or err})") from None
+    except YamlError as err:
+        raise ClaimsError(f"{path}:{err}") from None
+    src = Source(path, doc)
+    top = doc.data
+    if not isinstance(top, dict):
+        raise _error(src, (), "expected a mapping with a `claims:` list")
+    _known(src, (), top, TOP_KEYS)
+    listed = top.get("claims")
+    if not isinstance(listed, list) or not listed:
+        raise _error(src, ("claims",), "expected a non-empty list of claims")
+    claims = tuple(_claim(src, i, raw) for i, raw in enumerate(listed))
+    return ClaimsFile(path=path, description=str(top.get("description") or ""), claims=claims, origin=src)
+
+
+def _error(src: Source, path: tuple, reason: str) -> ClaimsError:
+    return ClaimsError(str(src.error(path, reason)))
+
+
+def _known(src: Source, at: tuple, raw: dict, allowed: Sequence[str]) -> None:
+    for key in raw:
+        if key not in allowed:
+            near = difflib.get_close_matches(key, allowed, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; allowed: {', '.join(allowed)}"
+            raise ClaimsError(str(src.error((*at, key), f"unknown key{hint}", value=False)))
+
+
+def _text(src: Source, at: tuple, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _error(src, at, f"expected text, got {value!r}")
+    return value.strip()
+
+
+def _claim(src: Source, i: int, raw: Any) -> Claim:
+    at = ("claims", i)
+    if not isinstance(raw, dict):
+        raise _error(src, at, f"expected a mapping (claim, source, study, metric, order, groups), got {raw!r}")
+    _known(src, at, raw, CLAIM_KEYS)
+    for key in ("claim", "source", "metric", "order", "groups"):
+        if key not in raw:
+            raise _error(src, at, f"missing key {key!r}")
+    try:
+        metric = Objective.parse(_text(src, (*at, "metric"), raw["metric"]))
+    except MetricError as err:
+        raise _error(src, (*at, "metric"), str(err)) from None
+    groups = raw["groups"]
+    if not isinstance(groups, dict) or len(groups) < 2:
+        raise _error(src, (*at, "groups"), "expected a mapping of 2 or more group names to column filters")
+    order = raw["order"]
+    if not isinstance(order, list) or len(order) < 2 or len(set(map(str, order))) != len(order):
+        raise _error(src, (*at, "order"), "expected a list of 2 or more distinct group names, best first")
+    for k, name in enumerate(order):
+        if name not in groups:
+            raise _error(src, (*at, "order", k), f"no group {name!r} under groups ({', '.join(groups)})")
+    for name in groups:
+        if name not in order:
+            raise ClaimsError(str(src.error((*at, "groups", name), "group not in `order`", value=False)))
+    return Claim(index=i, claim=_text(src, (*at, "claim"), raw["claim"]), source=_source(src, at, raw["source"]),
+                 study=_text(src, (*at, "study"), raw["study"]) if "study" in raw else None, metric=metric,
+                 order=tuple(order),
+                 groups={g: _filters(src, (*at, "groups", g), f, empty=False) for g, f in groups.items()},
+                 where=_filters(src, (*at, "where"), raw.get("where") or {}, empty=True),
+                 note=str(raw.get("note") or "").strip())
+
+
+def _source(src: Source, at: tuple, raw: Any) -> str:
+    if not isinstance(raw, dict):
+        raise _error(src, (*at, "source"), "expected {paper: ..., where: ...} (the section or table)")
+    _known(src, (*at, "source"), raw, SOURCE_KEYS)
+    return ", ".join(_text(src, (*at, "source", k), raw.get(k)) for k in SOURCE_KEYS)
+
+
+def _filters(src: Source, at: tuple, raw: Any, empty: bool) -> dict[str, tuple]:
+    if not isinstance(raw, dict) or (not raw and not empty):
+        raise _error(src, at, f"expected a mapping of results columns to values (e.g. {{family: hyperloop}}), got {raw!r}")
+    out = {}
+    for column, value in raw.items():
+        values = value if isinstance(value, list) else [value]
+        if not values or any(isinstance(v, (dict, list)) or v is None for v in values):
+            raise _error(src, (*at, column), f"expected a value or a list of values, got {value!r}")
+        out[column] = tuple(values)
+    return out
+
+
+# --- checking against the rows ------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Group:
+    name: str
+    filters: str                     # "family=hyperloop"
+    values: dict[int, float]         # seed -> the group's mean over its candidates with that seed
+    mean: float
+    se: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pair:
+    better: str                      # expected better
+    worse: str
+    expected: str                    # "< 0" or "> 0": the sign of better - worse the claim expects
+    difference: stats.Difference | None
+    verdict: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result:
+    claim: Claim
+    study: str
+    groups: tuple[Group, ...]
+    pairs: tuple[Pair, ...]
+    verdict: str
+    why: str = ""                    # for "no data": what is missing
+
+
+def evaluate(claims: ClaimsFile, trials: pd.DataFrame) -> list[Result]:
+    """Every claim checked against `trials` (a board's trials: every row read, any status), in its
+    study, or in each study when it names none."""
+    studies = list(pd.unique(trials["study"]))
+    return [_evaluate(claims.origin, c, study, trials) for c in claims.claims for study in
+            ([c.study] if c.study else studies)]
+
+
+def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame) -> Result:
+    rows = trials[trials["study"] == study]
+    if rows.empty:
+        found = ", ".join(pd.unique(trials["study"]))
+        return Result(claim=claim, study=study, groups=(), pairs=(), verdict=NO_DATA,
+                      why=f"no study {study} here ({found})")
+    at = ("claims", claim.index)
+    col = claim.metric.column
+    if col not in rows:
+        raise _error(src, (*at, "metric"), f"the results have no column {col}")
+    values = rows[col].to_numpy(dtype=float)
+    ok = rows[(rows["status"] == "ok").to_numpy() & np.isfinite(values)]
+    ok = ok[_match(src, (*at, "where"), ok, claim.where)]
+    groups = tuple(_group(name, ok[_match(src, (*at, "groups", name), ok, claim.groups[name])], claim)
+                   for name in claim.order)
+    sign = 1 if claim.metric.maximize else -1
+    pairs = tuple(_pair(a, b, sign) for a, b in zip(groups, groups[1:]))
+    empty = [g.name for g in groups if not g.values]
+    why = f"no ok rows with a finite {col} in group {', '.join(empty)}" if empty else ""
+    return Result(claim=claim, study=study, groups=groups, pairs=pairs, verdict=_overall([p.verdict for p in pairs]),
+                  why=why)
+
+
+def _match(src: Source, at: tuple, rows: pd.DataFrame, filters: Filters) -> np.ndarray:
+    keep = np.ones(len(rows), dtype=bool)
+    for column, wanted in filters.items():
+        if column not in rows:
+            near = difflib.get_close_matches(column, list(rows.columns), n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise ClaimsError(str(src.error((*at, column), f"no column {column!r} in the results{hint}", value=False)))
+        values = rows[column]
+        if pd.api.types.is_numeric_dtype(values):
+            keep &= values.isin([_number(src, (*at, column), w) for w in wanted]).to_numpy()
+        else:
+            keep &= values.astype(str).isin([str(w) for w in wanted]).to_numpy()
+    return keep
+
+
+def _number(src: Source, at: tuple, value: Any) -> float:
+    """A filter value for a numeric column: a number, or an amount such as 1.5M (a budget)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    try:
+        return float(parse_amount(value))
+    except ValueError:
+        raise _error(src, at, f"this column holds numbers; {value!r} is none") from None
+
+
+def _group(name: str, rows: pd.DataFrame, claim: Claim) -> Group:
+    col = claim.metric.column
+    if "seed" in rows and rows["seed"].notna().all():
+        per_seed = rows.groupby("seed")[col].mean()
+        values = {int(s): float(v) for s, v in per_seed.items()}
+    else:  # no seed to pair by: every row is its own sample (and never pairs)
+        values = {-1 - i: float(v) for i, v in enumerate(rows[col])}
+    mean, se, _ = stats.mean_se(list(values.values()))
+    filters = " ".join(f"{k}={'|'.join(map(str, v))}" for k, v in claim.groups[name].items())
+    return Group(name=name, filters=filters, values=values, mean=float(mean), se=float(se))
+
+
+def _pair(a: Group, b: Group, sign: int) -> Pair:
+    expected = "> 0" if sign > 0 else "< 0"
+    if not a.values or not b.values:
+        return Pair(better=a.name, worse=b.name, expected=expected, difference=None, verdict=NO_DATA)
+    diff = stats.compare(a.values, b.values)
+    if min(len(a.values), len(b.values)) < 2:
+        return Pair(better=a.name, worse=b.name, expected=expected, difference=diff, verdict=ONE_SEED)
+    return Pair(better=a.name, worse=b.name, expected=expected, difference=diff,
+                verdict=str(stats.verdict(diff.lo, diff.hi, sign)))
+
+
+def _overall(verdicts: list[str]) -> str:
+    """A claim of more than two groups holds when every adjacent pair does."""
+    for worst in (NO_DATA, "contradicted"):
+        if worst in verdicts:
+            return worst
+    if all(v == "reproduced" for v in verdicts):
+        return "reproduced"
+    return ONE_SEED if ONE_SEED in verdicts else "inconclusive"
+
+
+# --- reporting ----------------------------------------------------------------------------------
+
+def _num(value: float, digits: int) -> str:
+    return f"{value:.{digits}f}".replace("-", "−") if math.isfinite(value) else MISSING
+
+
+def _group_cell(g: Group, digits: int) -> str:
+    if not g.values:
+        return f"{g.name}: no rows"
+    se = f" ± {_num(g.se, digits)}" if math.isfinite(g.se) else ""
+    return f"{g.name}: {_num(g.mean, digits)}{se} ({len(g.values)} seed{'s' * (len(g.values) != 1)})"
+
+
+def table(claims: ClaimsFile, results: list[Result]) -> Table:
+    """One row per compared pair (a claim of n groups has n - 1)."""
+    cells: dict[str, list[str]] = {k: [] for k in ("claim", "source", "study", "metric", "a", "b", "diff", "expected",
+                                                      "detectable", "verdict")}
+    for r in results:
+        digits = WITH_SE.get(r.claim.metric.column, 4)
+        groups = {g.name: g for g in r.groups}
+        for p in r.pairs or (None,):
+            d = p.difference if p is not None else None
+            interval = (f" [{_num(d.lo, digits)}, {_num(d.hi, digits)}]" if math.isfinite(d.lo) else "") if d else ""
+            row = {"claim": r.claim.claim, "source": r.claim.source, "study": r.study, "metric": str(r.claim.metric),
+                   "a": _group_cell(groups[p.better], digits) if p else MISSING,
+                   "b": _group_cell(groups[p.worse], digits) if p else MISSING,
+                   "diff": f"{_num(d.estimate, digits)}{interval} ({d.method})" if d else MISSING,
+                   "expected": p.expected if p else MISSING,
+                   "detectable": _num(d.detectable, digits) if d else MISSING,
+                   "verdict": (p.verdict if p else r.verdict) + (f": {r.why}" if r.why else "")}
+            for k, v in row.items():
+                cells[k].append(v)
+    heads = {"claim": "Claim", "source": "Source", "study": "Study", "metric": "Metric", "a": "Expected better",
+             "b": "Expected worse", "diff": "Difference [95% CI]", "expected": "Expected",
+             "detectable": "Detectable (80%)", "verdict": "Verdict"}
+    return Table(title=f"Claims ({os.path.basename(claims.path)})",
+                 columns=[Column(header=h, cells=cells[k]) for k, h in heads.items()], caption=(
+        "groups: mean ± s.e. over seeds (a group's candidates averaged per seed); difference: better − worse, "
+        "paired by seed where both groups hold the same seeds, else Welch; reproduced / contradicted: the 95% "
+        "interval excludes 0 on the expected / the other side; detectable: the smallest true difference these "
+        "seeds detect with 80% power (5% two-sided)"))
+
+
+def _finite(x: float) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def to_json(claims: ClaimsFile, results: list[Result]) -> dict:
+    """Every number behind the table, NaN as null."""
+    def difference(d: stats.Difference | None):
+        if d is None:
+            return None
+        return {"method": d.method, "estimate": _finite(d.estimate), "se": _finite(d.se), "df": _finite(d.df),
+                "interval": [_finite(d.lo), _finite(d.hi)], "level": d.level,
+                "detectable": _finite(d.detectable), "power": d.power}
+
+    return {"file": claims.path, "description": claims.description, "claims": [{
+        "claim": r.claim.claim, "source": r.claim.source, "study": r.study, "note": r.claim.note,
+        "metric": r.claim.metric.column, "direction": r.claim.metric.direction, "order": list(r.claim.order),
+        "verdict": r.verdict, "why": r.why,
+        "groups": [{"name": g.name, "filters": g.filters, "seeds": {str(s): v for s, v in g.values.items()},
+                    "n": len(g.values), "mean": _finite(g.mean), "se": _finite(g.se)} for g in r.groups],
+        "pairs": [{"better": p.better, "worse": p.worse, "expected": p.expected, "verdict": p.verdict,
+                   "difference": difference(p.difference)} for p in r.pairs],
+    } for r in results]}
