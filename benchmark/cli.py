@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: SQLite in the study folder)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted study")
     p.add_argument("--address", help="Ray cluster address, e.g. auto")
-    p.add_argument("--seeds", type=_positive, help="train every chosen candidate with N seeds (default 1)")
+    p.add_argument("--seeds", type=_positive, help="train every chosen candidate with N seeds (default: the "
+                   "space's `seeds`, else 1)")
     p.add_argument("--time-budget", type=_checked(parse_duration), help="cap the whole search, e.g. 30m, 2h")
     p.add_argument("--sampler", choices=SAMPLERS, help="Optuna sampler (default: auto, or the one a resumed "
                    "study ran with; README 'Searches')")
@@ -209,7 +210,7 @@ def _options(space: SearchSpace, args: argparse.Namespace, name: str):
     from benchmark.search import SearchOptions
 
     return SearchOptions(name=name, results_dir=args.results or Path("results"), seed=args.seed,
-                         seeds=args.seeds or 1, concurrency=args.concurrency, address=args.address,
+                         seeds=args.seeds or space.seeds, concurrency=args.concurrency, address=args.address,
                          storage=args.storage, cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
                          data=_data(args), sampler=args.sampler,
                          time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,

@@ -144,12 +144,24 @@ def machine_flops(probe: bool = True) -> float:
         return cached
     if not probe:
         raise LookupError("no measured throughput for this machine yet")
-    from benchmark.trial.step import ExecPolicy
+    from benchmark.trial.step import ExecPolicy, default_device
 
-    spec = ArchSpec.from_dict({"d_model": 128, "n_heads": 4, "layers": {"n": 4}, "vocab_size": 4096})
-    m = measure(spec, ExecPolicy(compile=False), steps=3, warmup=1, seq_len=128, batch_size=8)
+    spec, seq_len, batch_size = probe_shape(default_device().type)
+    m = measure(spec, ExecPolicy(compile=False), steps=3, warmup=1, seq_len=seq_len, batch_size=batch_size)
     record_flops(m.flops_per_s, source="probe")
     return m.flops_per_s
+
+
+def probe_shape(device_type: str) -> tuple[ArchSpec, int, int]:
+    """(spec, seq_len, batch) of the throughput probe. On a CPU a small model, so the probe takes
+    seconds. On a GPU a step sized like a real one (~100M parameters, 8 x 1024 tokens, in the
+    default precision): a tiny model there measures kernel launches, not the GPU, and would put
+    113M estimates off by an order of magnitude. Keyed, like every speed, by the machine (its GPU's
+    name included: store/speeds.machine_key); finished trials replace it (store/speeds.py)."""
+    if device_type == "cuda":
+        spec = ArchSpec.from_dict({"d_model": 768, "n_heads": 12, "layers": {"n": 12}, "vocab_size": 8192})
+        return spec, 1024, 8
+    return ArchSpec.from_dict({"d_model": 128, "n_heads": 4, "layers": {"n": 4}, "vocab_size": 4096}), 128, 8
 
 
 def record_flops(flops_per_s: float, source: str) -> None:

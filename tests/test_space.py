@@ -424,3 +424,19 @@ def test_a_ladder_with_a_repeated_rung_is_an_error_on_its_line(tmp_path):
     path.write_text(LADDER.replace("[2M, 0.5M, 1M]", "[1M, 1M]"))
     with pytest.raises(SpaceError, match=r"ladder\.yaml:2:\d+: budget: a budget is listed twice"):
         load_space(path)
+
+
+def test_a_space_may_ask_for_seeds_and_the_plan_counts_them(tmp_path):
+    from benchmark.space.plan import make_plan, records, summary
+
+    path = tmp_path / "ladder.yaml"
+    path.write_text(LADDER + "seeds: 3\n")
+    space = load_space(path)
+    plan = make_plan(space)
+    rows = records(plan, 1e9)
+    line = summary(plan, rows)
+    assert space.seeds == 3 and "6 (the whole grid) candidates x 3 seeds" in line
+    assert f"est. {sum(r['est_seconds'] for r in rows) * 3 / 3600:.1f} h of training" in line
+    path.write_text(LADDER + "seeds: 0\n")
+    with pytest.raises(SpaceError, match=r"ladder\.yaml:\d+:\d+: seeds: expected a positive integer, got 0"):
+        load_space(path)

@@ -34,7 +34,7 @@ from benchmark.trial.config import DEFAULTS as TRAINING_DEFAULTS
 from benchmark.trial.config import TrainConfig, TrainConfigError
 
 TOP_KEYS = ("name", "description", "budget", "count", "tolerance", "solve", "align", "anchor", "base",
-            "variants", "axes", "training", "objectives", "trials")
+            "variants", "axes", "training", "objectives", "trials", "seeds")
 DEFAULT_TRIALS = 16
 _WIDTH_KEYS = tuple(f"ffn.{width}" for width, _, _ in FFN_WIDTHS.values())   # what `solve: ffn` sets
 _RATIO_KEYS = tuple(f"ffn.{ratio}" for _, ratio, _ in FFN_WIDTHS.values())
@@ -112,6 +112,7 @@ class SearchSpace:
     training: dict[str, Any] = field(default_factory=dict)   # as written; TrainConfig fills its defaults
     objectives: tuple[tuple[str, str], ...] = (("val_loss", "min"),)
     trials: int = DEFAULT_TRIALS
+    seeds: int = 1                  # every candidate trained with this many seeds (--seeds overrides)
     source: Source = field(default=Source("<space>"), compare=False, repr=False)
 
     def with_overrides(self, *, budget: Any = None, count: str | None = None, trials: int | None = None,
@@ -229,6 +230,7 @@ class _Reader:
             training=self.training(),
             objectives=self.parsed("objectives", _objectives, (("val_loss", "min"),)),
             trials=self.parsed("trials", _positive_int, DEFAULT_TRIALS),
+            seeds=self.parsed("seeds", _positive_int, 1),
             source=self.src,
         )
 

@@ -171,9 +171,10 @@ def _step(space: SearchSpace) -> str:
 def summary(plan: Plan, rows: list[dict[str, Any]]) -> str:
     space = plan.space
     how = f"{len(rows)} sampled (seed {plan.seed})" if plan.sampled else f"{len(rows)} (the whole grid)"
-    total = sum(r["est_seconds"] for r in rows)
+    total = sum(r["est_seconds"] for r in rows) * space.seeds
     at = ", ".join(fmt_count(b) for b in space.budgets)
-    return (f"{how} candidates at {at} {space.count} parameters "
+    seeds = f" x {space.seeds} seeds" if space.seeds > 1 else ""
+    return (f"{how} candidates{seeds} at {at} {space.count} parameters "
             f"± {fmt_fraction(space.tolerance)}; "
             f"median |Δ budget| {median_distance(plan):.4%}; {_tokens(space)} tokens each, {_step(space)}; "
             f"est. {fmt_seconds(total)} of training here ({_basis(rows)}); planned in {plan.seconds:.2f} s")
