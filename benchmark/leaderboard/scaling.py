@@ -81,29 +81,42 @@ def law(x, a, alpha, c):
 
 
 def fit_law(n: np.ndarray, y: np.ndarray, alphas: np.ndarray = ALPHAS):
-    """Least squares L = a x^-alpha + c, x = n / geometric mean of n, for each row of y (..., P):
-    for every alpha on the grid a and c are the simple regression of y on x^-alpha, and the alpha
-    with the least residual sum of squares wins; then again on a finer grid around it. Returns
-    n0 and arrays a, alpha, c of shape y[..., 0]."""
+    """Least squares L = a x^-alpha + c with a >= 0 and c >= 0, x = n / geometric mean of n, for
+    each row of y (..., P): for every alpha on the grid a and c are the constrained regression of
+    y on x^-alpha (_ols), and the alpha with the least residual sum of squares wins; then again on
+    a finer grid around it. The constraints are the law's meaning: loss falls with N (a >= 0) to a
+    floor no lower than zero (c >= 0, Hoffmann et al.'s E). Unconstrained, three nearly log-linear
+    points fit best with alpha -> 0 and c -> -24 (seen on the quickstart ladder), a curve that
+    says nothing beyond its points. Returns n0 and arrays a, alpha, c of shape y[..., 0]."""
     n0 = float(np.exp(np.log(n).mean()))
     logx = np.log(n / n0)
     alpha = _best_alpha(logx, y, np.broadcast_to(alphas, (*y.shape[:-1], len(alphas))))
     step = alphas[1] / alphas[0]
     alpha = _best_alpha(logx, y, alpha[..., None] * step ** np.linspace(-1, 1, REFINE))
-    x = np.exp(-alpha[..., None] * logx)                                  # (..., P)
-    xc, yc = x - x.mean(axis=-1, keepdims=True), y - y.mean(axis=-1, keepdims=True)
+    a, c, _ = _ols(np.exp(-alpha[..., None] * logx), y)
+    return n0, a, alpha, c
+
+
+def _ols(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """a, c and the residual sum of squares of y ~ a x + c over the last axis with a, c >= 0: the
+    free regression where it is feasible, else through the origin (c = 0), else flat (a = 0)."""
+    xm, ym = x.mean(axis=-1, keepdims=True), y.mean(axis=-1, keepdims=True)
+    xc, yc = x - xm, y - ym
     a = (xc * yc).sum(axis=-1) / (xc ** 2).sum(axis=-1)
-    return n0, a, alpha, y.mean(axis=-1) - a * x.mean(axis=-1)
+    c = ym[..., 0] - a * xm[..., 0]
+    origin = np.maximum((x * y).sum(axis=-1) / (x ** 2).sum(axis=-1), 0.0)
+    a, c = np.where(c < 0, origin, a), np.where(c < 0, 0.0, c)
+    a, c = np.where(a < 0, 0.0, a), np.where(a < 0, ym[..., 0], c)
+    rss = ((y - a[..., None] * x - c[..., None]) ** 2).sum(axis=-1)
+    return a, c, rss
 
 
 def _best_alpha(logx: np.ndarray, y: np.ndarray, alphas: np.ndarray) -> np.ndarray:
-    """The alpha of `alphas` (..., G) whose regression of y (..., P) on x^-alpha leaves the least
-    residual: syy - sxy^2 / sxx is least where sxy^2 / sxx is greatest."""
+    """The alpha of `alphas` (..., G) whose constrained regression of y (..., P) on x^-alpha
+    leaves the least residual."""
     x = np.exp(-alphas[..., None] * logx)                                 # (..., G, P)
-    xc = x - x.mean(axis=-1, keepdims=True)
-    yc = (y - y.mean(axis=-1, keepdims=True))[..., None, :]
-    explained = (xc * yc).sum(axis=-1) ** 2 / (xc ** 2).sum(axis=-1)      # (..., G)
-    return np.take_along_axis(alphas, explained.argmax(axis=-1)[..., None], axis=-1)[..., 0]
+    _, _, rss = _ols(x, np.broadcast_to(y[..., None, :], x.shape))
+    return np.take_along_axis(alphas, rss.argmin(axis=-1)[..., None], axis=-1)[..., 0]
 
 
 def fit(board: Board, by: str = "family", target: float | None = None, draws: int = DRAWS,
