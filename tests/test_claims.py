@@ -156,7 +156,7 @@ def test_the_shipped_claims_cite_the_papers_sections():
 
 
 @pytest.mark.parametrize("change, message", [
-    (("    order:", "    oder:"), "claims.yaml:6:5: claims[0].oder: unknown key; did you mean 'order'?"),
+    (("    order:", "    oder:"), "claims.yaml:6:5: claims[0].oder: unknown key (did you mean 'order'?)"),
     (("order: [hyperloop, looped]", "order: [hyperloop, loped]"),
      "claims.yaml:6:24: claims[0].order[1]: no group 'loped' under groups (hyperloop, looped)"),
     (("metric: val_loss", "metric: bleu"), "claims.yaml:5:13: claims[0].metric: unknown metric 'bleu'"),
@@ -176,7 +176,7 @@ def test_mistakes_in_a_claims_file_name_the_line_and_key(tmp_path, change, messa
 
 def test_a_filter_on_a_column_the_rows_lack_is_named_at_its_key(tmp_path):
     with pytest.raises(ClaimsError, match=r"claims.yaml:9:16: claims\[0\].groups.looped.famly: no column 'famly' "
-                                          r"in the results; did you mean 'family'\?"):
+                                          r"in the results \(did you mean 'family'\?\)"):
         check(CLAIM.replace("{family: looped}", "{famly: looped}"), rows({"looped": {0: 1.0}}), tmp_path)
 
 

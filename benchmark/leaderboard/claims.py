@@ -25,7 +25,6 @@ seed a side gives no interval: "inconclusive (1 seed)", never a verdict.
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from benchmark.arch.fields import did_you_mean
 from benchmark.leaderboard import stats
 from benchmark.leaderboard.formats import Column, Table
 from benchmark.leaderboard.objectives import Objective
@@ -108,8 +108,7 @@ def _error(src: Source, path: tuple, reason: str) -> ClaimsError:
 def _known(src: Source, at: tuple, raw: dict, allowed: Sequence[str]) -> None:
     for key in raw:
         if key not in allowed:
-            near = difflib.get_close_matches(key, allowed, n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; allowed: {', '.join(allowed)}"
+            hint = did_you_mean(key, allowed) or f"; allowed: {', '.join(allowed)}"
             raise ClaimsError(str(src.error((*at, key), f"unknown key{hint}", value=False)))
 
 
@@ -235,8 +234,7 @@ def _match(src: Source, at: tuple, rows: pd.DataFrame, filters: Filters) -> np.n
     keep = np.ones(len(rows), dtype=bool)
     for column, wanted in filters.items():
         if column not in rows:
-            near = difflib.get_close_matches(column, list(rows.columns), n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
+            hint = did_you_mean(column, rows.columns)
             raise ClaimsError(str(src.error((*at, column), f"no column {column!r} in the results{hint}", value=False)))
         values = rows[column]
         if pd.api.types.is_numeric_dtype(values):

@@ -6,8 +6,8 @@ This is Hoffmann et al. (2022) eq. 2 at a fixed token-to-parameter ratio, where 
 into the power law and the constant; Kaplan et al. (2020) fit the same form without c. The best
 candidate per budget is the envelope such laws describe.
 
-The fit is a grid over alpha with linear least squares for a and c at each alpha (closed form), so
-3-4 points never send a nonlinear solver astray. Intervals are percentile bootstrap intervals over
+The fit is a grid over alpha with least squares for a and c at each alpha (closed form, with
+a, c >= 0), so 3-4 points never send a nonlinear solver astray. Intervals are percentile bootstrap intervals over
 seeds: each candidate's seeds are resampled within its budget, the best candidate chosen again, the
 law fitted again. They count seed noise only, not the choice of the law, and a prediction beyond
 the largest measured budget is labelled an extrapolation.

@@ -307,10 +307,10 @@ def _solve(raw: Mapping[str, Any], budget: int, count: str, tolerance: float, so
     multiple = _ffn(raw, "multiple_of")
     key, _ = _width_key(raw)
     if solve == "d_model":
-        if align is None:
-            d_model, width = _solve_d_model(raw, n, ladder, budget, tolerance, multiple)
-        else:  # one aligned d_model either side at most: the shape stays near the one asked for
-            d_model, width = _solve_d_model(raw, n, ladder, budget, tolerance, multiple, tolerance, widen=1)
+        # Aligned: anything within tolerance is precise enough, and one aligned d_model either side
+        # at most, so the shape stays near the one asked for.
+        precision, widen = (PRECISION, _WIDEN) if align is None else (tolerance, 1)
+        d_model, width = _solve_d_model(raw, n, ladder, budget, tolerance, multiple, precision, widen)
     else:
         if solve in ("ffn.d_ff", "ffn.d_h") and solve != f"ffn.{key}":
             kind = _ffn(raw, "kind")

@@ -39,7 +39,7 @@ def plan_points(space: SearchSpace, seed: int = 0) -> tuple[list[dict[str, Any]]
     import optuna  # only a sampled plan needs it
 
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
-    for point in first_points(space):  # as the search does: each rung of a ladder once first
+    for point in ladder_points(space):  # as the search does: each rung of a ladder once first
         study.enqueue_trial(point)
     seen: dict[str, dict[str, Any]] = {}
     for _ in range(20 * space.trials):  # distinct points; a small space may have fewer than `trials`
@@ -55,8 +55,11 @@ def first_points(space: SearchSpace) -> list[dict[str, Any]]:
     """The points a new study starts with: the whole grid of a finite space, else each budget of a
     ladder once (the other axes left to the sampler), so a ladder is covered before any rung repeats."""
     points = grid(space, limit=space.trials)
-    if points is not None:
-        return points
+    return points if points is not None else ladder_points(space)
+
+
+def ladder_points(space: SearchSpace) -> list[dict[str, Any]]:
+    """Each budget of a ladder once, the other axes left to the sampler (none without a ladder)."""
     return [{BUDGET_AXIS: b} for b in space.ladder]
 
 
