@@ -7,12 +7,14 @@ import pytest
 import torch
 
 from benchmark import perf
+from benchmark.trial import step
+from benchmark.trial.step import ExecPolicy
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_matmul_probe_stays_within_its_budget(dtype):
     start = time.perf_counter()
-    flops = perf.matmul_peak(dtype, budget_s=1.0)
+    flops = step.matmul_peak(dtype, budget_s=1.0)
     assert flops > 0
     assert time.perf_counter() - start < 6.0  # the budget, with room for a loaded machine
 
@@ -47,3 +49,25 @@ def test_the_throughput_probe_on_a_gpu_is_sized_like_a_real_step(monkeypatch):
     assert perf.machine_flops() == 1.23e14 and len(seen) == 1        # recorded for this machine: probed once
     small, seq, batch = perf.probe_shape("cpu")
     assert count_params(small)["non_embedding"] < 1e6 and seq * batch == 1024
+
+
+def test_auto_precision_on_a_cpu_follows_its_measured_matmuls(monkeypatch, tmp_path):
+    """`precision: auto` picks bf16 on a CPU only where a timed probe found its matmuls at least
+    BF16_MARGIN faster than fp32; the probe runs once per machine and is then read from the file."""
+    from benchmark.store import speeds
+
+    monkeypatch.setenv(speeds.ENV, str(tmp_path / "perf.json"))
+    calls = []
+
+    def fake_peak(dtype, budget_s, device=None):
+        calls.append((dtype, budget_s))
+        return {torch.float32: 100e9, torch.bfloat16: 400e9}[dtype]
+
+    monkeypatch.setattr(step, "matmul_peak", fake_peak)
+    assert step.bf16_faster_here() and step.bf16_faster_here()
+    assert calls == [(torch.float32, step.PROBE_BUDGET_S), (torch.bfloat16, step.PROBE_BUDGET_S)]
+    assert ExecPolicy().autocast_dtype(torch.device("cpu")) == torch.bfloat16
+    speeds.record_precision_probe(speeds.path_in(tmp_path), 100e9, 100e9 * step.BF16_MARGIN * 0.99)
+    assert not step.bf16_faster_here()  # just under the margin: fp32
+    assert ExecPolicy().autocast_dtype(torch.device("cpu")) is None
+    assert ExecPolicy(precision="bf16").autocast_dtype(torch.device("cpu")) == torch.bfloat16

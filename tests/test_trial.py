@@ -11,6 +11,7 @@ import torch
 from benchmark import ArchSpec
 from benchmark.data import DataConfig, prepare
 from benchmark.space.budget import fmt_count, parse_amount
+from benchmark.store.metrics import TIME_SPLIT
 from benchmark.trial.checkpoint import CheckpointError, load_checkpoint
 from benchmark.trial.config import TrainConfig
 from benchmark.trial.run import run_trial
@@ -58,6 +59,18 @@ def test_row_has_the_spec_columns(corpus):
         assert col in row, col
     assert ArchSpec.from_dict(json.loads(row["spec"])).family == "looped"
     assert row["val_ppl"] == pytest.approx(math.exp(row["val_loss"]))
+
+
+def test_the_row_says_where_the_trial_time_went(corpus):
+    """compile / train / eval / quantise seconds (issue 12): parts of wall_s, and train_s is the
+    time the measured throughput accounts for, so wall_s - train_s is the trial's overhead."""
+    row = run_trial(SPEC, TrainConfig(**{**CFG, "eval_every": 5}), data=corpus)
+    split = [row[k] for k in TIME_SPLIT]
+    assert TIME_SPLIT == ("compile_s", "train_s", "eval_s", "quantize_s")
+    assert all(v > 0 for v in split[1:]) and row["compile_s"] >= 0
+    assert sum(split) <= row["wall_s"] + 1e-6
+    assert row["train_s"] == pytest.approx(row["tokens_trained"] / row["tokens_per_s"], rel=1e-6)
+    assert len(json.loads(row["evals"])) >= 2  # the periodic evaluations are in eval_s, not train_s
 
 
 def test_rows_carry_the_hyper_connection_diagnostics(corpus, tmp_path):

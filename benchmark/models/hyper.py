@@ -68,7 +68,34 @@ def sinkhorn(logits: torch.Tensor, iters: int) -> torch.Tensor:
         return z.exp()
 
 
-class SigmoidGate(nn.Module):
+class Connection(nn.Module):
+    """What every gate does around its span (hyper_connect): `read` the span's input u = H_pre Y
+    with the gates, `write` the streams back. Two methods, so that a compiler fuses each with its
+    gate arithmetic (trial/step.py compiles them once for every connection, LanguageModel.regions).
+    Subclasses' forward(Y) returns (H_pre, H_post, H_res)."""
+
+    def read(self, Y: torch.Tensor):
+        pre, post, res = self(Y)
+        # The streams are the residual stream: read and mixed in its own precision (float32), not
+        # in bf16, which autocast would pick for these matmuls. Otherwise u, and with the block read
+        # the whole middle block's residual, would run in bf16 where the Transformer's stays in
+        # float32 (seen on an H100: bf16 u reaching RMSNorm's float32 weight, and its slow unfused
+        # path). u as a weighted sum, not a (1 x n) @ (n x d) matmul: a compiler fuses it into one
+        # pass over the streams, where a batched matmul of B*T tiny products is slow on a GPU.
+        return weigh(pre, Y), post, res
+
+    def write(self, Y: torch.Tensor, out: torch.Tensor, post: torch.Tensor, res: torch.Tensor | None) -> torch.Tensor:
+        with torch.autocast(device_type=Y.device.type, enabled=False):
+            if res is None:
+                mixed = Y
+            elif res.dim() == Y.dim() - 1:
+                mixed = Y * res.unsqueeze(-1).to(Y.dtype)                   # diagonal
+            else:
+                mixed = res.to(Y.dtype) @ Y                                 # (.., n, n) @ (.., n, d)
+            return mixed + post.unsqueeze(-1).to(Y.dtype) * out.unsqueeze(-2).to(Y.dtype)
+
+
+class SigmoidGate(Connection):
     """Input-dependent gates of mHC and Hyperloop (Hyperloop §2.2 and §3):
 
         z = RMSNorm(flatten(Y))                         (no affine weight, as in mHC)
@@ -124,7 +151,7 @@ class SigmoidGate(nn.Module):
         return pre, post, sinkhorn(res.unflatten(-1, (self.n, self.n)), self.iters)  # (B, T, n, n)
 
 
-class ZhuGate(nn.Module):
+class ZhuGate(Connection):
     """Static or dynamic hyper-connections (Zhu et al. 2025, eq. 1-14). Static: learnable
     B (1 x n), A_m (n x 1), A_r (n x n). Dynamic adds s ∘ tanh(norm(H) W) per stream (eq. 10-13),
     or s ∘ norm(H) W without the tanh (the paper's "W/O tanh" ablation).
@@ -176,25 +203,22 @@ def res_matrix(gate: nn.Module, res: torch.Tensor | None) -> torch.Tensor:
     return torch.diag_embed(res) if getattr(gate, "mixing", None) == "diagonal" else res
 
 
-def hyper_connect(gate: nn.Module, Y: torch.Tensor, span, extra: torch.Tensor | None = None) -> torch.Tensor:
+def weigh(pre: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    """u = H_pre Y: (B, T, n) read weights over (B, T, n, d) streams -> (B, T, d)."""
+    return (pre.unsqueeze(-1).to(Y.dtype) * Y).sum(-2)
+
+
+def hyper_connect(gate: "Connection", Y: torch.Tensor, span, extra: torch.Tensor | None = None,
+                  gates: tuple | None = None) -> torch.Tensor:
     """Y' = H_res Y + H_post ⊗ (F(u) + extra), u = H_pre Y. `span` maps u (B, T, d) to F(u), what
-    the span contributes (see the module docstring); `extra` is Hyperloop's loop embedding e_l."""
-    pre, post, res = gate(Y)
-    # The streams are the residual stream: read and mixed in its own precision (float32), not in
-    # bf16, which autocast would pick for these matmuls. Otherwise u, and with the block read the
-    # whole middle block's residual, would run in bf16 where the Transformer's stays in float32
-    # (seen on an H100: bf16 u reaching RMSNorm's float32 weight, and its slow unfused path).
-    # u as a weighted sum, not a (1 x n) @ (n x d) matmul: a compiler fuses it into one pass
-    # over the streams, where a batched matmul of B*T tiny products is slow on a GPU.
-    u = (pre.unsqueeze(-1).to(Y.dtype) * Y).sum(-2)                   # (B, T, d)
+    the span contributes (see the module docstring); `extra` is Hyperloop's loop embedding e_l.
+    `gates`, (H_pre, H_post, H_res) computed already, saves calling the gate (and its hooks)."""
+    if gates is None:
+        u, post, res = gate.read(Y)
+    else:
+        pre, post, res = gates
+        u = weigh(pre, Y)
     out = span(u)
     if extra is not None:
         out = out + extra
-    with torch.autocast(device_type=Y.device.type, enabled=False):
-        if res is None:
-            mixed = Y
-        elif res.dim() == Y.dim() - 1:
-            mixed = Y * res.unsqueeze(-1).to(Y.dtype)                   # diagonal
-        else:
-            mixed = res.to(Y.dtype) @ Y                                 # (.., n, n) @ (.., n, d)
-        return mixed + post.unsqueeze(-1).to(Y.dtype) * out.unsqueeze(-2).to(Y.dtype)
+    return gate.write(Y, out, post, res)

@@ -67,6 +67,11 @@ class LanguageModel(nn.Module):
         """idx (B, T) token ids -> logits (B, T, vocab). `loops` overrides the training loop count
         (test-time scaling). If `trace` is a list, the residual state after every unrolled layer is
         appended to it as (name, tensor): (B, T, d), or (B, T, n, d) inside hyper-connections."""
+        return self._logits(self.features(idx, loops, trace))
+
+    def features(self, idx: torch.Tensor, loops: int | None = None, trace: list | None = None) -> torch.Tensor:
+        """The last layer's output (B, T, d), before the final norm and the head (`_logits`): the
+        training step compiles the head with its loss as one region (trial/step.py)."""
         spec = self.spec
         r = spec.loops if loops is None else loops
         if r < 1:
@@ -74,12 +79,25 @@ class LanguageModel(nn.Module):
         rope = self.rotary(idx.shape[1], idx.device)
         x = self.tok_emb(idx)                                        # (B, T, d)
         if spec.hyper is not None and not spec.looped:               # mHC / HC: the whole stack
-            return self._logits(self._hyper_region(x, self._all_layers(), rope, trace))
+            return self._hyper_region(x, self._all_layers(), rope, trace)
         x = self._run(self.begin, x, rope, "begin", trace)
         if spec.layers.middle:
             x = self._middle(x, r, rope, trace)
-        x = self._run(self.end, x, rope, "end", trace)
-        return self._logits(x)
+        return self._run(self.end, x, rope, "end", trace)
+
+    def regions(self) -> list[tuple[nn.Module, str]]:
+        """The repeated units that torch.compile compiles once and every layer and loop reuses
+        (regional compilation, trial/step.py), as (module, method): each layer, or with
+        sublayer hyper-connections (mHC, HC), each sublayer's branch, which is what those call;
+        and every gate. Same-class modules share one compiled graph, so compiling takes the time
+        of one layer whatever the depth or loop count (issue 12: a whole-model graph unrolls every
+        loop and took 327 s for mHC's first step on a 2-core CPU)."""
+        blocks = [*self.begin, *self.middle, *self.end]
+        if self.spec.hyper is not None and any(sub is not None for _, _, sub in hyper_spans(self.spec)):
+            units = [(sub, "branch") for block in blocks for sub in block.sublayers]
+        else:
+            units = [(block, "forward") for block in blocks]
+        return units + [(gate, method) for gate in (self.hyper or []) for method in ("read", "write")]
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         x = self.final_norm(x)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KINDS = ("quality", "cost", "diagnostic", "bookkeeping")
+KINDS = ("quality", "cost", "diagnostic", "bookkeeping", "time")
 DIRECTIONS = ("min", "max")
 
 
@@ -78,6 +78,11 @@ METRICS: tuple[Metric, ...] = (
     _m("tokens_per_s", direction="max", label="training throughput", unit="tokens/s", aliases=("throughput",)),
     _m("peak_mem_bytes", label="peak memory", unit="bytes", aliases=("memory",)),
     _m("wall_s", label="trial wall time", unit="s", aliases=("wall",)),
+    # where a trial's wall time went (trial/run.py); what is not train_s is its overhead (issue 12)
+    _m("compile_s", label="compile time", unit="s", kind="time"),
+    _m("train_s", label="training-step time", unit="s", kind="time"),
+    _m("eval_s", label="evaluation time", unit="s", kind="time"),
+    _m("quantize_s", label="quantisation time", unit="s", kind="time"),
     # whether a hyper-connected model's mechanism acts (trial/analysis.py)
     _m("stream_cosine", label="stream cosine", kind="diagnostic"),
     _m("hres_deviation", label="|H_res − I|", kind="diagnostic"),
@@ -92,6 +97,7 @@ BY_NAME = {m.name: m for m in METRICS}
 _LOOKUP = {**{a: m for m in METRICS for a in m.aliases}, **{m.column: m for m in METRICS if "{" not in m.column},
            **BY_NAME}
 DIAGNOSTICS = tuple(m.name for m in METRICS if m.kind == "diagnostic")
+TIME_SPLIT = tuple(m.name for m in METRICS if m.kind == "time")
 SEARCHABLE = tuple(m.name for m in METRICS if m.searchable)
 
 

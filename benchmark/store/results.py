@@ -37,7 +37,7 @@ from benchmark.store.errors import (
     ResultsWarning,
     StoreFull,
 )
-from benchmark.store.metrics import DIAGNOSTICS
+from benchmark.store.metrics import DIAGNOSTICS, TIME_SPLIT
 
 __all__ = ["COLUMNS", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "ResultsError", "ResultsPathError", "ResultsWarning",
            "StoreFull",
@@ -47,7 +47,9 @@ __all__ = ["COLUMNS", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "ResultsError", "R
 # 2: the hyper-connection diagnostics (DIAGNOSTICS); files of version 1 read with them null.
 # 3: node_id, the Ray node that ran the trial (a cluster search), and precision, what the training
 #    steps ran in (bf16, fp32, fp32+tf32); older files read them null.
-SCHEMA_VERSION = 3
+# 4: the trial's time split (TIME_SPLIT: compile, train, eval, quantise seconds); older files read
+#    them null.
+SCHEMA_VERSION = 4
 # infeasible: the sampled point has no candidate within the budget (nothing was trained).
 STATUSES = ("ok", "failed", "pruned", "diverged", "infeasible")
 
@@ -65,6 +67,7 @@ SCHEMA = pa.schema([
     ("bf16_bytes", _i64), ("int8_bytes", _i64), ("int4_bytes", _i64),
     *((name, _f64) for name in DIAGNOSTICS),
     ("tokens_per_s", _f64), ("flops_per_s", _f64), ("peak_mem_bytes", _i64), ("precision", _str), ("wall_s", _f64),
+    *((name, _f64) for name in TIME_SPLIT),
     ("seed", _i64), ("optuna_trial", _i64), ("node_id", _str), ("dataset_id", _str), ("tokenizer_id", _str),
     ("code_version", _str), ("packages", _str), ("hardware", _str),
     ("started_at", _str), ("finished_at", _str), ("extra", _str),

@@ -128,3 +128,17 @@ def estimator(path: Path, policy: str, fallback_flops: float, fallback_overhead_
     else:
         pooled = Speed(fallback_flops, fallback_overhead_s, 0)
     return lambda family: per.get(family, pooled)
+
+
+def precision_probe(path: Path) -> dict | None:
+    """The CPU's measured matmul speeds {"fp32": FLOP/s, "bf16": FLOP/s} (trial/step.py's
+    `bf16_faster_here`), if this machine (CPU model, cores, torch version) has been probed."""
+    probe = _load(path)["machines"].get(machine_key(), {}).get("matmul")
+    ok = isinstance(probe, dict) and all(isinstance(probe.get(k), (int, float)) and probe[k] > 0 for k in ("fp32", "bf16"))
+    return probe if ok else None
+
+
+def record_precision_probe(path: Path, fp32: float, bf16: float) -> None:
+    data = _load(path)
+    data["machines"].setdefault(machine_key(), {})["matmul"] = {"fp32": fp32, "bf16": bf16}
+    _save(path, data)

@@ -105,8 +105,8 @@ def _span_recorder(model: LanguageModel, outer: bool, spans: list):
         (part, i), loop = parts[id(block)], args[2]
         state = h
         if outer:   # early merge; gate.forward skips the hook above
-            state = hyper_connect(gate.forward, Y, lambda u: span_output(hyper.read, h, u),
-                                  _loop_embedding(model, loop)).mean(dim=-2)
+            state = hyper_connect(gate, Y, lambda u: span_output(hyper.read, h, u),
+                                  _loop_embedding(model, loop), gates=gate.forward(Y)).mean(dim=-2)
         states.append((f"{part}.{i}" if loop is None else f"{part}.{loop}.{i}", state))
 
     return ([g.register_forward_pre_hook(open_span) for g in model.hyper]

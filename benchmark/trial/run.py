@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import time
@@ -108,27 +109,58 @@ def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: Da
     except TrialDiverged as e:
         return {**row, "status": "diverged", "error": str(e), "wall_s": time.perf_counter() - t0, "finished_at": now()}
     model = result.model
-    final = evaluate(model, evals, cfg)
-    row.update({
-        "tokens_trained": result.tokens_trained, "train_loss": result.train_loss,
-        "val_loss": final["val_loss"], "val_ppl": final["val_ppl"],
-        "val_ppl_unigram": unigram_perplexity(data.train.tokens, evals, spec.vocab_size),
-        "val_loss_by_source": json.dumps(final["val_loss_by_source"]),
-        "val_ppl_by_loops": json.dumps(evaluate_loops(model, evals, spec.eval_loops, cfg)) if spec.eval_loops else None,
-        "evals": json.dumps(result.evals), "tokens_per_s": result.tokens_per_s,
-        "flops_per_s": result.flops_per_s, "peak_mem_bytes": result.peak_mem_bytes, "precision": result.precision,
-        **hyper_diagnostics(model, diagnostic_tokens(evals, model)),
-    })
+    clock = Clock(result)
+    with clock("eval_s"):
+        final = evaluate(model, evals, cfg)
+        row.update({
+            "tokens_trained": result.tokens_trained, "train_loss": result.train_loss,
+            "val_loss": final["val_loss"], "val_ppl": final["val_ppl"],
+            "val_ppl_unigram": unigram_perplexity(data.train.tokens, evals, spec.vocab_size),
+            "val_loss_by_source": json.dumps(final["val_loss_by_source"]),
+            "val_ppl_by_loops": json.dumps(evaluate_loops(model, evals, spec.eval_loops, cfg)) if spec.eval_loops else None,
+            "evals": json.dumps(result.evals), "tokens_per_s": result.tokens_per_s,
+            "flops_per_s": result.flops_per_s, "peak_mem_bytes": result.peak_mem_bytes, "precision": result.precision,
+            **hyper_diagnostics(model, diagnostic_tokens(evals, model)),
+        })
     if quantize:
-        row.update(quantized_columns(model, evals, data, cfg))
+        with clock("quantize_s"):
+            row.update(quantized_columns(model, evals, data, cfg))
     if checkpoint_dir is not None:
         save_checkpoint(checkpoint_dir, model, meta={k: row[k] for k in ("training", "dataset_id", "tokenizer_id", "code_version")},
                         tokenizer_json=data.tokenizer.inner.to_str())
     row["wall_s"] = time.perf_counter() - t0
     row["finished_at"] = now()
+    row.update(clock.split(cfg))
     if quantize:  # a search's trial: its speed teaches `--plan` (store/speeds.py)
         remember_speed(spec.family, cfg, row)
     return row
+
+
+class Clock:
+    """Where a trial's wall time goes (the row's TIME_SPLIT columns): `compile_s`, the first
+    step's time beyond one steady step; `train_s`, the training steps without it; `eval_s`, every
+    evaluation (periodic, final, per loop count, the unigram floor, the diagnostics); `quantize_s`,
+    GPTQ and RTN with their evaluations. The rest of `wall_s` (checkpoint, bookkeeping) is in
+    none of them. The overhead a user waits through beyond training is wall_s - train_s."""
+
+    def __init__(self, result):
+        self.result, self.seconds = result, {"eval_s": result.eval_s, "quantize_s": None}
+
+    def __call__(self, name: str):
+        @contextlib.contextmanager
+        def timed():
+            t = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.seconds[name] = (self.seconds[name] or 0.0) + time.perf_counter() - t
+        return timed()
+
+    def split(self, cfg: TrainConfig) -> dict[str, float | None]:
+        r = self.result
+        one_step = cfg.tokens_per_step / r.tokens_per_s if r.tokens_per_s else 0.0
+        compile_s = max(0.0, r.first_step_s - one_step)
+        return {"compile_s": compile_s, "train_s": r.wall_s - r.eval_s - compile_s, **self.seconds}
 
 
 def remember_speed(family: str, cfg: TrainConfig, row: Mapping[str, Any]) -> None:

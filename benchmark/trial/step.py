@@ -5,7 +5,9 @@ both use `TrainStep`, so the path that is benchmarked is the path that trains.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -15,15 +17,20 @@ from benchmark.trial.config import PRECISIONS
 
 @dataclass(frozen=True, kw_only=True)
 class ExecPolicy:
-    """How a model runs. `precision: auto` picks bf16 autocast where bf16 matmuls are fast (CUDA
-    with bf16; CPUs with AMX); `compile` wraps the loss in torch.compile."""
+    """How a model runs. `precision: auto` picks bf16 autocast where it is faster (CUDA with bf16
+    tensor cores; a CPU whose measured bf16 matmuls are, `bf16_faster_here`); `compile` compiles
+    the model's regions and the head with its loss (`compile_regions`), or with `compile_scope:
+    model` the whole loss as one graph."""
 
     precision: str = "auto"
     compile: bool = True
+    compile_scope: str = "regions"   # or "model": the whole loss as one graph (benchmark.perf compares them)
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision: '{self.precision}' is not one of {', '.join(PRECISIONS)}")
+        if self.compile_scope not in COMPILE_SCOPES:
+            raise ValueError(f"compile_scope: '{self.compile_scope}' is not one of {', '.join(COMPILE_SCOPES)}")
 
     def autocast_dtype(self, device: torch.device) -> torch.dtype | None:
         if self.precision == "fp32":
@@ -34,24 +41,70 @@ class ExecPolicy:
 
 
 def bf16_supported(device: torch.device) -> bool:
-    """Whether bf16 autocast is *faster* here. On CPUs that needs AMX tiles: with AVX512-BF16 alone
-    oneDNN's bf16 matmul measured slower than fp32 MKL on our 2-core runners (see perf.py), so
-    `auto` stays in fp32 there. A fixed rule per machine, not a timing probe, keeps runs reproducible."""
+    """Whether bf16 autocast is *faster* here, which is what `precision: auto` asks."""
     if device.type == "cuda":
         # Native bf16 tensor cores from compute capability 8.0 (Ampere); torch's
         # is_bf16_supported() also counts emulation, which would train V100s and T4s slowly.
         return torch.cuda.get_device_capability(device) >= (8, 0)
     if device.type == "cpu":
-        return _cpu_has_amx() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        return bf16_faster_here()
     return False
 
 
-def _cpu_has_amx() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "amx_bf16" in f.read()
-    except OSError:
-        return False
+# bf16 is chosen on a CPU when its matmuls are at least this much faster than fp32's: a training
+# step also casts and runs elementwise work that bf16 does not speed up. Seen so far: Xeons with
+# AMX several times faster (bf16 wins), a Xeon with AVX512-BF16 only at half fp32's rate and an
+# AMD EPYC with AVX2 hundreds of times slower (fp32 wins).
+BF16_MARGIN = 1.25
+PROBE_BUDGET_S = 0.5  # per dtype: the probe's few seconds are paid once per CPU model and torch version
+
+
+def bf16_faster_here() -> bool:
+    """`auto` on this CPU, from a timed matmul probe (bounded in time whatever bf16's speed;
+    `matmul_peak`) cached per CPU model, core count and torch version (store/speeds.py), so every
+    run on one machine makes the same choice. `benchmark.perf models` shows how the choice
+    compares with eager fp32, compiled fp32 and compiled bf16 measured side by side."""
+    from benchmark.data import cache_root
+    from benchmark.store import speeds
+
+    path = speeds.path_in(cache_root())
+    probe = speeds.precision_probe(path)
+    if probe is None:
+        cpu = torch.device("cpu")
+        probe = {"fp32": matmul_peak(torch.float32, PROBE_BUDGET_S, device=cpu),
+                 "bf16": matmul_peak(torch.bfloat16, PROBE_BUDGET_S, device=cpu)}
+        speeds.record_precision_probe(path, probe["fp32"], probe["bf16"])
+    return probe["bf16"] >= BF16_MARGIN * probe["fp32"]
+
+
+def matmul_peak(dtype: torch.dtype, budget_s: float = 2.0, n_max: int = 2048,
+                device: torch.device | None = None) -> float:
+    """Achieved FLOP/s of an n x n matmul, the machine's practical peak for that dtype, within
+    about `budget_s` whatever the dtype's speed: n doubles from 128 only while the next size (8x
+    the work) still fits, so a dtype hundreds of times slower than fp32 (bf16 on CPUs without
+    AVX-512-BF16 or AMX) is measured at a small n in seconds instead of minutes."""
+    device = device or default_device()
+    n, spent = 128, 0.0
+    while True:
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        once = _timed(lambda: a @ b, device)          # the first call also warms up
+        once = min(once, _timed(lambda: a @ b, device))
+        spent += 2 * once
+        if n >= n_max or spent + 16 * once > budget_s / 2:
+            break
+        n *= 2
+    reps = max(1, min(50, int(budget_s / 2 / max(once, 1e-9))))
+    seconds = _timed(lambda: [a @ b for _ in range(reps)], device)
+    return 2 * n ** 3 * reps / seconds
+
+
+def _timed(fn, device: torch.device) -> float:
+    t = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t
 
 
 def precision_name(dtype: torch.dtype | None, device: torch.device) -> str:
@@ -82,27 +135,71 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def lm_loss(model, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None, loops: int | None = None) -> torch.Tensor:
-    """Mean next-token cross-entropy; logits are upcast so the softmax runs in float32."""
+def lm_loss(model, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None, loops: int | None = None,
+            head=None) -> torch.Tensor:
+    """Mean next-token cross-entropy; logits are upcast so the softmax runs in float32. `head`
+    (default `head_loss`) scores the model's features: the training step passes it compiled."""
     with torch.autocast(device_type=x.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-        logits = model(x, loops=loops)                        # (B, T, vocab)
+        h = model.features(x, loops=loops)                  # (B, T, d)
+    return (head or head_loss)(model, h, y, dtype)
+
+
+def head_loss(model, h: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """Final norm, head and cross-entropy: one region for the compiler, which fuses the softmax
+    over the vocabulary with the loss rather than writing the (B, T, vocab) log-probabilities."""
+    with torch.autocast(device_type=h.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+        logits = model._logits(h)                            # (B, T, vocab)
     return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+
+
+COMPILE_SCOPES = ("regions", "model")
+
+
+def compile_regions(model) -> Callable[[], None]:
+    """Regional compilation: each of the model's repeated units (`LanguageModel.regions`: its
+    layers or sublayers, its gates) gets its own compiled method, with one graph per class that
+    every layer and loop reuses. Returns the function that makes the model eager again, which
+    the step calls when training ends: a deep copy (quantisation) must not carry methods bound
+    to the original model.
+
+    Measured on a 2-core AMD EPYC (AVX2, torch 2.13, quickstart shapes, seq 128, batch 16),
+    against the whole loss compiled as one graph: first step cold 12-15 s vs 26-38 s, warm
+    (compile cache) 2.0 s vs 5.7-7.1 s, steady tokens/s within 3% (Transformer 8,277 vs 8,281;
+    Hyperloop 6,176 vs 6,344); eager 6,921 and 5,245. Most of the gain is the head's fused
+    softmax (the head alone compiled: 7,917 and 6,075)."""
+    compiled = []
+    for module, name in model.regions():
+        setattr(module, name, torch.compile(getattr(module, name), dynamic=False))
+        compiled.append((module, name))
+
+    def restore():
+        for module, name in compiled:
+            module.__dict__.pop(name, None)
+    return restore
 
 
 class TrainStep:
     """One optimiser step: forward + backward (compiled when asked), gradient clipping, update.
-    Returns the loss as a detached tensor so callers decide when to synchronise."""
+    Returns the loss as a detached tensor so callers decide when to synchronise. Call `close()`
+    when done: a compiled step leaves the model eager again."""
 
     def __init__(self, model, optimizer, policy: ExecPolicy, device: torch.device, clip: float | None = 1.0):
         self.model, self.optimizer, self.clip = model, optimizer, clip
         self.dtype = policy.autocast_dtype(device)
-        loss = lambda x, y: lm_loss(model, x, y, self.dtype)  # noqa: E731 (compiled as a unit)
+        self.close = lambda: None
+        loss = lambda x, y: lm_loss(model, x, y, self.dtype)  # noqa: E731
         if policy.compile:
             # A fresh model per step function: drop code compiled for earlier models, which would
             # otherwise fill dynamo's per-function cache (8 entries) and silently fall back to eager
             # after eight architectures in one process (a reused Ray worker, the perf benchmark).
             torch._dynamo.reset()
-        self.loss = torch.compile(loss, dynamic=False) if policy.compile else loss
+            if policy.compile_scope == "model":              # one graph of the whole loss
+                loss = torch.compile(loss, dynamic=False)
+            else:
+                self.close = compile_regions(model)
+                head = torch.compile(head_loss, dynamic=False)
+                loss = lambda x, y: lm_loss(model, x, y, self.dtype, head=head)  # noqa: E731
+        self.loss = loss
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.accumulate([(x, y)])

@@ -58,6 +58,8 @@ class TrainResult:
     tokens_per_s: float = 0.0
     flops_per_s: float = 0.0
     wall_s: float = 0.0
+    first_step_s: float = 0.0                           # the first step, compilation included
+    eval_s: float = 0.0                                 # periodic evaluations during training
     peak_mem_bytes: int = 0
     precision: str = "fp32"                             # what the steps ran in (step.precision_name)
 
@@ -80,7 +82,30 @@ def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, tor
     result = TrainResult(model=model, steps=total, tokens_trained=0, train_loss=float("nan"),
                          precision=precision_name(step_fn.dtype, device))
     t0 = time.perf_counter()
-    timed_from, timed_tokens, pending, last = None, 0, [], float("nan")
+    try:
+        timed_from = _loop(step_fn, opt, cfg, total, batches, device, eval_data, result, on_step, on_eval)
+    finally:
+        step_fn.close()  # the model leaves compiled or not, eager for what follows
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # the timers read what the GPU has finished
+    end = time.perf_counter()
+    result.wall_s = end - t0
+    result.first_step_s = (timed_from or end) - t0
+    timed = end - (timed_from or t0) - result.eval_s
+    timed_tokens = result.tokens_trained - (cfg.tokens_per_step if timed_from else 0)
+    result.tokens_per_s = timed_tokens / timed if timed_tokens else result.tokens_trained / (result.wall_s - result.eval_s)
+    result.flops_per_s = result.tokens_per_s * count_flops(spec, cfg.seq_len)["train"]
+    result.train_loss = result.losses[-1]
+    result.peak_mem_bytes = peak_memory_bytes(device)
+    model.eval()
+    return result
+
+
+def _loop(step_fn, opt, cfg: TrainConfig, total: int, batches, device, eval_data, result: TrainResult,
+          on_step, on_eval) -> float | None:
+    """The steps; returns when the first one ended (it pays for compilation, so throughput is
+    timed after it). Periodic evaluations add their time to `result.eval_s`."""
+    timed_from, pending, last = None, [], float("nan")
     for step in range(total):
         for group in opt.param_groups:
             group["lr"] = cfg.lr_at(step, total)
@@ -89,31 +114,20 @@ def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, tor
         evaluating = eval_data is not None and cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < total
         if len(pending) >= sync_every(device) or step == 0 or step + 1 == total or evaluating:
             last = _read_losses(pending, result, step, total)  # the one host sync, every few steps on CUDA
-        tokens = sum(x.numel() for x, _ in micro)
-        result.tokens_trained += tokens
-        if step == 0:  # the first step pays for compilation; throughput is timed after it
+        result.tokens_trained += sum(x.numel() for x, _ in micro)
+        if step == 0:
             timed_from = time.perf_counter()
-        else:
-            timed_tokens += tokens
         if on_step is not None:
             on_step(step + 1, total, last)
         if evaluating:
-            record = {"step": step + 1, "tokens": result.tokens_trained, **evaluate(model, eval_data, cfg)}
+            t = time.perf_counter()
+            record = {"step": step + 1, "tokens": result.tokens_trained, **evaluate(step_fn.model, eval_data, cfg)}
             result.evals.append(record)
             if on_eval is not None:
                 on_eval(record)
-            model.train()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # the timers read what the GPU has finished
-    end = time.perf_counter()
-    result.wall_s = end - t0
-    timed = end - (timed_from or t0)
-    result.tokens_per_s = timed_tokens / timed if timed_tokens else result.tokens_trained / result.wall_s
-    result.flops_per_s = result.tokens_per_s * count_flops(spec, cfg.seq_len)["train"]
-    result.train_loss = result.losses[-1]
-    result.peak_mem_bytes = peak_memory_bytes(device)
-    model.eval()
-    return result
+            step_fn.model.train()
+            result.eval_s += time.perf_counter() - t
+    return timed_from
 
 
 # Steps between reads of the loss on CUDA: reading it waits for the GPU, so a divergence is seen up

@@ -1,0 +1,77 @@
+"""Regional compilation (trial/step.py `compile_regions`, issue 12): the compiled step trains as
+the eager one does, compiles one graph per repeated unit whatever the depth or loop count, and
+leaves the model eager when training ends. The only tests that run torch.compile: every trial
+test trains eagerly to stay fast."""
+
+import copy
+
+import pytest
+import torch
+
+from benchmark import ArchSpec, build_model
+from benchmark.trial.config import TrainConfig
+from benchmark.trial.step import ExecPolicy, TrainStep
+from benchmark.trial.training import make_optimizer
+
+TINY = {"vocab_size": 97, "d_model": 32, "n_heads": 4}
+CPU = torch.device("cpu")
+
+
+def tiny(family: str, **over) -> ArchSpec:
+    raw = {"family": family, **TINY, **over}
+    if family not in ("transformer", "mhc", "hc") and "layers" not in over:
+        raw["layers"] = {"begin": 1, "middle": 2, "end": 1}
+    return ArchSpec.from_dict(raw)
+
+
+def losses(spec: ArchSpec, policy: ExecPolicy, steps: int = 3):
+    torch.manual_seed(0)
+    model = build_model(spec).train()
+    step = TrainStep(model, make_optimizer(model, TrainConfig(lr=3e-3)), policy, CPU)
+    data = torch.randint(0, spec.vocab_size, (1, 2, 17), generator=torch.Generator().manual_seed(1)).expand(steps, 2, 17)
+    out = [step(d[:, :-1], d[:, 1:]).item() for d in data]
+    step.close()
+    return out, model
+
+
+@pytest.mark.parametrize("family", ["transformer", "mhc"])
+def test_a_compiled_step_trains_as_the_eager_one_and_leaves_the_model_eager(family):
+    spec = tiny(family)
+    eager, _ = losses(spec, ExecPolicy(precision="fp32", compile=False))
+    compiled, model = losses(spec, ExecPolicy(precision="fp32", compile=True))
+    assert eager[0] > eager[-1]  # it learns, so the comparison covers the updates too
+    assert compiled == pytest.approx(eager, rel=1e-4)
+    regions = model.regions()
+    assert regions and all(name not in vars(module) for module, name in regions)
+    # a copy (quantisation's) runs its own weights: nothing bound to the original is left
+    twin = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.zero_()
+        x = torch.zeros(1, 4, dtype=torch.long)
+        assert not torch.equal(twin(x), model.eval()(x))
+
+
+def graphs(spec: ArchSpec) -> int:
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    losses(spec, ExecPolicy(precision="fp32", compile=True), steps=1)
+    return counters["stats"]["unique_graphs"]
+
+
+def test_regions_compile_once_whatever_the_depth_or_the_loop_count():
+    """A 2-layer and a 6-layer Transformer compile the same graphs (one per layer class, one for
+    the head); so do a looped model at 2 and 4 loops. A whole-model graph grows with both."""
+    assert graphs(tiny("transformer", layers={"n": 6})) == graphs(tiny("transformer", layers={"n": 2})) == 2
+    assert graphs(tiny("hyperloop", loops=4)) == graphs(tiny("hyperloop", loops=2))
+
+
+def test_sublayer_hyper_connections_compile_their_branches():
+    """mHC and HC connect each sublayer, so their regions are attention's and the FFN's branches
+    (what the connections call) and every gate; the others compile whole layers."""
+    names = lambda family: {(type(m).__name__, n) for m, n in build_model(tiny(family)).regions()}  # noqa: E731
+    assert names("mhc") == {("Attention", "branch"), ("FeedForward", "branch"), ("SigmoidGate", "read"), ("SigmoidGate", "write")}
+    assert names("hc") == {("Attention", "branch"), ("FeedForward", "branch"), ("ZhuGate", "read"), ("ZhuGate", "write")}
+    assert names("hyperloop") == {("Block", "forward"), ("SigmoidGate", "read"), ("SigmoidGate", "write")}
+    assert names("transformer") == {("Block", "forward")}
