@@ -32,6 +32,19 @@ def test_a_running_trial_shows_tokens_loss_rate_and_eta():
     assert view.active() == []                                 # done training: not shown as running
 
 
+def test_the_search_eta_counts_the_seeds_a_running_trial_has_still_to_train():
+    """A trial trains its seeds one after another: with seeds 3..5, seed 4's run has seed 5's
+    run after it (seen in the quickstart: ETA 0:03 while one seed run of 95 s was still to come)."""
+    view = LiveView(None, "s", total=2, metric="val_loss", seeds=3, first_seed=3)
+    view.trial_started("tune-1")
+    now = time.time()
+    view.progress({"t0000-s4": post(10, at=now - 10)})
+    view.progress({"t0000-s4": post(30, at=now)})       # 2K tokens/s: 35 s left, 50 s per seed run
+    assert view.eta_s() == pytest.approx(35 + 50 + 1 * 3 * 50, rel=1e-6)  # then one trial of 3 runs
+    view.progress({"t0000-s5": post(30, at=now + 1)})
+    assert view._left("t0000-s5", view.trials["t0000-s5"]) is None  # no pace of its own yet
+
+
 def test_stale_or_finished_trials_are_not_shown():
     view = LiveView(None, "s", total=2, metric="val_loss")
     view.progress({"old": post(5, at=time.time() - live.STALE_S - 1), "done": post(100)})

@@ -254,7 +254,8 @@ def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console):
         total = _total_tokens_hint(space)
         scheduler = ASHAScheduler(time_attr="tokens", metric=ctx.objectives[0], mode=modes[0], max_t=total,
                                   grace_period=max(1, total // 8), reduction_factor=3)
-    view = LiveView(console, opts.name, remaining, ctx.objectives[0], maximize=modes[0] == "max")
+    view = LiveView(console, opts.name, remaining, ctx.objectives[0], maximize=modes[0] == "max",
+                    seeds=ctx.seeds, first_seed=ctx.seed)
     callback = SearchCallback(view, ctx, opts.pending_timeout_s, asks=res.describe(), searcher=searcher,
                               poll=Poll(ctx.progress))
     tuner = tune.Tuner(

@@ -6,6 +6,7 @@ board (search/progress.py) what each running trial has done."""
 
 from __future__ import annotations
 
+import re
 import time
 
 PLAIN_EVERY_S = 30.0  # a log gets a status line this often
@@ -13,8 +14,10 @@ STALE_S = 120.0       # a trial that has posted nothing for this long is not sho
 
 
 class LiveView:
-    def __init__(self, console, study: str, total: int, metric: str, maximize: bool = False):
+    def __init__(self, console, study: str, total: int, metric: str, maximize: bool = False,
+                 seeds: int = 1, first_seed: int = 0):
         self.console, self.study, self.total, self.metric, self.maximize = console, study, total, metric, maximize
+        self.seeds, self.first_seed = seeds, first_seed  # a trial's seed runs, one after another
         self.running: dict[str, float] = {}      # trial -> start time
         self.statuses: dict[str, int] = {}
         self.finished = 0
@@ -127,16 +130,26 @@ class LiveView:
         the mean span of those finished (or, before any finished, of the running ones' totals)."""
         if self.finished >= self.total:
             return 0.0
-        running = [trial_eta(v) for _, v in self.active()]
+        running = [self._left(k, v) for k, v in self.active()]
         known = [e for e in running if e is not None]
         per_trial = sum(self.spans) / len(self.spans) if self.spans else None
         if per_trial is None and known:
-            per_trial = max(trial_total_s(v) or 0 for _, v in self.active()) or None
+            per_trial = self.seeds * max(trial_total_s(v) or 0 for _, v in self.active()) or None
         if per_trial is None:
             return None
         waiting = max(0, self.total - self.finished - max(len(self.running), len(running)))
         parallel = max(1, len(self.running))
         return (max(known) if known else 0.0) + waiting * per_trial / parallel
+
+    def _left(self, key: str, info: dict) -> float | None:
+        """A running trial's time left: this seed's run, then its later seeds at this run's pace
+        (a trial trains its seeds one after another; seed runs are `<trial>-s<seed>`)."""
+        eta = trial_eta(info)
+        match = re.search(r"-s(\d+)$", key)
+        if eta is None or not match or self.seeds <= 1:
+            return eta
+        later = self.first_seed + self.seeds - 1 - int(match.group(1))
+        return eta + max(0, later) * (trial_total_s(info) or 0.0)
 
     def overhead_s(self) -> float | None:
         """Mean orchestration time per trial: what the driver saw minus time inside the trial."""
