@@ -171,6 +171,10 @@ def run_models(families: list[str], steps: int) -> dict:
     compared = [(name, p) for name, p in compared if name not in same]
     if same:
         console.print(f"default = {same[0]} here")
+    # Untimed: the first steps of a process run slower (allocator growth, page faults; seen: the
+    # first path measured 6% slower than the same path measured next), which would tilt the
+    # comparison against whichever path comes first.
+    measure(reference_spec(families[0]), eager, steps=2, warmup=1)
     rows, results = [], {}
     for i, fam in enumerate(families):
         spec = reference_spec(fam)
