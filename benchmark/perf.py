@@ -22,6 +22,7 @@ measured value cached on disk, else a short probe.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 from dataclasses import dataclass
@@ -79,14 +80,18 @@ def measure(spec: ArchSpec, policy, steps: int = 8, warmup: int = 2,
     data = torch.randint(0, spec.vocab_size, (batch_size, seq_len + 1), generator=gen).to(device)
     x, y = data[:, :-1], data[:, 1:]
     times = []
-    for _ in range(warmup + steps):
-        t = time.perf_counter()
-        step(x, y).item()  # .item() synchronises (CUDA) so the step is really done
-        times.append(time.perf_counter() - t)
+    try:
+        for _ in range(warmup + steps):
+            t = time.perf_counter()
+            step(x, y).item()  # .item() synchronises (CUDA) so the step is really done
+            times.append(time.perf_counter() - t)
+    finally:
+        step.close()  # compiled methods refer to their modules: left on, they keep the model alive
     step_s = statistics.median(times[warmup:])
     tps = batch_size * seq_len / step_s
     peak = peak_memory_bytes(device)
     del step, opt, model
+    gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return Measurement(step_s, times[0], tps, tps * count_flops(spec, seq_len)["train"], peak)
@@ -160,8 +165,9 @@ def run_models(families: list[str], steps: int) -> dict:
                   f"{ExecPolicy().autocast_dtype(default_device()) or 'fp32'} (precision: auto), compiled by regions")
     default, eager = ExecPolicy(), ExecPolicy(precision="fp32", compile=False)
     chosen = default.autocast_dtype(default_device())
+    auto = "bf16" if chosen is not None else "fp32"  # the whole-model row in the chosen precision
     compared = [("compiled fp32", ExecPolicy(precision="fp32", compile=True)),
-                ("compiled fp32, whole model", ExecPolicy(precision="fp32", compile=True, compile_scope="model"))]
+                (f"compiled {auto}, whole model", ExecPolicy(precision=auto, compile=True, compile_scope="model"))]
     if not slow_bf16:
         compared.append(("compiled bf16", ExecPolicy(precision="bf16", compile=True)))
     else:  # a step would take minutes: say so rather than never finish

@@ -43,13 +43,18 @@ def test_a_compiled_step_trains_as_the_eager_one_and_leaves_the_model_eager(fami
     assert compiled == pytest.approx(eager, rel=1e-4)
     regions = model.regions()
     assert regions and all(name not in vars(module) for module, name in regions)
-    # a copy (quantisation's) runs its own weights: nothing bound to the original is left
+    # a copy (quantisation's) runs its own weights, with nothing bound to the original left
     twin = copy.deepcopy(model).eval()
+    assert all(name not in vars(module) for module, name in twin.regions())
     with torch.no_grad():
-        for p in twin.parameters():
-            p.zero_()
-        x = torch.zeros(1, 4, dtype=torch.long)
-        assert not torch.equal(twin(x), model.eval()(x))
+        for block in [*twin.begin, *twin.middle, *twin.end]:
+            for p in block.parameters():
+                p.mul_(0.5)
+        fresh = build_model(spec).eval()
+        fresh.load_state_dict(twin.state_dict())
+        x = torch.arange(8).unsqueeze(0) % spec.vocab_size
+        torch.testing.assert_close(twin(x), fresh(x), rtol=0, atol=0)
+        assert not torch.allclose(twin(x), model.eval()(x))
 
 
 def graphs(spec: ArchSpec) -> int:
@@ -75,3 +80,8 @@ def test_sublayer_hyper_connections_compile_their_branches():
     assert names("hc") == {("Attention", "branch"), ("FeedForward", "branch"), ("ZhuGate", "read"), ("ZhuGate", "write")}
     assert names("hyperloop") == {("Block", "forward"), ("SigmoidGate", "read"), ("SigmoidGate", "write")}
     assert names("transformer") == {("Block", "forward")}
+    # a looped model connected at every sublayer: the middle's branches, the begin and end layers whole
+    model = build_model(tiny("hyperloop", hyper={"every": "sublayer", "loop_embedding": False, "read": "delta"}))
+    whole = [m for m, n in model.regions() if n == "forward" and type(m).__name__ == "Block"]
+    assert len(whole) == 2 and whole[0] is model.begin[0] and whole[1] is model.end[0]
+    assert sum(n == "branch" for _, n in model.regions()) == 2 * len(model.middle)

@@ -57,6 +57,7 @@ def test_auto_precision_on_a_cpu_follows_its_measured_matmuls(monkeypatch, tmp_p
     from benchmark.store import speeds
 
     monkeypatch.setenv(speeds.ENV, str(tmp_path / "perf.json"))
+    monkeypatch.setattr(step, "_BF16_FASTER", {})
     calls = []
 
     def fake_peak(dtype, budget_s, device=None):
@@ -67,7 +68,10 @@ def test_auto_precision_on_a_cpu_follows_its_measured_matmuls(monkeypatch, tmp_p
     assert step.bf16_faster_here() and step.bf16_faster_here()
     assert calls == [(torch.float32, step.PROBE_BUDGET_S), (torch.bfloat16, step.PROBE_BUDGET_S)]
     assert ExecPolicy().autocast_dtype(torch.device("cpu")) == torch.bfloat16
-    speeds.record_precision_probe(speeds.path_in(tmp_path), 100e9, 100e9 * step.BF16_MARGIN * 0.99)
-    assert not step.bf16_faster_here()  # just under the margin: fp32
+    assert '"matmul"' in (tmp_path / "perf.json").read_text()  # kept for the next process
+    other = tmp_path / "other.json"  # another machine's file: just under the margin, fp32
+    monkeypatch.setenv(speeds.ENV, str(other))
+    speeds.record_precision_probe(other, 100e9, 100e9 * step.BF16_MARGIN * 0.99)
+    assert not step.bf16_faster_here()
     assert ExecPolicy().autocast_dtype(torch.device("cpu")) is None
     assert ExecPolicy(precision="bf16").autocast_dtype(torch.device("cpu")) == torch.bfloat16

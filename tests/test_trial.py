@@ -67,9 +67,13 @@ def test_the_row_says_where_the_trial_time_went(corpus):
     row = run_trial(SPEC, TrainConfig(**{**CFG, "eval_every": 5}), data=corpus)
     split = [row[k] for k in TIME_SPLIT]
     assert TIME_SPLIT == ("compile_s", "train_s", "eval_s", "quantize_s")
-    assert all(v > 0 for v in split[1:]) and row["compile_s"] >= 0
+    assert all(v > 0 for v in split[1:])
     assert sum(split) <= row["wall_s"] + 1e-6
-    assert row["train_s"] == pytest.approx(row["tokens_trained"] / row["tokens_per_s"], rel=1e-6)
+    steady = row["tokens_trained"] / row["tokens_per_s"]  # every step at the measured pace
+    if row["compile_s"] > 0:   # the first step was slower than the pace: its excess is compile_s
+        assert row["train_s"] == pytest.approx(steady, rel=1e-6)
+    else:                      # an eager first step can beat the pace; then nothing is compile
+        assert row["train_s"] <= steady
     assert len(json.loads(row["evals"])) >= 2  # the periodic evaluations are in eval_s, not train_s
 
 

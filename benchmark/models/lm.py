@@ -88,15 +88,18 @@ class LanguageModel(nn.Module):
     def regions(self) -> list[tuple[nn.Module, str]]:
         """The repeated units that torch.compile compiles once and every layer and loop reuses
         (regional compilation, trial/step.py), as (module, method): each layer, or with
-        sublayer hyper-connections (mHC, HC), each sublayer's branch, which is what those call;
-        and every gate. Same-class modules share one compiled graph, so compiling takes the time
-        of one layer whatever the depth or loop count (issue 12: a whole-model graph unrolls every
-        loop and took 327 s for mHC's first step on a 2-core CPU)."""
+        sublayer hyper-connections (mHC, HC, a looped model's middle with `every: sublayer`), each
+        sublayer's branch, which is what those call; and every gate's read and write. Same-class
+        modules share one compiled graph, so compiling takes the time of one layer whatever the
+        depth or loop count (issue 12: a whole-model graph unrolls every loop and took 327 s for
+        mHC's first step on a 2-core CPU). LoRA-looped layers are the exception: the loop index
+        picks their adapter, so they compile once per loop."""
         blocks = [*self.begin, *self.middle, *self.end]
+        connected = []  # layers whose sublayers the hyper-connections call one by one
         if self.spec.hyper is not None and any(sub is not None for _, _, sub in hyper_spans(self.spec)):
-            units = [(sub, "branch") for block in blocks for sub in block.sublayers]
-        else:
-            units = [(block, "forward") for block in blocks]
+            connected = list(self.middle) if self.spec.looped else blocks
+        units = [(sub, "branch") for block in connected for sub in block.sublayers]
+        units += [(block, "forward") for block in blocks if not any(block is c for c in connected)]
         return units + [(gate, method) for gate in (self.hyper or []) for method in ("read", "write")]
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ written gives the fallback, never an error.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib.metadata
 import json
@@ -92,6 +93,27 @@ def _save(path: Path, data: dict) -> None:
         pass
 
 
+@contextlib.contextmanager
+def _editing(path: Path):
+    """Read, change and write the file under a lock: Ray workers on one node record trials at the
+    same time, and a read-modify-write without it could drop another worker's entry."""
+    from filelock import FileLock, Timeout
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(path) + ".lock", timeout=30)
+        lock.acquire()
+    except (OSError, Timeout):  # best effort, as every write here
+        lock = None
+    try:
+        data = _load(path)
+        yield data
+        _save(path, data)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
 def machine_fallback(path: Path) -> float | None:
     """The machine's training FLOP/s from a probe or the benchmark, if one was recorded."""
     entry = _load(path)["machines"].get(machine_key(), {})
@@ -100,20 +122,17 @@ def machine_fallback(path: Path) -> float | None:
 
 
 def record_machine(path: Path, flops_per_s: float, source: str) -> None:
-    data = _load(path)
-    entry = data["machines"].setdefault(machine_key(), {})
-    entry.update(flops_per_s=flops_per_s, source=source)
-    _save(path, data)
+    with _editing(path) as data:
+        data["machines"].setdefault(machine_key(), {}).update(flops_per_s=flops_per_s, source=source)
 
 
 def record_trial(path: Path, policy: str, family: str, flops_per_s: float, overhead_s: float) -> None:
     """One finished trial's training FLOP/s and time outside training (the latest KEEP kept)."""
     if not (flops_per_s > 0 and overhead_s >= 0):
         return
-    data = _load(path)
-    families = data["machines"].setdefault(machine_key(), {}).setdefault("trials", {}).setdefault(policy, {})
-    families[family] = [*families.get(family, []), [flops_per_s, overhead_s]][-KEEP:]
-    _save(path, data)
+    with _editing(path) as data:
+        families = data["machines"].setdefault(machine_key(), {}).setdefault("trials", {}).setdefault(policy, {})
+        families[family] = [*families.get(family, []), [flops_per_s, overhead_s]][-KEEP:]
 
 
 def estimator(path: Path, policy: str, fallback_flops: float, fallback_overhead_s: float) -> Callable[[str], Speed]:
@@ -139,6 +158,5 @@ def precision_probe(path: Path) -> dict | None:
 
 
 def record_precision_probe(path: Path, fp32: float, bf16: float) -> None:
-    data = _load(path)
-    data["machines"].setdefault(machine_key(), {})["matmul"] = {"fp32": fp32, "bf16": bf16}
-    _save(path, data)
+    with _editing(path) as data:
+        data["machines"].setdefault(machine_key(), {})["matmul"] = {"fp32": fp32, "bf16": bf16}

@@ -62,19 +62,31 @@ PROBE_BUDGET_S = 0.5  # per dtype: the probe's few seconds are paid once per CPU
 def bf16_faster_here() -> bool:
     """`auto` on this CPU, from a timed matmul probe (bounded in time whatever bf16's speed;
     `matmul_peak`) cached per CPU model, core count and torch version (store/speeds.py), so every
-    run on one machine makes the same choice. `benchmark.perf models` shows how the choice
-    compares with eager fp32, compiled fp32 and compiled bf16 measured side by side."""
+    run on one machine makes the same choice: a process decides once, and concurrent workers on a
+    fresh machine wait for one probe rather than each timing matmuls while the others run.
+    `benchmark.perf models` shows how the choice compares with eager fp32, compiled fp32 and
+    compiled bf16 measured side by side."""
     from benchmark.data import cache_root
     from benchmark.store import speeds
 
     path = speeds.path_in(cache_root())
-    probe = speeds.precision_probe(path)
-    if probe is None:
-        cpu = torch.device("cpu")
-        probe = {"fp32": matmul_peak(torch.float32, PROBE_BUDGET_S, device=cpu),
-                 "bf16": matmul_peak(torch.bfloat16, PROBE_BUDGET_S, device=cpu)}
-        speeds.record_precision_probe(path, probe["fp32"], probe["bf16"])
-    return probe["bf16"] >= BF16_MARGIN * probe["fp32"]
+    if str(path) not in _BF16_FASTER:
+        probe = speeds.precision_probe(path)
+        if probe is None:
+            from filelock import FileLock
+
+            with FileLock(str(path) + ".probe.lock", timeout=60):
+                probe = speeds.precision_probe(path)
+                if probe is None:
+                    cpu = torch.device("cpu")
+                    probe = {"fp32": matmul_peak(torch.float32, PROBE_BUDGET_S, device=cpu),
+                             "bf16": matmul_peak(torch.bfloat16, PROBE_BUDGET_S, device=cpu)}
+                    speeds.record_precision_probe(path, probe["fp32"], probe["bf16"])
+        _BF16_FASTER[str(path)] = probe["bf16"] >= BF16_MARGIN * probe["fp32"]
+    return _BF16_FASTER[str(path)]
+
+
+_BF16_FASTER: dict[str, bool] = {}  # speeds file -> this process's choice
 
 
 def matmul_peak(dtype: torch.dtype, budget_s: float = 2.0, n_max: int = 2048,

@@ -121,7 +121,10 @@ def _loop(step_fn, opt, cfg: TrainConfig, total: int, batches, device, eval_data
             on_step(step + 1, total, last)
         if evaluating:
             t = time.perf_counter()
-            record = {"step": step + 1, "tokens": result.tokens_trained, **evaluate(step_fn.model, eval_data, cfg)}
+            # eagerly, as the final evaluation runs: through the compiled regions no_grad, eval mode
+            # and a short last batch would each compile every region again
+            with torch.compiler.set_stance("force_eager"):
+                record = {"step": step + 1, "tokens": result.tokens_trained, **evaluate(step_fn.model, eval_data, cfg)}
             result.evals.append(record)
             if on_eval is not None:
                 on_eval(record)
