@@ -28,10 +28,14 @@ class Board:
 
 
 def start_board():
-    """The board as a Ray actor (no CPU of its own, so it never takes a trial's place)."""
+    """The board as a Ray actor (no CPU of its own, so it never takes a trial's place), on the
+    driver's node: placed on a worker node, it died with that node and took the search with it
+    (seen once in tests/test_cluster.py's lost-node test)."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return ray.remote(num_cpus=0)(Board).remote()
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    return ray.remote(num_cpus=0)(Board).options(scheduling_strategy=here).remote()
 
 
 def reporter(board, key: str, tokens_per_step: int) -> Callable[[int, int, float], None] | None:
