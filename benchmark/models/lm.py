@@ -99,7 +99,7 @@ class LanguageModel(nn.Module):
         if self.spec.hyper is not None and any(sub is not None for _, _, sub in hyper_spans(self.spec)):
             connected = list(self.middle) if self.spec.looped else blocks
         units = [(sub, "branch") for block in connected for sub in block.sublayers]
-        units += [(block, "forward") for block in blocks if not any(block is c for c in connected)]
+        units += [(block, "forward") for block in blocks if block not in connected]  # modules compare by identity
         return units + [(gate, method) for gate in (self.hyper or []) for method in ("read", "write")]
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:

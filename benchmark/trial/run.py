@@ -146,15 +146,13 @@ class Clock:
     def __init__(self, result):
         self.result, self.seconds = result, {"eval_s": result.eval_s, "quantize_s": None}
 
+    @contextlib.contextmanager
     def __call__(self, name: str):
-        @contextlib.contextmanager
-        def timed():
-            t = time.perf_counter()
-            try:
-                yield
-            finally:
-                self.seconds[name] = (self.seconds[name] or 0.0) + time.perf_counter() - t
-        return timed()
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = (self.seconds[name] or 0.0) + time.perf_counter() - t
 
     def split(self, cfg: TrainConfig) -> dict[str, float | None]:
         r = self.result
@@ -164,13 +162,12 @@ class Clock:
 
 
 def remember_speed(family: str, cfg: TrainConfig, row: Mapping[str, Any]) -> None:
-    """This trial's training FLOP/s and its time outside the training steps (compile,
-    evaluations, quantisation), for the estimates of later plans on this machine."""
+    """This trial's training FLOP/s and its time outside the training steps (wall_s - train_s:
+    compile, evaluations, quantisation), for the estimates of later plans on this machine."""
     from benchmark.data import cache_root
     from benchmark.store import speeds
 
     if not (row.get("tokens_per_s") and row.get("flops_per_s")):
         return
-    training_s = row["tokens_trained"] / row["tokens_per_s"]
     speeds.record_trial(speeds.path_in(cache_root()), speeds.policy_key(cfg.precision, cfg.compile), family,
-                        row["flops_per_s"], max(0.0, row["wall_s"] - training_s))
+                        row["flops_per_s"], row["wall_s"] - row["train_s"])
