@@ -29,12 +29,15 @@ def test_the_precision_comparison_names_the_best_path():
                          "compiled fp32 100% of the best (best: default)")
 
 
-def test_the_throughput_probe_on_a_gpu_is_sized_like_a_real_step(monkeypatch):
+def test_the_throughput_probe_on_a_gpu_is_sized_like_a_real_step(monkeypatch, tmp_path):
     """A 4-layer, 128-wide probe measures a GPU's kernel launches, not its matmuls: on CUDA the
     probe is ~85M non-embedding parameters and 8 x 1024 tokens per step, in the default precision."""
     from benchmark import count_params
+    from benchmark.store import speeds
     from benchmark.trial import step
 
+    # a speeds file of its own: the session's may hold a speed another test recorded
+    monkeypatch.setenv(speeds.ENV, str(tmp_path / "perf.json"))
     seen = []
 
     def fake_measure(spec, policy, steps, warmup, seq_len, batch_size):
