@@ -237,11 +237,12 @@ def quantize(model: LanguageModel, cfg: QuantConfig, calib: Iterable[torch.Tenso
     """A fake-quantised copy of `model` (the original is untouched) and its report. GPTQ needs
     `calib`, batches of token ids run at the model's training loop count, or the `hessians` that
     `calibrate` collected from them; RTN ignores both."""
-    if cfg.method == "gptq" and calib is None and hessians is None:
-        raise ValueError("GPTQ needs calibration batches (calib) or their Hessians")
-    if cfg.method == "gptq" and hessians is None:
+    if cfg.method != "gptq":
+        hessians = {}
+    elif hessians is None:
+        if calib is None:
+            raise ValueError("GPTQ needs calibration batches (calib) or their Hessians")
         hessians = calibrate(model, calib)
-    hessians = hessians if cfg.method == "gptq" else {}
     qmodel = copy.deepcopy(model).eval()
     layers = quantizable(qmodel)
     with torch.no_grad():
