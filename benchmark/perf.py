@@ -7,8 +7,9 @@
 `models` trains every family for a few steps at a reference size (~4.8M non-embedding
 parameters, seq 256, batch 16) with the default execution policy, plus eager float32 for
 comparison, and prints tokens/s, achieved FLOP/s and the ratio to this machine's bf16 and fp32
-matmul peak, all measured in one run (timings are noisy on a shared CPU: compare ratios from the
-same run).
+matmul peak, all measured in one run. Timings are noisy on a shared CPU, so the families compared
+with each other (HYPER_TARGETS) and the paths of one family are timed in interleaved rounds
+(measure_together), and the ratios printed come from those rounds.
 
 `scale` measures one training step of each family as a space solves it at its budget (default:
 the default space at 113M, with its sequence length and micro-batch): tokens/s, model-FLOPs
@@ -58,6 +59,17 @@ class Measurement:
 
 def measure(spec: ArchSpec, policy, steps: int = 8, warmup: int = 2,
             seq_len: int = 256, batch_size: int = 16, seed: int = 0) -> Measurement:
+    """One training path's speed: `steps` timed steps after `warmup` (the first includes compiling)."""
+    return measure_together([(spec, policy)], steps, warmup, seq_len, batch_size, seed)[0]
+
+
+def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmup: int = 2,
+                     seq_len: int = 256, batch_size: int = 16, seed: int = 0) -> list[Measurement]:
+    """Several (spec, policy) paths measured side by side: each is built and warmed up in turn,
+    then the timed steps go round the paths, one step each per round, so that a slow stretch of a
+    shared CPU slows every path alike. Measured one after another, the same two families' ratio
+    moved by 20 points between runs on a 2-core VM (Hyperloop over Looped: +24% in one run, +4%
+    with interleaved steps the same day); their ratios are what `_ratios` reports."""
     import torch
 
     from benchmark.models import build_model
@@ -72,29 +84,42 @@ def measure(spec: ArchSpec, policy, steps: int = 8, warmup: int = 2,
     device = default_device()
     prepare_device(device)
     reset_peak_memory(device)
-    torch.manual_seed(seed)
-    model = build_model(spec).to(device).train()
-    opt = make_optimizer(model, TrainConfig(lr=1e-4))  # the trial's optimiser (fused AdamW on CUDA)
-    step = TrainStep(model, opt, policy, device)
     gen = torch.Generator().manual_seed(seed)
-    data = torch.randint(0, spec.vocab_size, (batch_size, seq_len + 1), generator=gen).to(device)
+    vocab = min(spec.vocab_size for spec, _ in paths)
+    data = torch.randint(0, vocab, (batch_size, seq_len + 1), generator=gen).to(device)
     x, y = data[:, :-1], data[:, 1:]
-    times = []
+
+    def timed(step) -> float:
+        t = time.perf_counter()
+        step(x, y).item()  # .item() synchronises (CUDA) so the step is really done
+        return time.perf_counter() - t
+
+    built, times = [], []
     try:
-        for _ in range(warmup + steps):
-            t = time.perf_counter()
-            step(x, y).item()  # .item() synchronises (CUDA) so the step is really done
-            times.append(time.perf_counter() - t)
+        for i, (spec, policy) in enumerate(paths):
+            torch.manual_seed(seed)
+            model = build_model(spec).to(device).train()
+            opt = make_optimizer(model, TrainConfig(lr=1e-4))  # the trial's optimiser (fused AdamW on CUDA)
+            # only the first drops dynamo's compiled code: the others' must stay for the rounds
+            built.append(TrainStep(model, opt, policy, device, fresh=i == 0))
+            times.append([timed(built[-1]) for _ in range(warmup)])
+        for _ in range(steps):
+            for step, ts in zip(built, times):
+                ts.append(timed(step))
     finally:
-        step.close()  # compiled methods refer to their modules: left on, they keep the model alive
-    step_s = statistics.median(times[warmup:])
-    tps = batch_size * seq_len / step_s
+        for step in built:
+            step.close()  # compiled methods refer to their modules: left on, they keep the model alive
     peak = peak_memory_bytes(device)
-    del step, opt, model
+    out = []
+    for (spec, _), ts in zip(paths, times):
+        step_s = statistics.median(ts[warmup:])
+        tps = batch_size * seq_len / step_s
+        out.append(Measurement(step_s, ts[0], tps, tps * count_flops(spec, seq_len)["train"], peak))
+    del built
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return Measurement(step_s, times[0], tps, tps * count_flops(spec, seq_len)["train"], peak)
+    return out
 
 
 # ---- the throughput used for estimates ------------------------------------------------------
@@ -149,6 +174,24 @@ def estimates(precision: str = "auto", compile: bool = True):
 
 # ---- the benchmark ------------------------------------------------------------------------
 
+# Issue 12's goals for the hyper-connection families: time per token over their baselines (the
+# mHC paper's fused kernel costs 6.7% at n = 4).
+HYPER_TARGETS = (("hyperloop", "looped", 0.03), ("mhc", "transformer", 0.10), ("hc", "transformer", 0.10))
+
+
+def comparison_groups(families: list[str]) -> list[list[str]]:
+    """The families whose steps are interleaved (measure_together): each baseline of
+    HYPER_TARGETS with the families compared against it, every other family alone; in the order
+    of `families`."""
+    groups: list[list[str]] = []
+    for fam in families:
+        if any(fam in g for g in groups):
+            continue
+        baseline = next((b for a, b, _ in HYPER_TARGETS if a == fam and b in families), fam)
+        groups.append([baseline] + [a for a, b, _ in HYPER_TARGETS if b == baseline and a in families])
+    return groups
+
+
 def run_models(families: list[str], steps: int) -> dict:
     import torch
     from rich.console import Console
@@ -177,20 +220,17 @@ def run_models(families: list[str], steps: int) -> dict:
     compared = [(name, p) for name, p in compared if name not in same]
     if same:
         console.print(f"default = {same[0]} here")
-    # Untimed: the first steps of a process run slower (allocator growth, page faults; seen: the
-    # first path measured 6% slower than the same path measured next), which would tilt the
-    # comparison against whichever path comes first.
-    measure(reference_spec(families[0]), eager, steps=2, warmup=1)
     rows, results = [], {}
-    for i, fam in enumerate(families):
-        spec = reference_spec(fam)
+    for group in comparison_groups(families):
         # the first family also runs the other precisions, to show what `auto` chose against
-        paths = [("default", default), ("eager fp32", eager)] + (compared if i == 0 else [])
-        for name, policy in paths:
-            console.print(f"[dim]{fam} / {name} ...[/dim]")
-            m = measure(spec, policy, steps=steps)
+        paths = [(fam, name, policy) for fam in group
+                 for name, policy in [("default", default), ("eager fp32", eager)] + (compared if fam == families[0] else [])]
+        console.print(f"[dim]{', '.join(group)}: {len(paths)} paths, steps interleaved ...[/dim]")
+        measured = measure_together([(reference_spec(fam), policy) for fam, _, policy in paths], steps=steps)
+        for (fam, name, _), m in zip(paths, measured):
             results[(fam, name)] = m
-            rows.append((fam, spec.structure(), name, m))
+    for fam, name in sorted(results, key=lambda k: families.index(k[0])):  # the table in the families' order
+        rows.append((fam, reference_spec(fam).structure(), name, results[(fam, name)]))
     table = Table(title="Training speed at the reference size (seq 256, batch 16)")
     for col in ("family", "structure", "params (non-emb)", "path", "first step s", "step s",
                 "tokens/s", "GFLOP/s", "/ fp32 peak", "/ bf16 peak"):
@@ -207,11 +247,6 @@ def run_models(families: list[str], steps: int) -> dict:
     if ("transformer", "default") in results:
         record_flops(results[("transformer", "default")].flops_per_s, source="benchmark.perf models")
     return results
-
-
-# Issue 12's goals for the hyper-connection families: time per token over their baselines (the
-# mHC paper's fused kernel costs 6.7% at n = 4).
-HYPER_TARGETS = (("hyperloop", "looped", 0.03), ("mhc", "transformer", 0.10), ("hc", "transformer", 0.10))
 
 
 def _ratios(results) -> list[str]:

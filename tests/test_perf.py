@@ -78,3 +78,41 @@ def test_auto_precision_on_a_cpu_follows_its_measured_matmuls(monkeypatch, tmp_p
     assert not step.bf16_faster_here()
     assert ExecPolicy().autocast_dtype(torch.device("cpu")) is None
     assert ExecPolicy(precision="bf16").autocast_dtype(torch.device("cpu")) == torch.bfloat16
+
+
+def test_compared_paths_are_timed_in_interleaved_rounds(monkeypatch):
+    """`measure_together` warms each path up in turn, then times one step of each per round, so a
+    slow stretch of a shared CPU falls on every path alike; only the first step function drops
+    the compiled code of the others (`fresh`)."""
+    calls, fresh_seen = [], []
+
+    class Recorder:
+        def __init__(self, model, optimizer, policy, device, fresh=True):
+            self.family = model.spec.family
+            fresh_seen.append(fresh)
+
+        def __call__(self, x, y):
+            calls.append(self.family)
+            return torch.zeros(())
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(step, "TrainStep", Recorder)
+    tiny = {"d_model": 32, "n_heads": 2, "vocab_size": 64}
+    specs = [perf.ArchSpec.from_dict({"family": f, **tiny}) for f in ("transformer", "looped")]
+    out = perf.measure_together([(s, ExecPolicy(compile=False)) for s in specs], steps=3, warmup=2,
+                                seq_len=8, batch_size=2)
+    assert calls == ["transformer"] * 2 + ["looped"] * 2 + ["transformer", "looped"] * 3
+    assert fresh_seen == [True, False]
+    assert len(out) == 2 and all(m.tokens_per_s > 0 for m in out)
+
+
+def test_every_hyper_connection_family_is_timed_beside_its_baseline():
+    from benchmark.arch.spec import FAMILIES
+
+    groups = perf.comparison_groups(list(FAMILIES))
+    assert sorted(f for g in groups for f in g) == sorted(FAMILIES)        # each family once
+    for a, b, _ in perf.HYPER_TARGETS:
+        assert any(a in g and b in g for g in groups), (a, b)
+    assert perf.comparison_groups(["mhc", "looped"]) == [["mhc"], ["looped"]]  # no baseline asked: alone

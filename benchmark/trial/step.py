@@ -193,9 +193,11 @@ def compile_regions(model) -> Callable[[], None]:
 class TrainStep:
     """One optimiser step: forward + backward (compiled when asked), gradient clipping, update.
     Returns the loss as a detached tensor so callers decide when to synchronise. Call `close()`
-    when done: a compiled step leaves the model eager again."""
+    when done: a compiled step leaves the model eager again. `fresh=False` keeps the code compiled
+    for other live steps (benchmark.perf interleaves a few models' steps in one process)."""
 
-    def __init__(self, model, optimizer, policy: ExecPolicy, device: torch.device, clip: float | None = 1.0):
+    def __init__(self, model, optimizer, policy: ExecPolicy, device: torch.device, clip: float | None = 1.0,
+                 fresh: bool = True):
         self.model, self.optimizer, self.clip = model, optimizer, clip
         self.dtype = policy.autocast_dtype(device)
         self.close = lambda: None
@@ -204,7 +206,8 @@ class TrainStep:
             # A fresh model per step function: drop code compiled for earlier models, which would
             # otherwise fill dynamo's per-function cache (8 entries) and silently fall back to eager
             # after eight architectures in one process (a reused Ray worker, the perf benchmark).
-            torch._dynamo.reset()
+            if fresh:
+                torch._dynamo.reset()
             if policy.compile_scope == "model":              # one graph of the whole loss
                 loss = torch.compile(loss, dynamic=False)
             else:
