@@ -69,7 +69,8 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
     then the timed steps go round the paths, one step each per round, so that a slow stretch of a
     shared CPU slows every path alike. Measured one after another, the same two families' ratio
     moved by 20 points between runs on a 2-core VM (Hyperloop over Looped: +24% in one run, +4%
-    with interleaved steps the same day); their ratios are what `_ratios` reports."""
+    with interleaved steps the same day); their ratios are what `_ratios` reports. Peak memory
+    is that of all the paths together (`measure`: one path's)."""
     import torch
 
     from benchmark.models import build_model
@@ -94,28 +95,35 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
         step(x, y).item()  # .item() synchronises (CUDA) so the step is really done
         return time.perf_counter() - t
 
-    built, times = [], []
-    try:
-        for i, (spec, policy) in enumerate(paths):
-            torch.manual_seed(seed)
-            model = build_model(spec).to(device).train()
-            opt = make_optimizer(model, TrainConfig(lr=1e-4))  # the trial's optimiser (fused AdamW on CUDA)
-            # only the first drops dynamo's compiled code: the others' must stay for the rounds
-            built.append(TrainStep(model, opt, policy, device, fresh=i == 0))
-            times.append([timed(built[-1]) for _ in range(warmup)])
-        for _ in range(steps):
-            for step, ts in zip(built, times):
-                ts.append(timed(step))
-    finally:
-        for step in built:
-            step.close()  # compiled methods refer to their modules: left on, they keep the model alive
-    peak = peak_memory_bytes(device)
+    def build(spec, policy, fresh: bool):
+        torch.manual_seed(seed)
+        model = build_model(spec).to(device).train()
+        opt = make_optimizer(model, TrainConfig(lr=1e-4))  # the trial's optimiser (fused AdamW on CUDA)
+        return TrainStep(model, opt, policy, device, fresh=fresh)
+
+    def run() -> list[list[float]]:
+        """Each path's step times; its models are freed when it returns."""
+        built, times = [], []
+        try:
+            for i, (spec, policy) in enumerate(paths):
+                # only the first drops dynamo's compiled code: the others' must stay for the rounds
+                built.append(build(spec, policy, fresh=i == 0))
+                times.append([timed(built[-1]) for _ in range(warmup)])
+            for _ in range(steps):
+                for step, ts in zip(built, times):
+                    ts.append(timed(step))
+        finally:
+            for step in built:
+                step.close()  # compiled methods refer to their modules: left on, they keep the model alive
+        return times
+
+    times = run()
+    peak = peak_memory_bytes(device)  # the high-water mark of all the paths together
     out = []
     for (spec, _), ts in zip(paths, times):
         step_s = statistics.median(ts[warmup:])
         tps = batch_size * seq_len / step_s
         out.append(Measurement(step_s, ts[0], tps, tps * count_flops(spec, seq_len)["train"], peak))
-    del built
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
