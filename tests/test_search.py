@@ -54,36 +54,36 @@ def options(corpus: Path, results: Path, name: str) -> SearchOptions:
 POLICY = {"compile": False, "precision": "fp32"}
 
 
-def test_a_search_runs_through_ray_tune_and_optuna(corpus, tmp_path):
-    space = load_space(space_file(tmp_path, "tiny"))
-    opts = options(corpus, tmp_path / "results", "tiny")
-    summary = run_search(space, opts, console=None, policy=POLICY)
-    df = pd.read_parquet(tmp_path / "results" / "tiny")
-    assert len(df) == 4 and df["trial_id"].nunique() == 4
-    assert set(df["status"]) == {"ok"} and df["val_loss"].notna().all()
-    assert sorted(df["family"]) == ["abbie-d", "hyperloop", "looped", "transformer"]  # the grid, once each
-    assert (abs(df["budget_distance"]) <= 0.02).all()
-    assert summary.ran == 4 and summary.overhead_s is not None
-    assert summary.progress_reads > 0  # the running trials' progress reached the live view
-    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'results' / 'tiny' / OPTUNA_DB}")
-    states = [t.state.name for t in study.trials]
-    assert states.count("COMPLETE") == 4 and "RUNNING" not in states
-    # running it again finds the study complete and runs nothing
-    again = run_search(space, opts, console=None, policy=POLICY)
-    assert again.ran == 0 and again.finished_before == 4 and len(pd.read_parquet(tmp_path / "results" / "tiny")) == 4
-    assert not ray_processes(_ray_temp_dir(opts.study_dir))
-    # a row file cut short (a bad copy, a full disk): set aside, its candidate trained again, once
-    trials = tmp_path / "results" / "tiny" / "trials"
-    damaged = trials / "t0002.a0.parquet"
-    family = pd.read_parquet(damaged)["family"].iloc[0]
-    damaged.write_bytes(damaged.read_bytes()[:300])
-    healed = run_search(space, opts, console=None, policy=POLICY)
-    assert healed.finished_before == 3 and healed.ran == 1 and healed.written == 1
-    assert any("set aside damaged row file" in note and "t0002.a0.parquet" in note for note in healed.notes)
-    assert (tmp_path / "results" / "tiny" / "_quarantine" / "t0002.a0.parquet").stat().st_size == 300
-    df = pd.read_parquet(tmp_path / "results" / "tiny")
-    assert len(df) == 4 and sorted(df["family"]) == ["abbie-d", "hyperloop", "looped", "transformer"]
-    assert df.loc[df["trial_id"] == "t0004", "family"].item() == family  # the same candidate, run again
+@pytest.fixture(scope="module")
+def _ray_for_module():
+    yield
+    import ray
+
+    ray.shutdown()
+
+
+@pytest.fixture
+def started_ray(_ray_for_module):
+    """A local Ray this process started, as a notebook's `ray.init()` would: run_search runs on it
+    and leaves it running, so the module starts Ray once (~5 s each start here) where every search
+    used to start and end its own. The resume test below runs with none, so a search's own start,
+    the clean-up of a killed run's processes and its end stay covered."""
+    import logging
+
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, num_cpus=os.cpu_count(), object_store_memory=256 * 1024 ** 2,
+                 log_to_driver=False, logging_level=logging.ERROR)
+    yield
+    assert ray.is_initialized(), "run_search ended the Ray its caller had started"
+
+
+@pytest.fixture
+def no_ray():
+    import ray
+
+    ray.shutdown()
 
 
 DRIVER = """
@@ -99,7 +99,7 @@ run_search(load_space({space!r}), opts, console=None, policy={{"compile": False,
 """
 
 
-def test_resume_after_the_driver_is_killed(corpus, tmp_path):
+def test_resume_after_the_driver_is_killed(corpus, tmp_path, no_ray):
     space_path = space_file(tmp_path, "killme", trials=4, tokens="40K")
     results = tmp_path / "results"
     code = textwrap.dedent(DRIVER.format(root=str(Path(__file__).resolve().parent.parent), results=str(results),
@@ -124,10 +124,45 @@ def test_resume_after_the_driver_is_killed(corpus, tmp_path):
     assert before <= set(df["trial_id"])
     study = optuna.load_study(study_name="killme", storage=f"sqlite:///{results / 'killme' / OPTUNA_DB}")
     assert "RUNNING" not in [t.state.name for t in study.trials]
-    assert not ray_processes(_ray_temp_dir(opts.study_dir))  # nothing of the killed run is left
+    # the search started its own Ray (ending the killed run's processes first) and ended it
+    assert not ray_processes(_ray_temp_dir(opts.study_dir))  # nothing of either run is left
+    import ray
+
+    assert not ray.is_initialized()
 
 
-def test_diverging_and_raising_trials_are_recorded_and_the_search_completes(corpus, tmp_path):
+def test_a_search_runs_through_ray_tune_and_optuna(corpus, tmp_path, started_ray):
+    space = load_space(space_file(tmp_path, "tiny"))
+    opts = options(corpus, tmp_path / "results", "tiny")
+    summary = run_search(space, opts, console=None, policy=POLICY)
+    df = pd.read_parquet(tmp_path / "results" / "tiny")
+    assert len(df) == 4 and df["trial_id"].nunique() == 4
+    assert set(df["status"]) == {"ok"} and df["val_loss"].notna().all()
+    assert sorted(df["family"]) == ["abbie-d", "hyperloop", "looped", "transformer"]  # the grid, once each
+    assert (abs(df["budget_distance"]) <= 0.02).all()
+    assert summary.ran == 4 and summary.overhead_s is not None
+    assert summary.progress_reads > 0  # the running trials' progress reached the live view
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'results' / 'tiny' / OPTUNA_DB}")
+    states = [t.state.name for t in study.trials]
+    assert states.count("COMPLETE") == 4 and "RUNNING" not in states
+    # running it again finds the study complete and runs nothing
+    again = run_search(space, opts, console=None, policy=POLICY)
+    assert again.ran == 0 and again.finished_before == 4 and len(pd.read_parquet(tmp_path / "results" / "tiny")) == 4
+    # a row file cut short (a bad copy, a full disk): set aside, its candidate trained again, once
+    trials = tmp_path / "results" / "tiny" / "trials"
+    damaged = trials / "t0002.a0.parquet"
+    family = pd.read_parquet(damaged)["family"].iloc[0]
+    damaged.write_bytes(damaged.read_bytes()[:300])
+    healed = run_search(space, opts, console=None, policy=POLICY)
+    assert healed.finished_before == 3 and healed.ran == 1 and healed.written == 1
+    assert any("set aside damaged row file" in note and "t0002.a0.parquet" in note for note in healed.notes)
+    assert (tmp_path / "results" / "tiny" / "_quarantine" / "t0002.a0.parquet").stat().st_size == 300
+    df = pd.read_parquet(tmp_path / "results" / "tiny")
+    assert len(df) == 4 and sorted(df["family"]) == ["abbie-d", "hyperloop", "looped", "transformer"]
+    assert df.loc[df["trial_id"] == "t0004", "family"].item() == family  # the same candidate, run again
+
+
+def test_diverging_and_raising_trials_are_recorded_and_the_search_completes(corpus, tmp_path, started_ray):
     # vocab 200 < the tokenizer's: that candidate raises (and is retried once); lr 50 without
     # (effectively no) clipping makes the other diverge.
     space = load_space(space_file(tmp_path, "faults", trials=4, lr="50", clip="1e9", tokens="20K",
@@ -144,7 +179,7 @@ def test_diverging_and_raising_trials_are_recorded_and_the_search_completes(corp
     assert "RUNNING" not in [t.state.name for t in study.trials]
 
 
-def test_successive_halving_records_every_trial_once(corpus, tmp_path):
+def test_successive_halving_records_every_trial_once(corpus, tmp_path, started_ray):
     """One objective: ASHA over training tokens may stop weak trials early; a stopped trial is
     recorded as `pruned` with the tokens it got, every other as `ok`; none is lost or doubled."""
     space = load_space(space_file(tmp_path, "asha", trials=5, tokens="40K"))
@@ -180,26 +215,31 @@ def _get_json(url: str, timeout: float = 90.0):
             time.sleep(0.5)
 
 
-def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus, tmp_path):
-    """metric_names are the declared objectives; every trial's user attributes hold its
-    structure and parameter counts, equal to its Parquet row; the study holds the declaration;
-    optuna-dashboard serves both; a resumed study keeps its sampler."""
+def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus, tmp_path, started_ray):
+    """Every searchable metric of the registry can be declared as an objective: metric_names are
+    the declared objectives and each trial's values are its Parquet row's; every trial's user
+    attributes hold its structure and parameter counts, equal to its row; the study holds the
+    declaration; optuna-dashboard serves both; a resumed study keeps its sampler."""
     import socket
 
     from benchmark.search import StudyError
+    from benchmark.store.metrics import BY_NAME, SEARCHABLE, row_value
     from benchmark.store.study import read_study_info
 
+    names = ["val_loss", "params", *(n for n in SEARCHABLE if n not in ("val_loss", "params"))]
+    declared = [[n, BY_NAME[n].direction] for n in names]
     path = space_file(tmp_path, "named", trials=3, axes="  family: [transformer, looped, hyperloop]")
-    path.write_text(path.read_text().replace("objectives: [val_loss:min]", "objectives: [val_loss:min, params:min]"))
+    path.write_text(path.read_text().replace("objectives: [val_loss:min]",
+                                             f"objectives: [val_loss:min, params:min, {', '.join(names[2:])}]"))
     space = load_space(path)
     results = tmp_path / "results"
     summary = run_search(space, options(corpus, results, "named"), console=None, policy=POLICY)
     assert summary.sampler == "tpe"  # categorical axis, few trials: Optuna's guide
     study = _load(results, "named")
-    assert study.metric_names == ["val_loss", "params"]
+    assert study.metric_names == names and set(names) == set(SEARCHABLE)
     assert study.user_attrs["sampler"] == "tpe" and study.user_attrs["space"] == space.name == "tiny"  # the space's name; the study is --name
-    assert study.user_attrs["objectives"] == [["val_loss", "min"], ["params", "min"]]
-    assert read_study_info(results / "named")["objectives"] == [["val_loss", "min"], ["params", "min"]]
+    assert study.user_attrs["objectives"] == declared
+    assert read_study_info(results / "named")["objectives"] == declared
     df = pd.read_parquet(results / "named").set_index("optuna_trial")
     assert len(study.trials) == 3
     for t in study.trials:
@@ -208,10 +248,12 @@ def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus,
         assert t.user_attrs["structure"] == row["structure"] and t.user_attrs["family"] == row["family"]
         assert t.user_attrs["params_total"] == row["params_total"]
         assert t.user_attrs["params_non_embedding"] == row["params_non_embedding"]
-        assert t.values == pytest.approx([row["val_loss"], row["params_total"]])
+        assert all(v == v for v in t.values), t.values  # every metric finite
+        assert t.values == pytest.approx([row_value(row, n) for n in names])
+        assert t.values[:2] == pytest.approx([row["val_loss"], row["params_total"]])
         assert t.user_attrs["rows"] == [f"{row['trial_id']}.a0.parquet"]
     frame = study.trials_dataframe()
-    assert {"values_val_loss", "values_params", "user_attrs_structure"} <= set(frame.columns)
+    assert {"values_val_loss", "values_params", "values_wall_s", "user_attrs_structure"} <= set(frame.columns)
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -225,7 +267,7 @@ def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus,
     finally:
         server.terminate()
         server.wait(timeout=30)
-    assert detail["objective_names"] == ["val_loss", "params"]
+    assert detail["objective_names"] == names
     served = {t["number"]: {a["key"]: a["value"] for a in t["user_attrs"]} for t in detail["trials"]}
     assert served[0]["structure"] == df.loc[0, "structure"]
     assert int(served[0]["params_total"]) == df.loc[0, "params_total"]
@@ -233,22 +275,6 @@ def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus,
     with pytest.raises(StudyError, match="--sampler tpe"):
         run_search(space.with_overrides(trials=4), SearchOptions(**{**options(corpus, results, "named").__dict__,
                                                                    "sampler": "random"}), policy=POLICY)
-
-
-def test_every_searchable_metric_is_reported_and_searchable(corpus, tmp_path):
-    """The space accepts every searchable metric of the registry as an objective; one search
-    declaring all of them completes with a finite value for each."""
-    from benchmark.store.metrics import SEARCHABLE
-
-    path = space_file(tmp_path, "every", trials=2, axes="  family: [transformer, looped]")
-    path.write_text(path.read_text().replace("objectives: [val_loss:min]", f"objectives: [{', '.join(SEARCHABLE)}]"))
-    space = load_space(path)
-    run_search(space, options(corpus, tmp_path / "results", "every"), console=None, policy=POLICY)
-    study = _load(tmp_path / "results", "every")
-    assert study.metric_names == list(SEARCHABLE)
-    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
-    for t in study.trials:
-        assert len(t.values) == len(SEARCHABLE) and all(v == v for v in t.values), t.values
 
 
 # ---- a full disk (issue 18) -------------------------------------------------------------------
@@ -265,7 +291,8 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(root)], capture_output=True)
 
 
-def test_a_full_disk_stops_the_search_cleanly_and_resume_finishes_it(corpus, tmp_path, small_disk, capsys):
+def test_a_full_disk_stops_the_search_cleanly_and_resume_finishes_it(corpus, tmp_path, small_disk, capsys,
+                                                                      started_ray):
     from benchmark.cli import main
 
     results = small_disk / "results"

@@ -122,7 +122,6 @@ def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] 
     except Exception as e:  # the study database or Ray's state could not be written: a full disk?
         if not location.disk_full(e):
             raise
-        ray_session.stop()
         halt = ("store_full", f"{opts.study_dir}: the disk is full ({e.__class__.__name__} writing the study)")
     finally:
         _mirror_quietly(opts)
@@ -196,18 +195,20 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
     studies.set_study_attrs(study, info)
     write_study_info(opts.study_dir, info)
     ray_session.start(opts.address, opts.study_dir)
-    try:
-        res = ray_session.trial_resources(opts.cpus_per_trial, opts.gpus_per_trial, opts.concurrency)
-    except ValueError as e:  # ResourcesError: no node can hold a trial
-        return "resources", str(e)
-    ctx = replace(ctx, threads=res.threads, progress=start_board())
-    seed = opts.seed + len(study.trials)  # a restored sampler's random state is not in the storage
-    optuna_sampler = studies.make_sampler(sampler, seed, len(modes), res.concurrency > 1, space.trials)
-    view, halt = _tune(space, opts, ctx, modes, optuna_sampler, storage, res, remaining, console)
-    summary.ran, summary.overhead_s, summary.progress_reads = view.finished, view.overhead_s(), view.progress_reads
+    try:  # whatever happens, Ray ends (or disconnects) here, unless the caller had started it
+        try:
+            res = ray_session.trial_resources(opts.cpus_per_trial, opts.gpus_per_trial, opts.concurrency)
+        except ValueError as e:  # ResourcesError: no node can hold a trial
+            return "resources", str(e)
+        ctx = replace(ctx, threads=res.threads, progress=start_board())
+        seed = opts.seed + len(study.trials)  # a restored sampler's random state is not in the storage
+        optuna_sampler = studies.make_sampler(sampler, seed, len(modes), res.concurrency > 1, space.trials)
+        view, halt = _tune(space, opts, ctx, modes, optuna_sampler, storage, res, remaining, console)
+        summary.ran, summary.overhead_s, summary.progress_reads = view.finished, view.overhead_s(), view.progress_reads
+    finally:
+        ray_session.stop()
     import optuna
 
-    ray_session.stop()
     if not halt or halt[0] != "store_full":  # else trials stay RUNNING: --resume closes them from their rows
         studies.close_running(optuna.load_study(study_name=opts.name, storage=storage), ctx)
     return halt

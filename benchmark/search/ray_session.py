@@ -1,5 +1,6 @@
 """The Ray instance a search runs on: a quiet local one with a per-study session directory (so the
-processes of a killed run can be found and ended), or an existing cluster (`--address`)."""
+processes of a killed run can be found and ended), an existing cluster (`--address`), or the Ray
+this process had already started (a notebook's `ray.init()`), which the search leaves running."""
 
 from __future__ import annotations
 
@@ -51,11 +52,18 @@ def end_stale_ray(session_dir: str) -> list[int]:
     return killed
 
 
+# Whether the Ray this process is connected to was started (or connected) by `start`: only then
+# does `stop` end it. A caller's own `ray.init()` outlives the search.
+_owned = False
+
+
 def start(address: str | None, study_dir: Path) -> None:
+    global _owned
     import ray
 
     if ray.is_initialized():
         return
+    _owned = True
     common = dict(log_to_driver=False, logging_level=logging.ERROR, configure_logging=True)
     if address:
         ray.init(address=address, **common)
@@ -86,8 +94,10 @@ def free_resources() -> str:
 
 
 def stop() -> None:
-    """Disconnect from (or end) the Ray instance, if this process started one."""
+    """Disconnect from (or end) the Ray instance, if `start` started or connected it."""
+    global _owned
     import sys
 
-    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+    if _owned and "ray" in sys.modules and sys.modules["ray"].is_initialized():
         sys.modules["ray"].shutdown()
+    _owned = False
