@@ -162,3 +162,31 @@ def test_one_trial_from_the_command_line(corpus, tmp_path, capsys):
     spec.write_text("family: looped\nd_model: 32\nn_heads: 2\nlayers: {begin: 1, middle: 0}\n")
     assert main(args) == 2
     assert capsys.readouterr().err == f"{spec}:4:20: layers.middle: layers.middle must be > 0 when loops > 1\n"
+
+
+def test_evaluation_scores_the_head_in_chunks_and_gets_the_same_loss(monkeypatch):
+    """Evaluation's head (score_head_loss) runs the head and the softmax over chunks of tokens,
+    so the (B, T, vocab) logits are never written whole; its mean is head_loss's, and evaluate
+    reads it: 3 x 50 tokens of a 300-token vocabulary in chunks of 64 tokens (3 chunks)."""
+    from benchmark import build_model
+    from benchmark.trial import step
+    from benchmark.trial.evaluate import evaluate
+
+    torch.manual_seed(0)
+    model = build_model(SPEC).eval()
+    windows = torch.randint(0, SPEC["vocab_size"], (3, 51))
+    x, y = windows[:, :-1], windows[:, 1:]
+    monkeypatch.setattr(step, "SCORE_CHUNK_LOGITS", 64 * SPEC["vocab_size"])
+    calls = []
+    logits = model._logits
+    monkeypatch.setattr(model, "_logits", lambda h: calls.append(h.shape[0]) or logits(h))
+    with torch.no_grad():
+        whole = step.head_loss(model, model.features(x), y, None)
+        calls.clear()
+        chunked = step.score_head_loss(model, model.features(x), y, None)
+    assert calls == [64, 64, 22]
+    assert chunked.item() == pytest.approx(whole.item(), rel=1e-6)
+    assert chunked.item() > 5.0  # an untrained model: about log(300) = 5.7, not a zero from an empty sum
+    calls.clear()
+    assert evaluate(model, {"one": windows}, None)["val_loss"] == pytest.approx(whole.item(), rel=1e-6)
+    assert calls == [64, 64, 22]  # one batch of 3 windows, scored in chunks

@@ -9,7 +9,7 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from benchmark.trial.step import device_of, lm_loss, policy_of
+from benchmark.trial.step import device_of, lm_loss, policy_of, score_head_loss
 
 
 @torch.no_grad()
@@ -27,7 +27,7 @@ def source_losses(model, eval_data: Mapping[str, torch.Tensor], batch_size: int 
         for i in range(0, len(windows), batch_size):
             w = windows[i:i + batch_size].to(device)
             n = w[:, 1:].numel()
-            total = total + lm_loss(model, w[:, :-1], w[:, 1:], dtype, loops).double() * n
+            total = total + lm_loss(model, w[:, :-1], w[:, 1:], dtype, loops, score_head_loss).double() * n
             count += n
         totals[name], counts[name] = total, count
     model.train(was_training)
