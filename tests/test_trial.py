@@ -99,6 +99,12 @@ def test_rows_carry_the_hyper_connection_diagnostics(corpus, tmp_path):
 def test_divergence_is_recorded_not_raised(corpus):
     row = run_trial(SPEC, TrainConfig(**{**CFG, "lr": 1e4, "grad_clip": 0, "warmup": 0}), data=corpus)
     assert row["status"] == "diverged" and "loss is" in row["error"]
+    # its row still says where the time went, and the tokens it trained before the NaN
+    step = int(row["error"].split(" at step ")[1].split()[0])
+    assert row["tokens_trained"] == step * 8 * 32
+    split = [row[k] for k in TIME_SPLIT]
+    assert split[0] >= 0 and split[1] > 0 and split[2] == 0 and split[3] is None  # no evaluation, no quantisation
+    assert sum(split[:3]) <= row["wall_s"] + 1e-6
 
 
 def test_checkpoint_round_trip_and_spec_mismatch(corpus, tmp_path):

@@ -107,8 +107,10 @@ def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: Da
     try:
         result = train(spec, cfg, batches(data.train.tokens, cfg.seq_len, cfg.batch_size, cfg.seed), evals,
                        on_step, on_eval)
-    except TrialDiverged as e:
-        return {**row, "status": "diverged", "error": str(e), "wall_s": time.perf_counter() - t0, "finished_at": now()}
+    except TrialDiverged as e:  # the tokens it trained and where its time went, as for any row
+        done = {"tokens_trained": e.result.tokens_trained, **Clock(e.result).split(cfg)} if e.result else {}
+        return {**row, "status": "diverged", "error": str(e), **done, "wall_s": time.perf_counter() - t0,
+                "finished_at": now()}
     model = result.model
     clock = Clock(result)
     with clock("eval_s"):

@@ -32,7 +32,11 @@ from benchmark.trial.step import (
 
 
 class TrialDiverged(RuntimeError):
-    """The training loss became NaN or infinite."""
+    """The training loss became NaN or infinite. `result` (set by `train`) holds what the trial
+    did until then: tokens trained and the timings its row's time split reads."""
+
+    result: "TrainResult | None" = None
+    timed_from: float | None = None
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -84,8 +88,21 @@ def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, tor
     t0 = time.perf_counter()
     try:
         timed_from = _loop(step_fn, opt, cfg, total, batches, device, eval_data, result, on_step, on_eval)
+    except TrialDiverged as e:  # its row still says where the time went
+        _time(result, cfg, spec, device, t0, e.timed_from)
+        e.result = result
+        raise
     finally:
         step_fn.close()  # the model leaves compiled or not, eager for what follows
+    _time(result, cfg, spec, device, t0, timed_from)
+    result.train_loss = result.losses[-1]
+    result.peak_mem_bytes = peak_memory_bytes(device)
+    model.eval()
+    return result
+
+
+def _time(result: TrainResult, cfg: TrainConfig, spec: ArchSpec, device, t0: float, timed_from: float | None) -> None:
+    """The result's timings: wall, first step (compilation included), and the pace after it."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # the timers read what the GPU has finished
     end = time.perf_counter()
@@ -93,18 +110,16 @@ def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, tor
     result.first_step_s = (timed_from or end) - t0
     timed = end - (timed_from or t0) - result.eval_s
     timed_tokens = result.tokens_trained - (cfg.tokens_per_step if timed_from else 0)
-    result.tokens_per_s = timed_tokens / timed if timed_tokens else result.tokens_trained / (result.wall_s - result.eval_s)
+    result.tokens_per_s = (timed_tokens / timed if timed_tokens
+                           else result.tokens_trained / max(result.wall_s - result.eval_s, 1e-9))
     result.flops_per_s = result.tokens_per_s * count_flops(spec, cfg.seq_len)["train"]
-    result.train_loss = result.losses[-1]
-    result.peak_mem_bytes = peak_memory_bytes(device)
-    model.eval()
-    return result
 
 
 def _loop(step_fn, opt, cfg: TrainConfig, total: int, batches, device, eval_data, result: TrainResult,
           on_step, on_eval) -> float | None:
     """The steps; returns when the first one ended (it pays for compilation, so throughput is
-    timed after it). Periodic evaluations add their time to `result.eval_s`."""
+    timed after it). Periodic evaluations add their time to `result.eval_s`. A divergence
+    leaves with that time on the exception (`TrialDiverged.timed_from`)."""
     timed_from, pending, last = None, [], float("nan")
     for step in range(total):
         for group in opt.param_groups:
@@ -113,7 +128,11 @@ def _loop(step_fn, opt, cfg: TrainConfig, total: int, batches, device, eval_data
         pending.append(step_fn.accumulate([(to_device(x, device), to_device(y, device)) for x, y in micro]))
         evaluating = eval_data is not None and cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < total
         if len(pending) >= sync_every(device) or step == 0 or step + 1 == total or evaluating:
-            last = _read_losses(pending, result, step, total)  # the one host sync, every few steps on CUDA
+            try:
+                last = _read_losses(pending, result, step, total)  # the one host sync, every few steps on CUDA
+            except TrialDiverged as e:
+                e.timed_from = timed_from
+                raise
         result.tokens_trained += sum(x.numel() for x, _ in micro)
         if step == 0:
             timed_from = time.perf_counter()
