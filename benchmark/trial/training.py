@@ -62,7 +62,7 @@ class TrainResult:
     tokens_per_s: float = 0.0
     flops_per_s: float = 0.0
     wall_s: float = 0.0
-    first_step_s: float = 0.0                           # the first step, compilation included
+    first_step_s: float = 0.0                           # the first step, setup and compilation included
     eval_s: float = 0.0                                 # periodic evaluations during training
     peak_mem_bytes: int = 0
     precision: str = "fp32"                             # what the steps ran in (step.precision_name)
@@ -74,6 +74,9 @@ def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, tor
     """Train a fresh model of `spec` on `batches` (an iterator of (x, y) token tensors) for the
     configured token budget. `on_step(step, total, loss)` reports progress; `on_eval(record)`
     receives every periodic evaluation (step, tokens, val_loss, val_ppl, ...)."""
+    # From here: building the model and the step (the first trial in a process imports the
+    # compiler then, ~2.5 s on a 2-core CPU) counts with the first step, in the row's compile_s.
+    t0 = time.perf_counter()
     device = device_of(cfg)
     prepare_device(device)
     reset_peak_memory(device)  # a reused worker's earlier trials must not count in this one's peak
@@ -85,7 +88,6 @@ def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, tor
     total = cfg.steps(params)
     result = TrainResult(model=model, steps=total, tokens_trained=0, train_loss=float("nan"),
                          precision=precision_name(step_fn.dtype, device))
-    t0 = time.perf_counter()
     try:
         timed_from = _loop(step_fn, opt, cfg, total, batches, device, eval_data, result, on_step, on_eval)
     except TrialDiverged as e:  # its row still says where the time went
