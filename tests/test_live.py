@@ -85,3 +85,25 @@ def test_a_trial_that_ended_is_no_longer_shown_running():
     assert [k for k, _ in view.active()] == ["t0002"]
     view.progress({"t0002": post(2)})  # a later read of the board keeps what is known
     assert [k for k, _ in view.active()] == ["t0002"]
+
+
+def test_a_seed_run_that_has_trained_shows_as_evaluating_until_its_trial_goes_on(monkeypatch):
+    """After its last step a seed run evaluates and quantises (~10 s in the quickstart): the view
+    says so and keeps an ETA (seen before: "[4:02 / ETA ?] quickstart: 0/3 done, 1 running").
+    Once the trial's next seed run posts, or the trial ends, the finished run is not shown."""
+    monkeypatch.setattr(live, "PLAIN_EVERY_S", 0.0)
+    out = io.StringIO()
+    view = LiveView(Console(file=out, force_terminal=False, width=300), "quick", total=3, metric="val_loss", seeds=2)
+    view.trial_started("tune-1")
+    now = time.time() - 70  # every post below lies in the past, as the board's do
+    view.progress({"t0000-s0": post(80, at=now - 10)})
+    view.progress({"t0000-s0": post(100, loss=3.25, at=now)})   # trained: 20K tokens in 10 s
+    assert view.active() == [] and [k for k, _ in view.finishing()] == ["t0000-s0"]
+    assert "t0000-s0 100K/100K tokens, loss 3.250, evaluating" in out.getvalue().splitlines()[-1]
+    # seed 1 is still to come (50 s at 2K tokens/s), then two trials of two such runs
+    assert view.eta_s() == pytest.approx(50 + 2 * 2 * 50, rel=1e-6)
+    view.progress({"t0000-s1": post(1, at=now + 12)})           # the next seed run started
+    assert [k for k, _ in view.shown()] == ["t0000-s1"]
+    view.progress({"t0000-s1": post(100, at=now + 62)})
+    view.forget("t0000")                                        # the trial ended
+    assert view.shown() == []

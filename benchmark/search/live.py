@@ -67,6 +67,22 @@ class LiveView:
         return sorted((k, v) for k, v in self.trials.items()
                       if v["step"] < v["total"] and now - v["time"] < STALE_S and not self._ended(k, v))
 
+    def finishing(self) -> list[tuple[str, dict]]:
+        """Seed runs whose training is done and whose trial goes on with its evaluations and
+        quantisation (no later seed run of it has posted yet), by name. Before this the view
+        showed nothing of such a trial and, before any trial had finished, no ETA either."""
+        now = time.time()
+        latest: dict[str, float] = {}
+        for k, v in self.trials.items():
+            latest[_trial_of(k)] = max(latest.get(_trial_of(k), 0.0), v["time"])
+        return sorted((k, v) for k, v in self.trials.items()
+                      if v["step"] >= v["total"] and now - v["time"] < STALE_S and not self._ended(k, v)
+                      and v["time"] >= latest[_trial_of(k)])
+
+    def shown(self) -> list[tuple[str, dict]]:
+        """The seed runs the view lists: training, then finishing."""
+        return sorted(self.active() + self.finishing())
+
     def _ended(self, key: str, info: dict) -> bool:
         return any(key.startswith(p) and info["time"] <= t for p, t in self.ended.items())
 
@@ -105,7 +121,7 @@ class LiveView:
         t.add_row("trials", f"{self.finished}/{self.total} done, {len(self.running)} running ({counts})")
         if self.best:
             t.add_row(f"best {self.metric}", f"{self.best[0]:.4f}  {self.best[1]}")
-        for key, info in self.active():
+        for key, info in self.shown():
             t.add_row(f"  {key}", trial_line(info))
         eta = self.eta_s()
         t.add_row("elapsed / ETA", f"{_hms(time.perf_counter() - self.started)} / {_hms(eta) if eta is not None else '?'}")
@@ -123,18 +139,19 @@ class LiveView:
         eta = self.eta_s()
         head = (f"[{_hms(time.perf_counter() - self.started)} / ETA {_hms(eta) if eta is not None else '?'}] {self.study}: "
                 f"{self.finished}/{self.total} done, {len(self.running)} running")
-        return "; ".join([head, *(f"{k} {trial_line(v)}" for k, v in self.active())])
+        return "; ".join([head, *(f"{k} {trial_line(v)}" for k, v in self.shown())])
 
     def eta_s(self) -> float | None:
         """The search's time left: the running trials' own ETAs, then the trials not yet started at
         the mean span of those finished (or, before any finished, of the running ones' totals)."""
         if self.finished >= self.total:
             return 0.0
-        running = [self._left(k, v) for k, v in self.active()]
+        shown = self.shown()
+        running = [self._left(k, v) for k, v in shown]
         known = [e for e in running if e is not None]
         per_trial = sum(self.spans) / len(self.spans) if self.spans else None
         if per_trial is None and known:
-            per_trial = self.seeds * max(trial_total_s(v) or 0 for _, v in self.active()) or None
+            per_trial = self.seeds * max(trial_total_s(v) or 0 for _, v in shown) or None
         if per_trial is None:
             return None
         waiting = max(0, self.total - self.finished - max(len(self.running), len(running)))
@@ -173,9 +190,17 @@ def trial_total_s(info: dict) -> float | None:
     return info["tokens_total"] / rate if rate else None
 
 
+def _trial_of(key: str) -> str:
+    """`t0003-s1` -> `t0003`: the trial a seed run belongs to."""
+    return re.sub(r"-s\d+$", "", key)
+
+
 def trial_line(info: dict) -> str:
-    """`409.6K/800K tokens, loss 4.123, 2.1K tok/s, ETA 3:05`"""
+    """`409.6K/800K tokens, loss 4.123, 2.1K tok/s, ETA 3:05`, or once trained
+    `800K/800K tokens, loss 3.912, evaluating`."""
     rate, eta = info.get("rate"), trial_eta(info)
+    if info["step"] >= info["total"]:
+        return f"{_count(info['tokens'])}/{_count(info['tokens_total'])} tokens, loss {info['loss']:.3f}, evaluating"
     return (f"{_count(info['tokens'])}/{_count(info['tokens_total'])} tokens, loss {info['loss']:.3f}, "
             f"{_count(rate) + ' tok/s' if rate else '? tok/s'}, ETA {_hms(eta) if eta is not None else '?'}")
 
