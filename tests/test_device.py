@@ -221,9 +221,10 @@ def test_a_whole_trial_and_its_checkpoint_on_a_gpu_run_where_each_tensor_lives(c
     assert gpu.calls["reset_peak_memory_stats"] == 1 and gpu.calls["max_memory_allocated"] == 1
     assert 3 * 4 * row["params_total"] <= row["peak_mem_bytes"] < 2**25   # weights + Adam's two moments
     # The host waits for the GPU only where the training loop means it to: the losses are read
-    # at steps 1, 17 (16 pending), 18 (an evaluation follows) and 20, and once before the timers.
+    # at steps 1, 17 (16 pending), 18 (an evaluation follows) and 20, and once before the timers
+    # are read (`_time`).
     in_training = Counter(s.where.split()[1] for s in gpu.syncs if s.where.startswith(("trial/training.py", "trial/step.py")))
-    assert in_training == {"_read_losses": 4, "train": 1}, in_training
+    assert in_training == {"_read_losses": 4, "_time": 1}, in_training
     assert training.SYNC_EVERY_CUDA == 16
     # One read per evaluation (in training, final, 2 loop counts, 3 quantised models), per batch of
     # lm-eval requests and per generated token.

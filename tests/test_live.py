@@ -42,7 +42,7 @@ def test_the_search_eta_counts_the_seeds_a_running_trial_has_still_to_train():
     view.progress({"t0000-s4": post(30, at=now)})       # 2K tokens/s: 35 s left, 50 s per seed run
     assert view.eta_s() == pytest.approx(35 + 50 + 1 * 3 * 50, rel=1e-6)  # then one trial of 3 runs
     view.progress({"t0000-s5": post(30, at=now + 1)})
-    assert view._left("t0000-s5", view.trials["t0000-s5"]) is None  # no pace of its own yet
+    assert view._left("t0000-s5", view.trials["t0000-s5"], 150.0) is None  # no pace of its own yet
 
 
 def test_a_trial_that_has_not_reported_yet_counts_as_a_whole_trial():
@@ -107,3 +107,23 @@ def test_a_seed_run_that_has_trained_shows_as_evaluating_until_its_trial_goes_on
     view.progress({"t0000-s1": post(100, at=now + 62)})
     view.forget("t0000")                                        # the trial ended
     assert view.shown() == []
+
+
+def test_the_last_trial_evaluating_leaves_its_evaluation_time_not_zero_nor_a_whole_trial():
+    """Two trials finished in 120 s each; the last has trained (100 s at its pace) and is
+    evaluating: about 20 s are left, the finished trials' time beyond their training."""
+    view = LiveView(None, "s", total=3, metric="val_loss")
+    for key in ("tune-1", "tune-2"):
+        view.trial_started(key)
+        view.running[key] -= 120.0
+        view.trial_done(key, "ok", 118.0)
+    view.trial_started("tune-3")
+    now = time.time() - 5
+    view.progress({"t0002": post(80, at=now - 20)})
+    view.progress({"t0002": post(100, at=now)})           # 20K tokens in 20 s: 100 s of training
+    assert [k for k, _ in view.finishing()] == ["t0002"]
+    assert view.eta_s() == pytest.approx(20.0, rel=1e-3)
+
+
+def test_seed_run_names():
+    assert live.seed_run("t0003-s12") == ("t0003", 12) and live.seed_run("t0003") == ("t0003", None)

@@ -1,6 +1,7 @@
 """The search end to end through Ray Tune and Optuna on ~100K-parameter trials: rows, the
 persisted Optuna study, resume after SIGKILL, and trials that diverge or raise."""
 
+import math
 import os
 import shutil
 import signal
@@ -236,7 +237,7 @@ def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus,
     summary = run_search(space, options(corpus, results, "named"), console=None, policy=POLICY)
     assert summary.sampler == "tpe"  # categorical axis, few trials: Optuna's guide
     study = _load(results, "named")
-    assert study.metric_names == names and set(names) == set(SEARCHABLE)
+    assert study.metric_names == names
     assert study.user_attrs["sampler"] == "tpe" and study.user_attrs["space"] == space.name == "tiny"  # the space's name; the study is --name
     assert study.user_attrs["objectives"] == declared
     assert read_study_info(results / "named")["objectives"] == declared
@@ -248,7 +249,7 @@ def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus,
         assert t.user_attrs["structure"] == row["structure"] and t.user_attrs["family"] == row["family"]
         assert t.user_attrs["params_total"] == row["params_total"]
         assert t.user_attrs["params_non_embedding"] == row["params_non_embedding"]
-        assert all(v == v for v in t.values), t.values  # every metric finite
+        assert all(math.isfinite(v) for v in t.values), t.values  # every metric has a value
         assert t.values == pytest.approx([row_value(row, n) for n in names])
         assert t.values[:2] == pytest.approx([row["val_loss"], row["params_total"]])
         assert t.user_attrs["rows"] == [f"{row['trial_id']}.a0.parquet"]

@@ -194,8 +194,9 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
     info = study_info(space, opts, sampler, data)
     studies.set_study_attrs(study, info)
     write_study_info(opts.study_dir, info)
-    ray_session.start(opts.address, opts.study_dir)
-    try:  # whatever happens, Ray ends (or disconnects) here, unless the caller had started it
+    owned = False
+    try:  # whatever happens, the Ray this search started ends (or disconnects) here
+        owned = ray_session.start(opts.address, opts.study_dir)
         try:
             res = ray_session.trial_resources(opts.cpus_per_trial, opts.gpus_per_trial, opts.concurrency)
         except ValueError as e:  # ResourcesError: no node can hold a trial
@@ -206,7 +207,7 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
         view, halt = _tune(space, opts, ctx, modes, optuna_sampler, storage, res, remaining, console)
         summary.ran, summary.overhead_s, summary.progress_reads = view.finished, view.overhead_s(), view.progress_reads
     finally:
-        ray_session.stop()
+        ray_session.stop(owned)
     import optuna
 
     if not halt or halt[0] != "store_full":  # else trials stay RUNNING: --resume closes them from their rows

@@ -69,15 +69,15 @@ class LiveView:
 
     def finishing(self) -> list[tuple[str, dict]]:
         """Seed runs whose training is done and whose trial goes on with its evaluations and
-        quantisation (no later seed run of it has posted yet), by name. Before this the view
-        showed nothing of such a trial and, before any trial had finished, no ETA either."""
+        quantisation (no later seed run of it has posted yet), by name."""
         now = time.time()
         latest: dict[str, float] = {}
         for k, v in self.trials.items():
-            latest[_trial_of(k)] = max(latest.get(_trial_of(k), 0.0), v["time"])
+            trial = seed_run(k)[0]
+            latest[trial] = max(latest.get(trial, 0.0), v["time"])
         return sorted((k, v) for k, v in self.trials.items()
                       if v["step"] >= v["total"] and now - v["time"] < STALE_S and not self._ended(k, v)
-                      and v["time"] >= latest[_trial_of(k)])
+                      and v["time"] >= latest[seed_run(k)[0]])
 
     def shown(self) -> list[tuple[str, dict]]:
         """The seed runs the view lists: training, then finishing."""
@@ -147,13 +147,13 @@ class LiveView:
         if self.finished >= self.total:
             return 0.0
         shown = self.shown()
-        running = [self._left(k, v) for k, v in shown]
-        known = [e for e in running if e is not None]
         per_trial = sum(self.spans) / len(self.spans) if self.spans else None
-        if per_trial is None and known:
-            per_trial = self.seeds * max(trial_total_s(v) or 0 for _, v in shown) or None
+        if per_trial is None:
+            per_trial = self.seeds * max((trial_total_s(v) or 0 for _, v in shown), default=0) or None
         if per_trial is None:
             return None
+        running = [self._left(k, v, per_trial) for k, v in shown]
+        known = [e for e in running if e is not None]
         waiting = max(0, self.total - self.finished - max(len(self.running), len(running)))
         parallel = max(1, len(self.running))
         # A running trial with no pace yet (just started, or between two seed runs) has about a
@@ -163,14 +163,20 @@ class LiveView:
             known.append(per_trial)
         return (max(known) if known else 0.0) + waiting * per_trial / parallel
 
-    def _left(self, key: str, info: dict) -> float | None:
+    def _left(self, key: str, info: dict, per_trial: float) -> float | None:
         """A running trial's time left: this seed's run, then its later seeds at this run's pace
-        (a trial trains its seeds one after another; seed runs are `<trial>-s<seed>`)."""
+        (a trial trains its seeds one after another). A run that has trained has its evaluations
+        and quantisation left: a finished trial's span per seed beyond this run's training time
+        (0 before any trial has finished)."""
         eta = trial_eta(info)
-        match = re.search(r"-s(\d+)$", key)
-        if eta is None or not match or self.seeds <= 1:
+        if eta is None:
+            return None
+        if info["step"] >= info["total"]:
+            eta += max(0.0, per_trial / self.seeds - (trial_total_s(info) or 0.0))
+        seed = seed_run(key)[1]
+        if seed is None or self.seeds <= 1:
             return eta
-        later = self.first_seed + self.seeds - 1 - int(match.group(1))
+        later = self.first_seed + self.seeds - 1 - seed
         return eta + max(0, later) * (trial_total_s(info) or 0.0)
 
     def overhead_s(self) -> float | None:
@@ -190,9 +196,11 @@ def trial_total_s(info: dict) -> float | None:
     return info["tokens_total"] / rate if rate else None
 
 
-def _trial_of(key: str) -> str:
-    """`t0003-s1` -> `t0003`: the trial a seed run belongs to."""
-    return re.sub(r"-s\d+$", "", key)
+def seed_run(key: str) -> tuple[str, int | None]:
+    """A progress key as (trial, seed): `t0003-s1` -> (`t0003`, 1), one seed's `t0003` -> (`t0003`,
+    None). The keys are search/context.py's trial ids."""
+    match = re.fullmatch(r"(.*)-s(\d+)", key)
+    return (match.group(1), int(match.group(2))) if match else (key, None)
 
 
 def trial_line(info: dict) -> str:

@@ -52,26 +52,28 @@ def end_stale_ray(session_dir: str) -> list[int]:
     return killed
 
 
-# Whether the Ray this process is connected to was started (or connected) by `start`: only then
-# does `stop` end it. A caller's own `ray.init()` outlives the search.
-_owned = False
-
-
-def start(address: str | None, study_dir: Path) -> None:
-    global _owned
+def start(address: str | None, study_dir: Path) -> bool:
+    """Start (or connect to) the Ray the search runs on; False, starting nothing, when this process
+    is connected to one already (a notebook's `ray.init()`): the search runs there and `stop`
+    leaves it running. True once this call has started or connected one, for `stop` to end."""
     import ray
 
     if ray.is_initialized():
-        return
-    _owned = True
+        if address and address != ray.get_runtime_context().gcs_address:
+            import warnings
+
+            warnings.warn(f"--address {address}: this process is connected to a Ray already; the search runs "
+                          "on that one", stacklevel=2)
+        return False
     common = dict(log_to_driver=False, logging_level=logging.ERROR, configure_logging=True)
     if address:
         ray.init(address=address, **common)
-        return
+        return True
     session = temp_dir(study_dir)
     end_stale_ray(session)
     ray.init(include_dashboard=False, num_cpus=os.cpu_count(), object_store_memory=256 * 1024 ** 2,
              _temp_dir=session, **common)
+    return True
 
 
 def trial_resources(cpus: float | None, gpus: float | None, concurrency: int | None):
@@ -93,11 +95,9 @@ def free_resources() -> str:
     return f"{free.get('CPU', 0):g} CPUs and {free.get('GPU', 0):g} GPUs free on {alive} alive nodes"
 
 
-def stop() -> None:
-    """Disconnect from (or end) the Ray instance, if `start` started or connected it."""
-    global _owned
+def stop(owned: bool) -> None:
+    """Disconnect from (or end) the Ray instance if `start` started or connected it (`owned`)."""
     import sys
 
-    if _owned and "ray" in sys.modules and sys.modules["ray"].is_initialized():
+    if owned and "ray" in sys.modules and sys.modules["ray"].is_initialized():
         sys.modules["ray"].shutdown()
-    _owned = False

@@ -164,9 +164,12 @@ def head_loss(model, h: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None
     return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
 
 
-# Logits a scoring pass holds at once (elements): 2^21 float32 is 8 MB, which stays in a server
-# CPU's last-level cache between the head's matmul and the softmax.
-SCORE_CHUNK_LOGITS = 2 ** 21
+# Logits a scoring pass holds at once (elements). On a CPU, 2^21 float32 is 8 MB, which stays in
+# the last-level cache between the head's matmul and the softmax. Elsewhere (a GPU, not measured)
+# chunks of 2^26 (256 MB) keep the kernel count low and still bound the memory the logits take:
+# a whole 16 x 1024-token batch at a 50K vocabulary would hold 3.3 GB.
+SCORE_CHUNK_LOGITS = {"cpu": 2 ** 21}
+SCORE_CHUNK_LOGITS_OTHER = 2 ** 26
 
 
 @torch.no_grad()
@@ -177,13 +180,13 @@ def score_head_loss(model, h: torch.Tensor, y: torch.Tensor, dtype: torch.dtype 
     in one piece, 57 ms in chunks of 256 tokens (the softmax was memory-bound: 37 of them in
     log_softmax); an evaluation of the quickstart Transformer is mostly head."""
     h, y = h.flatten(0, -2), y.flatten()
-    rows = max(64, SCORE_CHUNK_LOGITS // model.spec.vocab_size)
-    total = h.new_zeros((), dtype=torch.float32)
+    rows = max(64, SCORE_CHUNK_LOGITS.get(h.device.type, SCORE_CHUNK_LOGITS_OTHER) // model.spec.vocab_size)
+    total = h.new_zeros((), dtype=torch.float64)  # the chunks' sums: float64, as evaluation adds batches
     for hc, yc in zip(h.split(rows), y.split(rows)):
         with torch.autocast(device_type=h.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             logits = model._logits(hc)
-        total = total + F.cross_entropy(logits.float(), yc, reduction="sum")
-    return total / max(y.numel(), 1)
+        total = total + F.cross_entropy(logits.float(), yc, reduction="sum").double()
+    return (total / max(y.numel(), 1)).float()
 
 
 COMPILE_SCOPES = ("regions", "model")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import resource
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 import torch
@@ -32,11 +32,12 @@ from benchmark.trial.step import (
 
 
 class TrialDiverged(RuntimeError):
-    """The training loss became NaN or infinite. `result` (set by `train`) holds what the trial
-    did until then: tokens trained and the timings its row's time split reads."""
+    """The training loss became NaN or infinite. `result` (set by `train`, without the model)
+    holds what the trial did until then: the tokens it trained, through the step whose loss was
+    not finite, and the timings its row's time split reads."""
 
     result: "TrainResult | None" = None
-    timed_from: float | None = None
+    step: int = 0  # the first step whose loss was not finite
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -63,6 +64,7 @@ class TrainResult:
     flops_per_s: float = 0.0
     wall_s: float = 0.0
     first_step_s: float = 0.0                           # the first step, setup and compilation included
+    timed_from: float | None = None                     # perf_counter when the first step ended
     eval_s: float = 0.0                                 # periodic evaluations during training
     peak_mem_bytes: int = 0
     precision: str = "fp32"                             # what the steps ran in (step.precision_name)
@@ -89,22 +91,26 @@ def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, tor
     result = TrainResult(model=model, steps=total, tokens_trained=0, train_loss=float("nan"),
                          precision=precision_name(step_fn.dtype, device))
     try:
-        timed_from = _loop(step_fn, opt, cfg, total, batches, device, eval_data, result, on_step, on_eval)
-    except TrialDiverged as e:  # its row still says where the time went
-        _time(result, cfg, spec, device, t0, e.timed_from)
-        e.result = result
+        _loop(step_fn, opt, cfg, total, batches, device, eval_data, result, on_step, on_eval)
+    except TrialDiverged as e:  # its row still says how far it got and where the time went
+        # On CUDA the losses are read every SYNC_EVERY_CUDA steps: the clock has run up to 15
+        # steps past the NaN, but only the steps through it count as trained.
+        result.tokens_trained = (e.step + 1) * cfg.tokens_per_step
+        _time(result, cfg, spec, device, t0)
+        e.result = replace(result, model=None)
         raise
     finally:
         step_fn.close()  # the model leaves compiled or not, eager for what follows
-    _time(result, cfg, spec, device, t0, timed_from)
+    _time(result, cfg, spec, device, t0)
     result.train_loss = result.losses[-1]
     result.peak_mem_bytes = peak_memory_bytes(device)
     model.eval()
     return result
 
 
-def _time(result: TrainResult, cfg: TrainConfig, spec: ArchSpec, device, t0: float, timed_from: float | None) -> None:
-    """The result's timings: wall, first step (compilation included), and the pace after it."""
+def _time(result: TrainResult, cfg: TrainConfig, spec: ArchSpec, device, t0: float) -> None:
+    """The result's timings: wall, first step (setup and compilation included), and the pace after it."""
+    timed_from = result.timed_from
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # the timers read what the GPU has finished
     end = time.perf_counter()
@@ -118,11 +124,10 @@ def _time(result: TrainResult, cfg: TrainConfig, spec: ArchSpec, device, t0: flo
 
 
 def _loop(step_fn, opt, cfg: TrainConfig, total: int, batches, device, eval_data, result: TrainResult,
-          on_step, on_eval) -> float | None:
-    """The steps; returns when the first one ended (it pays for compilation, so throughput is
-    timed after it). Periodic evaluations add their time to `result.eval_s`. A divergence
-    leaves with that time on the exception (`TrialDiverged.timed_from`)."""
-    timed_from, pending, last = None, [], float("nan")
+          on_step, on_eval) -> None:
+    """The steps. `result.timed_from` is when the first one ended (it pays for compilation, so
+    throughput is timed after it); periodic evaluations add their time to `result.eval_s`."""
+    pending, last = [], float("nan")
     for step in range(total):
         for group in opt.param_groups:
             group["lr"] = cfg.lr_at(step, total)
@@ -130,14 +135,10 @@ def _loop(step_fn, opt, cfg: TrainConfig, total: int, batches, device, eval_data
         pending.append(step_fn.accumulate([(to_device(x, device), to_device(y, device)) for x, y in micro]))
         evaluating = eval_data is not None and cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < total
         if len(pending) >= sync_every(device) or step == 0 or step + 1 == total or evaluating:
-            try:
-                last = _read_losses(pending, result, step, total)  # the one host sync, every few steps on CUDA
-            except TrialDiverged as e:
-                e.timed_from = timed_from
-                raise
+            last = _read_losses(pending, result, step, total)  # the one host sync, every few steps on CUDA
         result.tokens_trained += sum(x.numel() for x, _ in micro)
         if step == 0:
-            timed_from = time.perf_counter()
+            result.timed_from = time.perf_counter()
         if on_step is not None:
             on_step(step + 1, total, last)
         if evaluating:
@@ -151,7 +152,6 @@ def _loop(step_fn, opt, cfg: TrainConfig, total: int, batches, device, eval_data
                 on_eval(record)
             step_fn.model.train()
             result.eval_s += time.perf_counter() - t
-    return timed_from
 
 
 # Steps between reads of the loss on CUDA: reading it waits for the GPU, so a divergence is seen up
@@ -170,7 +170,9 @@ def _read_losses(pending: list[torch.Tensor], result: TrainResult, step: int, to
     pending.clear()
     for k, loss in enumerate(values):
         if not math.isfinite(loss):
-            raise TrialDiverged(f"loss is {loss} at step {first + k} of {total}")
+            diverged = TrialDiverged(f"loss is {loss} at step {first + k} of {total}")
+            diverged.step = first + k
+            raise diverged
         result.losses.append(loss)
     return values[-1]
 
