@@ -61,6 +61,15 @@ def test_stale_or_finished_trials_are_not_shown():
     assert view.active() == []
 
 
+def test_a_long_evaluation_stays_shown_until_its_trial_ends():
+    """A run posts nothing while it evaluates and quantises; that can outlast STALE_S."""
+    view = LiveView(None, "s", total=2, metric="val_loss")
+    view.progress({"t0001": post(100, at=time.time() - live.STALE_S - 60)})
+    assert [k for k, _ in view.shown()] == ["t0001"]
+    view.forget("t0001")
+    assert view.shown() == []
+
+
 def test_a_log_gets_plain_status_lines(monkeypatch):
     monkeypatch.setattr(live, "PLAIN_EVERY_S", 0.0)
     out = io.StringIO()

@@ -69,15 +69,15 @@ class LiveView:
 
     def finishing(self) -> list[tuple[str, dict]]:
         """Seed runs whose training is done and whose trial goes on with its evaluations and
-        quantisation (no later seed run of it has posted yet), by name."""
-        now = time.time()
+        quantisation (no later seed run of it has posted yet), by name. Not bounded by STALE_S:
+        a run posts nothing while it evaluates (minutes for a large model's GPTQ on a CPU), and
+        the callback ends it with its trial (`forget`), a lost worker's too."""
         latest: dict[str, float] = {}
         for k, v in self.trials.items():
             trial = seed_run(k)[0]
             latest[trial] = max(latest.get(trial, 0.0), v["time"])
         return sorted((k, v) for k, v in self.trials.items()
-                      if v["step"] >= v["total"] and now - v["time"] < STALE_S and not self._ended(k, v)
-                      and v["time"] >= latest[seed_run(k)[0]])
+                      if v["step"] >= v["total"] and not self._ended(k, v) and v["time"] >= latest[seed_run(k)[0]])
 
     def shown(self) -> list[tuple[str, dict]]:
         """The seed runs the view lists: training, then finishing."""
