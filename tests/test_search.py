@@ -64,18 +64,18 @@ def _ray_for_module():
 
 
 @pytest.fixture
-def started_ray(_ray_for_module):
-    """A local Ray this process started, as a notebook's `ray.init()` would: run_search runs on it
-    and leaves it running, so the module starts Ray once (~5 s each start here) where every search
-    used to start and end its own. The resume test below runs with none, so a search's own start,
-    the clean-up of a killed run's processes and its end stay covered."""
-    import logging
-
+def started_ray(_ray_for_module, tmp_path_factory):
+    """A local Ray this process started before the search, as a notebook's `ray.init()` would
+    (here the search's own way of starting one): run_search runs on it and leaves it running, so
+    the module starts Ray once (~5 s each start here) where every search used to start and end
+    its own. The resume test below runs with none, so a search's own start, the clean-up of a
+    killed run's processes and its end stay covered."""
     import ray
 
+    from benchmark.search import ray_session
+
     if not ray.is_initialized():
-        ray.init(include_dashboard=False, num_cpus=os.cpu_count(), object_store_memory=256 * 1024 ** 2,
-                 log_to_driver=False, logging_level=logging.ERROR)
+        ray_session.start(None, tmp_path_factory.mktemp("module-ray"))
     yield
     assert ray.is_initialized(), "run_search ended the Ray its caller had started"
 
