@@ -130,6 +130,20 @@ def test_other_mixings_differ_from_the_residual(mixing):
     assert (hc(tokens()) - std(tokens())).abs().max() > 1e-4
 
 
+def test_dynamic_hc_checkpoints_of_the_transposed_weight_layout_load():
+    """ZhuGate stored W as (d, n + 2) before 2026-11-23; such a checkpoint loads into the (n + 2, d)
+    layout as the same model."""
+    hc = build(tiny("hc", layers={"n": 2}, hyper={"streams": 2, "mixing": "dynamic"}), seed=1)
+    with torch.no_grad():
+        for p in hc.hyper.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    old = {k: (v.t() if k.startswith("hyper.") and k.endswith(".weight") else v) for k, v in hc.state_dict().items()}
+    assert old["hyper.0.weight"].shape == (32, 4)
+    fresh = build(tiny("hc", layers={"n": 2}, hyper={"streams": 2, "mixing": "dynamic"}), seed=2)
+    fresh.load_state_dict(old)
+    torch.testing.assert_close(fresh(tokens()), hc(tokens()), rtol=0, atol=0)
+
+
 def test_dynamic_hc_without_tanh_is_the_same_model_with_the_dynamic_part_unsquashed():
     """HC Tables 1-2, "W/O tanh": same parameters, same function at init (W = 0), and once W moves,
     each gate's dynamic part is s * norm(H) W where DHC has s * tanh(norm(H) W)."""
@@ -144,7 +158,7 @@ def test_dynamic_hc_without_tanh_is_the_same_model_with_the_dynamic_part_unsquas
     same_weights(raw, dhc)
     Y = torch.randn(3, 5, 2, 32)
     for g_tanh, g_raw in zip(dhc.hyper, raw.hyper):
-        pre = F.rms_norm(Y, (Y.shape[-1],), eps=g_tanh.eps) @ g_tanh.weight
+        pre = F.rms_norm(Y, (Y.shape[-1],), eps=g_tanh.eps) @ g_tanh.weight.t()
         am, beta, ar = g_raw(Y)
         torch.testing.assert_close(beta, g_raw.scale[1] * pre[..., 0] + g_raw.static_beta)
         torch.testing.assert_close(g_tanh(Y)[1], g_tanh.scale[1] * torch.tanh(pre[..., 0]) + g_tanh.static_beta)
@@ -380,3 +394,19 @@ def test_the_streams_stay_float32_under_bf16_autocast(monkeypatch, family):
         logits = model(tokens())
     assert seen and {dtype for _, dtype in seen} == {torch.float32}
     assert torch.isfinite(logits.float()).all()
+
+
+@pytest.mark.parametrize("mixing", ["diagonal", "full"])
+def test_the_compiled_write_has_the_true_gradients(mixing):
+    """StreamWrite (what compiled code runs for Y' = H_res Y + H_post ⊗ out) writes its gradients
+    out by hand: gradcheck proves them against finite differences, and its values equal the eager
+    write's."""
+    from benchmark.models.hyper import Connection, StreamWrite
+
+    g = torch.Generator().manual_seed(0)
+    B, T, n, d = 2, 3, 4, 5
+    Y, out, post = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((B, T, n, d), (B, T, d), (B, T, n)))
+    res = torch.randn(B, T, n, *((n,) if mixing == "full" else ()), generator=g, dtype=torch.float64)
+    args = [t.requires_grad_() for t in (Y, out, post, res)]
+    assert torch.autograd.gradcheck(StreamWrite.apply, args)
+    torch.testing.assert_close(StreamWrite.apply(*args), Connection().write(Y, out, post, res), rtol=0, atol=1e-12)

@@ -2,7 +2,7 @@
 lucidrains' `hyper-connections` package (`HyperConnections`, its Algorithm 2 of HC App. J).
 
 Its parameters map one to one onto our ZhuGate: static_alpha = [A_m | A_r], dynamic_alpha_fn =
-[W_m | W_r], dynamic_beta_fn = W_β, and the two scales s_α, s_β. Its streams are laid out as
+[W_m | W_r] (ours stores its transpose, the rows of W), dynamic_beta_fn = W_β, and the two scales s_α, s_β. Its streams are laid out as
 (batch x streams, ..., d). Its gate norm is x / ||x|| sqrt(d) (eps 1e-12 on the norm), ours RMSNorm
 with eps 1e-5: the test sets our epsilon to 0 so that the norms are the same function.
 """
@@ -45,8 +45,8 @@ def pair(n: int, index: int, dynamic: bool, tanh: bool, perturb: bool):
         ours.static_ar.copy_(ref.static_alpha[:, 1:])
         ours.static_beta.copy_(ref.static_beta)
         if dynamic:
-            ours.weight[:, 0].copy_(ref.dynamic_beta_fn)
-            ours.weight[:, 1:].copy_(ref.dynamic_alpha_fn)
+            ours.weight[0].copy_(ref.dynamic_beta_fn)
+            ours.weight[1:].copy_(ref.dynamic_alpha_fn.t())
             ours.scale.copy_(torch.stack([ref.dynamic_alpha_scale, ref.dynamic_beta_scale]))
     return ours, ref
 
@@ -91,7 +91,7 @@ def test_one_connection_matches_the_reference_with_gradients(n, mixing):
     grads = {"static_am": ref.static_alpha.grad[:, 0], "static_ar": ref.static_alpha.grad[:, 1:],
              "static_beta": ref.static_beta.grad}
     if dynamic:
-        grads["weight"] = torch.cat([ref.dynamic_beta_fn.grad[:, None], ref.dynamic_alpha_fn.grad], dim=1)
+        grads["weight"] = torch.cat([ref.dynamic_beta_fn.grad[None], ref.dynamic_alpha_fn.grad.t()])
         grads["scale"] = torch.stack([ref.dynamic_alpha_scale.grad, ref.dynamic_beta_scale.grad])
     for name, expected in grads.items():
         torch.testing.assert_close(getattr(ours, name).grad, expected, rtol=0, atol=1e-12, msg=name)
