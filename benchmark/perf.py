@@ -55,6 +55,7 @@ class Measurement:
     tokens_per_s: float
     flops_per_s: float     # achieved training FLOP/s (count_flops' train FLOPs per token x tokens/s)
     peak_mem_bytes: int = 0  # the step's peak (CUDA allocator; on a CPU the process's high-water mark)
+    step_times: tuple[float, ...] = ()  # the timed steps, one per round of measure_together (paired_ratio)
 
 
 def measure(spec: ArchSpec, policy, steps: int = 8, warmup: int = 2,
@@ -123,7 +124,8 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
     for (spec, _), ts in zip(paths, times):
         step_s = statistics.median(ts[warmup:])
         tps = batch_size * seq_len / step_s
-        out.append(Measurement(step_s, ts[0], tps, tps * count_flops(spec, seq_len)["train"], peak))
+        out.append(Measurement(step_s, ts[0], tps, tps * count_flops(spec, seq_len)["train"], peak,
+                               tuple(ts[warmup:])))
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -257,17 +259,45 @@ def run_models(families: list[str], steps: int) -> dict:
     return results
 
 
+def paired_ratio(a: Measurement, b: Measurement) -> tuple[float, float, int]:
+    """An interval for a's time per step over b's, from the rounds of measure_together: each
+    round's ratio of the two steps (taken back to back, so the shared CPU's drift mostly cancels),
+    a t interval of the mean log-ratio (leaderboard/stats.py), as relative excess (lo, hi), and the
+    number of rounds. On the 2-core VM the medians' ratio of the same two paths moved by ~4 points
+    between 30-round runs (Hyperloop over Looped +3.7% and +7.5%), so a target is only `met` or
+    `missed` where this interval says so."""
+    import numpy as np
+
+    from benchmark.leaderboard.stats import interval, mean_se
+
+    rounds = min(len(a.step_times), len(b.step_times))
+    if rounds < 2:
+        return float("nan"), float("nan"), rounds
+    logs = np.log(np.asarray(a.step_times[:rounds]) / np.asarray(b.step_times[:rounds]))
+    mean, se, n = mean_se(logs)
+    lo, hi = interval(mean, se, n - 1)
+    return float(np.expm1(lo)), float(np.expm1(hi)), rounds
+
+
 def _ratios(results) -> list[str]:
     """The comparisons the model-zoo issue asks for, as time-per-token ratios."""
     def t(fam, path="default"):
         return 1 / results[(fam, path)].tokens_per_s if (fam, path) in results else None
 
+    from benchmark.leaderboard.stats import LEVEL
+
     lines = []
     for a, b, limit in HYPER_TARGETS:
         if t(a) and t(b):
             over = t(a) / t(b) - 1
-            lines.append(f"{a} vs {b}: {over:+.1%} time per token (target <= {limit:.0%}: "
-                         f"{'met' if over <= limit else 'missed'})")
+            line = f"{a} vs {b}: {over:+.1%} time per token"
+            lo, hi, rounds = paired_ratio(results[(a, "default")], results[(b, "default")])
+            if rounds >= 3:
+                verdict = "met" if hi <= limit else "missed" if lo > limit else "not resolved at this noise"
+                line += f", {LEVEL:.0%} interval {lo:+.1%} to {hi:+.1%} over {rounds} paired rounds"
+            else:  # too few rounds for an interval: the medians' ratio alone
+                verdict = "met" if over <= limit else "missed"
+            lines.append(f"{line} (target <= {limit:.0%}: {verdict})")
     for fam in sorted({f for f, _ in results}):
         if t(fam) and t(fam, "eager fp32"):
             lines.append(f"{fam}: default path {t(fam, 'eager fp32') / t(fam):.2f}x faster than eager fp32")
