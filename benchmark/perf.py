@@ -260,32 +260,24 @@ def run_models(families: list[str], steps: int) -> dict:
 
 
 def paired_ratio(a: Measurement, b: Measurement) -> tuple[float, float, int]:
-    """An interval for a's time per step over b's, from the rounds of measure_together: each
-    round's ratio of the two steps (taken back to back, so the shared CPU's drift mostly cancels),
-    a t interval of the mean log-ratio (leaderboard/stats.py), as relative excess (lo, hi), and the
-    number of rounds. On the 2-core VM the medians' ratio of the same two paths moved by ~4 points
-    between 30-round runs (Hyperloop over Looped +3.7% and +7.5%), so a target is only `met` or
-    `missed` where this interval says so."""
-    import numpy as np
+    """a's time per step over b's from the rounds of measure_together, each round's two steps taken
+    back to back so that the shared CPU's drift mostly cancels: (lo, hi) of the 95% interval of
+    a / b - 1 (stats.ratio_interval) and the number of rounds. On the 2-core VM two 30-round runs
+    of the same code read Hyperloop over Looped +3.7% and +7.5%: a target is `met` or `missed`
+    only where this interval says so."""
+    from benchmark.leaderboard.stats import ratio_interval
 
-    from benchmark.leaderboard.stats import interval, mean_se
-
-    rounds = min(len(a.step_times), len(b.step_times))
-    if rounds < 2:
-        return float("nan"), float("nan"), rounds
-    logs = np.log(np.asarray(a.step_times[:rounds]) / np.asarray(b.step_times[:rounds]))
-    mean, se, n = mean_se(logs)
-    lo, hi = interval(mean, se, n - 1)
-    return float(np.expm1(lo)), float(np.expm1(hi)), rounds
+    rounds = min(len(a.step_times), len(b.step_times))  # below 2 the interval is NaN
+    lo, hi = ratio_interval(a.step_times[:rounds], b.step_times[:rounds])
+    return float(lo), float(hi), rounds
 
 
 def _ratios(results) -> list[str]:
     """The comparisons the model-zoo issue asks for, as time-per-token ratios."""
-    def t(fam, path="default"):
-        return 1 / results[(fam, path)].tokens_per_s if (fam, path) in results else None
-
     from benchmark.leaderboard.stats import LEVEL
 
+    def t(fam, path="default"):
+        return 1 / results[(fam, path)].tokens_per_s if (fam, path) in results else None
     lines = []
     for a, b, limit in HYPER_TARGETS:
         if t(a) and t(b):
