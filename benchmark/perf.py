@@ -268,13 +268,13 @@ def paired_ratio(a: Measurement, b: Measurement) -> tuple[float, float, int]:
     from benchmark.leaderboard.stats import ratio_interval
 
     rounds = min(len(a.step_times), len(b.step_times))  # below 2 the interval is NaN
-    lo, hi = ratio_interval(a.step_times[:rounds], b.step_times[:rounds])
-    return float(lo), float(hi), rounds
+    return (*map(float, ratio_interval(a.step_times[:rounds], b.step_times[:rounds])), rounds)
 
 
 def _ratios(results) -> list[str]:
     """The comparisons the model-zoo issue asks for, as time-per-token ratios."""
-    from benchmark.leaderboard.stats import LEVEL
+    from benchmark.leaderboard.stats import LEVEL, VERDICTS, verdict
+    said = dict(zip(VERDICTS, ("met", "missed", "not resolved at this noise")))  # interval below the limit: met
 
     def t(fam, path="default"):
         return 1 / results[(fam, path)].tokens_per_s if (fam, path) in results else None
@@ -285,11 +285,11 @@ def _ratios(results) -> list[str]:
             line = f"{a} vs {b}: {over:+.1%} time per token"
             lo, hi, rounds = paired_ratio(results[(a, "default")], results[(b, "default")])
             if rounds >= 3:
-                verdict = "met" if hi <= limit else "missed" if lo > limit else "not resolved at this noise"
+                found = said[str(verdict(lo - limit, hi - limit, expected_sign=-1))]
                 line += f", {LEVEL:.0%} interval {lo:+.1%} to {hi:+.1%} over {rounds} paired rounds"
             else:  # too few rounds for an interval: the medians' ratio alone
-                verdict = "met" if over <= limit else "missed"
-            lines.append(f"{line} (target <= {limit:.0%}: {verdict})")
+                found = "met" if over <= limit else "missed"
+            lines.append(f"{line} (target <= {limit:.0%}: {found})")
     for fam in sorted({f for f, _ in results}):
         if t(fam) and t(fam, "eager fp32"):
             lines.append(f"{fam}: default path {t(fam, 'eager fp32') / t(fam):.2f}x faster than eager fp32")
