@@ -125,7 +125,7 @@ class StreamWrite(torch.autograd.Function):
     Inductor fuses with the streams' gradient, where autograd's own (a (B, T, n, n) sum, and
     H_res^T G and G Y^T as batched matmuls) each took a pass of their own. Measured at the
     reference size on a 2-core CPU, a connection forward and backward (write and read): HC's
-    ~20 ms less than with batched matmuls, mHC's ~8 ms, Hyperloop's (diagonal) ~1.5 ms."""
+    ~20 ms less than with batched matmuls, mHC's ~8 ms, Hyperloop's (diagonal) 1-1.5 ms."""
 
     @staticmethod
     def forward(ctx, Y, out, post, res):
@@ -228,7 +228,7 @@ class ZhuGate(Connection):
             self.eps = NORM_EPS  # norm(H): OLMo's norm has no parameters (HC App. B), applied in forward
             # rows: W_β | W_m | W_r (n), stored (out, in) as nn.Linear stores its weight: with the
             # transposed (d, n + 2) layout F.linear's forward and gradient matmuls took slow paths
-            # on a CPU (forward 5.4 ms against 2.3 ms at the reference size, and the connection's
+            # on a CPU (forward 5.4 ms against 2.2 ms at the reference size, and the connection's
             # forward and backward ~15 ms more). Checkpoints of that layout load (_load_from_state_dict).
             self.weight = nn.Parameter(torch.zeros(n + 2, d))
             self.scale = nn.Parameter(torch.full((2,), GATE_SCALE_INIT))  # s_α, s_β
