@@ -3,11 +3,13 @@ page, study comparison and the CLI's plain errors."""
 
 from __future__ import annotations
 
+import faulthandler
 import importlib.util
 import json
 import math
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -538,6 +540,21 @@ def test_a_plot_that_fails_in_the_child_is_reported_and_nothing_is_left_running(
                                             r"ValueError: no such colour: mauve"):
         publish(board, ["html"], out=tmp_path)
     assert multiprocessing.active_children() == []
+
+
+def test_a_child_killed_by_a_signal_has_its_plots_drawn_here(board, tmp_path, monkeypatch):
+    """A fork of a process whose thread pools do not survive fork can crash in them (seen:
+    SIGSEGV in every drawing child under pytest-xdist): the plots are then drawn in this process."""
+    drawn_here = report.plots.render_all
+
+    def crashes_in_a_child(planned):
+        if multiprocessing.parent_process() is not None:
+            faulthandler.disable()  # pytest's handler would print the child's stack to the log
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return drawn_here(planned)
+    monkeypatch.setattr(report.plots, "render_all", crashes_in_a_child)
+    written = publish(board, ["html"], out=tmp_path)
+    assert len(written) == 1 + 2 * 5 and multiprocessing.active_children() == []
 
 
 def test_a_document_that_fails_first_stops_the_drawing(board, tmp_path, monkeypatch):

@@ -115,6 +115,11 @@ def _in_background(fn: Callable[..., T], *args) -> Iterator[Callable[[], T]]:
         except EOFError:  # it died without a word: killed, or out of memory
             ok, value = False, ""
         child.join()
+        if not ok and not value and (child.exitcode or 0) < 0:
+            # killed by a signal before it could say why: a fork of a process whose thread pools
+            # do not survive fork crashes in them (seen: SIGSEGV under pytest-xdist's worker
+            # threads), so the work is done here instead, as on one core
+            return fn(*args)
         if not ok:
             raise RuntimeError(f"{fn.__qualname__} failed in a child process (exit code {child.exitcode})"
                                + (f":\n{value}" if value else ""))
