@@ -138,12 +138,12 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
     import optuna
     from rich.console import Console
 
-    from benchmark import perf
+    from benchmark.perf import timing
     from benchmark.space.plan import make_plan, records, render, summary, warnings
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "study created" chatter in a plan
     plan = make_plan(space, seed=args.seed)
-    rows = records(plan, perf.estimates())
+    rows = records(plan, timing.estimates())
     if args.json:
         for row in rows:
             print(json.dumps(row, sort_keys=True))
@@ -228,13 +228,13 @@ def _too_big(space: SearchSpace, args: argparse.Namespace, opts) -> int | None:
     training (issue 11). None: go on."""
     import optuna
 
-    from benchmark import perf
+    from benchmark.perf import timing
     from benchmark.space.plan import make_plan, records
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # a sampled plan's in-memory study says nothing
     plan = make_plan(space, seed=args.seed)
-    flops = perf.machine_flops()
-    recs = records(plan, perf.estimates())
+    flops = timing.machine_flops()
+    recs = records(plan, timing.estimates())
     hours = sum(r["est_seconds"] for r in recs) * opts.seeds / 3600
     if hours <= LIMIT_HOURS:
         return None

@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from benchmark import perf
+from benchmark.arch.spec import ArchSpec
+from benchmark.perf import models, timing
 from benchmark.trial import step
 from benchmark.trial.step import ExecPolicy
 
@@ -22,7 +24,7 @@ def test_the_matmul_probe_stays_within_its_budget(dtype):
 def test_the_precision_comparison_names_the_best_path():
     """`benchmark.perf models` prints each path as a share of the fastest, measured in one run."""
     m = lambda tps: perf.Measurement(1.0, 1.0, tps, tps * 1e6)  # noqa: E731
-    lines = perf._ratios({("transformer", "default"): m(1000.0), ("transformer", "eager fp32"): m(800.0),
+    lines = models._ratios({("transformer", "default"): m(1000.0), ("transformer", "eager fp32"): m(800.0),
                           ("transformer", "compiled fp32"): m(1000.0), ("looped", "default"): m(500.0)})
     assert "transformer: default path 1.25x faster than eager fp32" in lines
     assert lines[-1] == ("precision here: default 100% of the best, eager fp32 80% of the best, "
@@ -44,7 +46,7 @@ def test_the_throughput_probe_on_a_gpu_is_sized_like_a_real_step(monkeypatch, tm
         seen.append((count_params(spec)["non_embedding"], seq_len * batch_size, policy))
         return perf.Measurement(1.0, 1.0, 1.0, 1.23e14)
 
-    monkeypatch.setattr(perf, "measure", fake_measure)
+    monkeypatch.setattr(timing, "measure", fake_measure)
     monkeypatch.setattr(step, "default_device", lambda: torch.device("cuda"))
     assert perf.machine_flops() == 1.23e14
     params, tokens, policy = seen[0]
@@ -100,12 +102,22 @@ def test_compared_paths_are_timed_in_interleaved_rounds(monkeypatch):
 
     monkeypatch.setattr(step, "TrainStep", Recorder)
     tiny = {"d_model": 32, "n_heads": 2, "vocab_size": 64}
-    specs = [perf.ArchSpec.from_dict({"family": f, **tiny}) for f in ("transformer", "looped")]
+    specs = [ArchSpec.from_dict({"family": f, **tiny}) for f in ("transformer", "looped")]
     out = perf.measure_together([(s, ExecPolicy(compile=False)) for s in specs], steps=3, warmup=2,
                                 seq_len=8, batch_size=2)
-    assert calls == ["transformer"] * 2 + ["looped"] * 2 + ["transformer", "looped"] * 3
+    # warm-ups, then rounds in alternating order (ABBA), so a linear drift weighs on both alike
+    rounds = ["transformer", "looped", "looped", "transformer", "transformer", "looped"]
+    assert calls == ["transformer"] * 2 + ["looped"] * 2 + rounds
     assert fresh_seen == [True, False]
     assert len(out) == 2 and all(m.tokens_per_s > 0 for m in out)
+    # a time budget: rounds stop where the next would pass the deadline, never under MIN_ROUNDS
+    calls.clear()
+    out = perf.measure_together([(s, ExecPolicy(compile=False)) for s in specs], steps=20, warmup=1,
+                                seq_len=8, batch_size=2, until=time.perf_counter())
+    assert [len(m.step_times) for m in out] == [perf.MIN_ROUNDS] * 2 and len(calls) == 2 + 2 * perf.MIN_ROUNDS
+    out = perf.measure_together([(s, ExecPolicy(compile=False)) for s in specs], steps=20, warmup=1,
+                                seq_len=8, batch_size=2, until=time.perf_counter() + 600)
+    assert [len(m.step_times) for m in out] == [20, 20]
 
 
 def test_every_hyper_connection_family_is_timed_beside_its_baseline():
@@ -130,9 +142,27 @@ def test_a_target_is_met_or_missed_only_where_the_paired_interval_says_so():
     res = lambda over: {("looped", "default"): m(base), ("hyperloop", "default"): m([t * over for t in base])}  # noqa: E731
     lo, hi, rounds = perf.paired_ratio(res(1.02)[("hyperloop", "default")], m(base))
     assert rounds == 6 and lo == pytest.approx(0.02) and hi == pytest.approx(0.02)  # the drift cancels
-    assert perf._ratios(res(1.02))[0].endswith("over 6 paired rounds (target <= 3%: met)")
-    assert perf._ratios(res(1.05))[0].endswith("(target <= 3%: missed)")
+    assert models._ratios(res(1.02))[0].endswith("over 6 paired rounds (target <= 3%: met)")
+    assert models._ratios(res(1.05))[0].endswith("(target <= 3%: missed)")
     wobble = [1.0, 1.08, 0.99, 1.06, 1.01, 1.04]                      # the ratio itself varies by round
     noisy = {("looped", "default"): m(base), ("hyperloop", "default"): m([t * r for t, r in zip(base, wobble)])}
-    line = perf._ratios(noisy)[0]
+    line = models._ratios(noisy)[0]
     assert "95% interval -0.7% to +6.8%" in line and line.endswith("(target <= 3%: not resolved at this noise)")
+
+
+def test_a_time_budget_gives_the_compared_groups_what_the_others_leave(monkeypatch):
+    """`perf models --minutes M` ends within about M minutes: the families without a target run
+    MIN_ROUNDS rounds first, then the groups with a target share the time left by their paths."""
+    seen = []
+
+    def fake_together(paths, steps, until):
+        seen.append(({s.family for s, _ in paths}, len(paths), until - time.perf_counter()))
+        return [perf.Measurement(1.0, 1.0, 1000.0, 1e9, 0, (1.0,) * perf.MIN_ROUNDS) for _ in paths]
+
+    monkeypatch.setattr(models, "measure_together", fake_together)
+    monkeypatch.setattr(step, "matmul_peak", lambda dtype, *a, **kw: 1e11 if dtype == torch.float32 else 1e9)
+    models.run_models(["transformer", "hc", "depth", "looped", "hyperloop"], steps=30, minutes=1.0)
+    assert [(fams, n) for fams, n, _ in seen] == [({"depth"}, 2), ({"transformer", "hc"}, 5), ({"looped", "hyperloop"}, 4)]
+    # depth's deadline is now (its MIN_ROUNDS only); the first compared group gets 5/9 of the time
+    # left, the last all that is left then (here the whole minute: these fakes take no time)
+    assert seen[0][2] <= 0 and seen[1][2] == pytest.approx(60 * 5 / 9, abs=1) and seen[2][2] == pytest.approx(60, abs=1)

@@ -10,6 +10,7 @@ import pytest
 
 from benchmark import count_flops, count_params, perf
 from benchmark.cli import main
+from benchmark.perf import timing
 from benchmark.space.plan import TRIAL_OVERHEAD_S
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,7 +20,7 @@ FLOPS = 5e10  # a stand-in for this machine's measured training FLOP/s
 
 @pytest.fixture(autouse=True)
 def fixed_machine(monkeypatch):
-    monkeypatch.setattr(perf, "machine_flops", lambda: FLOPS)
+    monkeypatch.setattr(timing, "machine_flops", lambda: FLOPS)  # where estimates() reads it
 
 
 def plan_json(capsys, *args):

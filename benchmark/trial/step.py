@@ -1,5 +1,5 @@
 """The training step and its execution policy: bf16 autocast and torch.compile where they help,
-the same code on CPU and CUDA. Training loops (training.py) and the speed benchmark (perf.py)
+the same code on CPU and CUDA. Training loops (training.py) and the speed benchmark (benchmark/perf)
 both use `TrainStep`, so the path that is benchmarked is the path that trains.
 """
 

@@ -1,0 +1,46 @@
+"""Speed of the training path on this machine.
+
+    python -m benchmark.perf models [--minutes 9] [--steps 30] [--families transformer,looped,...]
+    python -m benchmark.perf scale [SPACE] [--budget 113M] [--families transformer,hyperloop]
+                                   [--set shape.layers=12 ...] [--precisions default,fp32]
+
+`models` trains every family for a few steps at a reference size (~4.8M non-embedding
+parameters, seq 256, batch 16) with the default execution policy, plus eager float32 for
+comparison, and prints tokens/s, achieved FLOP/s and the ratio to this machine's bf16 and fp32
+matmul peak, all measured in one run. Timings are noisy on a shared CPU, so the families compared
+with each other (HYPER_TARGETS) and the paths of one family are timed in interleaved rounds
+(measure_together), and the ratios printed come from those rounds. The run fits in --minutes
+(issue 12 asks for ten on the slowest machines seen): families without a target take three
+rounds, the compared groups share the rest, up to --steps rounds.
+
+`scale` measures one training step of each family as a space solves it at its budget (default:
+the default space at 113M, with its sequence length and micro-batch): tokens/s, model-FLOPs
+utilisation against the bf16 matmul peak measured in the same run, and peak memory. It is the
+GPU-sized check (issue 17); on a CPU a 113M step takes minutes.
+
+`machine_flops()` is the throughput used for time estimates (`run_search.py --plan`): the last
+measured value cached on disk, else a short probe.
+"""
+
+from benchmark.perf.models import (
+    HYPER_TARGETS,
+    comparison_groups,
+    paired_ratio,
+    reference_spec,
+    run_models,
+)
+from benchmark.perf.scale import run_scale
+from benchmark.perf.timing import (
+    MIN_ROUNDS,
+    Measurement,
+    estimates,
+    machine_flops,
+    measure,
+    measure_together,
+    probe_shape,
+    record_flops,
+)
+
+__all__ = ["HYPER_TARGETS", "MIN_ROUNDS", "Measurement", "comparison_groups", "estimates", "machine_flops",
+           "measure", "measure_together", "paired_ratio", "probe_shape", "record_flops", "reference_spec",
+           "run_models", "run_scale"]

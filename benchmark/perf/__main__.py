@@ -1,0 +1,53 @@
+"""The command line of `python -m benchmark.perf` (the package docstring says what it measures)."""
+
+from __future__ import annotations
+
+import argparse
+
+import benchmark.perf as perf
+from benchmark.arch.spec import FAMILIES
+
+
+def _setting(text: str) -> tuple[str, object]:
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE such as shape.layers=12, got {text!r}")
+    return key.strip(), yaml.safe_load(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmark.perf", description=perf.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["models", "scale"])
+    ap.add_argument("space", nargs="?", default="search_spaces/default.yaml", help="scale: the space (default: %(default)s)")
+    ap.add_argument("--steps", type=int, help="timed steps per family and path (models: at most, default 30; scale: 8)")
+    ap.add_argument("--minutes", type=float, default=9.0, help="models: time budget; 0 times every step (default: %(default)s)")
+    ap.add_argument("--families", help="comma-separated families (models: all; scale: transformer,hyperloop)")
+    ap.add_argument("--budget", help="scale: the budget (default: the space's)")
+    ap.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+                    help="scale: an axis value, e.g. shape.layers=12 (default: each range's middle, each choice's first)")
+    ap.add_argument("--precisions", default="default", help="scale: comma-separated: default, bf16, fp32")
+    ap.add_argument("--seq-len", type=int, help="scale: sequence length (default: the space's)")
+    ap.add_argument("--batch-size", type=int, help="scale: micro-batch (default: the space's)")
+    args = ap.parse_args(argv)
+    default = FAMILIES if args.what == "models" else ("transformer", "hyperloop")
+    families = [f.strip() for f in (args.families or ",".join(default)).split(",") if f.strip()]
+    unknown = set(families) - set(FAMILIES)
+    if unknown:
+        ap.error(f"unknown families: {', '.join(sorted(unknown))}")
+    if args.what == "models":
+        perf.run_models(families, args.steps or 30, args.minutes)
+        return 0
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    bad = set(precisions) - {"default", "bf16", "fp32"}
+    if bad:
+        ap.error(f"unknown precisions: {', '.join(sorted(bad))} (default, bf16, fp32)")
+    perf.run_scale(args.space, args.budget, families, dict(args.set), precisions, args.steps or 8, args.seq_len,
+              args.batch_size)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

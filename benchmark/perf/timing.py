@@ -1,0 +1,159 @@
+"""Timing training steps on this machine (measure, measure_together) and the throughput that
+`run_search.py --plan` estimates from (machine_flops, estimates)."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmark.arch.counting import count_flops
+from benchmark.arch.spec import ArchSpec
+from benchmark.store import speeds
+
+
+@dataclass(frozen=True)
+class Measurement:
+    step_s: float          # median seconds per step after warm-up
+    first_step_s: float    # includes compilation
+    tokens_per_s: float
+    flops_per_s: float     # achieved training FLOP/s (count_flops' train FLOPs per token x tokens/s)
+    peak_mem_bytes: int = 0  # the step's peak (CUDA allocator; on a CPU the process's high-water mark)
+    step_times: tuple[float, ...] = ()  # the timed steps, one per round of measure_together (paired_ratio)
+
+
+def measure(spec: ArchSpec, policy, steps: int = 8, warmup: int = 2,
+            seq_len: int = 256, batch_size: int = 16, seed: int = 0) -> Measurement:
+    """One training path's speed: `steps` timed steps after `warmup` (the first includes compiling)."""
+    return measure_together([(spec, policy)], steps, warmup, seq_len, batch_size, seed)[0]
+
+
+MIN_ROUNDS = 3  # the fewest rounds a time budget leaves a group: a paired interval needs three
+
+
+def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmup: int = 2,
+                     seq_len: int = 256, batch_size: int = 16, seed: int = 0,
+                     until: float | None = None) -> list[Measurement]:
+    """Several (spec, policy) paths measured side by side: each is built and warmed up in turn,
+    then the timed steps go round the paths, one step each per round, so that a slow stretch of a
+    shared CPU slows every path alike. Measured one after another, the same two families' ratio
+    moved by 20 points between runs on a 2-core VM (Hyperloop over Looped: +24% in one run, +4%
+    with interleaved steps the same day); their ratios are what `_ratios` reports. Up to `steps`
+    rounds, fewer (never under MIN_ROUNDS) where the next would end after `until`, a
+    time.perf_counter() deadline. Peak memory is that of all the paths together."""
+    import torch
+
+    from benchmark.models import build_model
+    from benchmark.trial.config import TrainConfig
+    from benchmark.trial.step import TrainStep, default_device, prepare_device
+    from benchmark.trial.training import (
+        make_optimizer,
+        peak_memory_bytes,
+        reset_peak_memory,
+    )
+
+    device = default_device()
+    prepare_device(device)
+    reset_peak_memory(device)
+    gen = torch.Generator().manual_seed(seed)
+    vocab = min(spec.vocab_size for spec, _ in paths)
+    data = torch.randint(0, vocab, (batch_size, seq_len + 1), generator=gen).to(device)
+    x, y = data[:, :-1], data[:, 1:]
+
+    def timed(step) -> float:
+        t = time.perf_counter()
+        step(x, y).item()  # .item() synchronises (CUDA) so the step is really done
+        return time.perf_counter() - t
+
+    def build(spec, policy, fresh: bool):
+        torch.manual_seed(seed)
+        model = build_model(spec).to(device).train()
+        opt = make_optimizer(model, TrainConfig(lr=1e-4))  # the trial's optimiser (fused AdamW on CUDA)
+        return TrainStep(model, opt, policy, device, fresh=fresh)
+
+    def run() -> list[list[float]]:
+        """Each path's step times; its models are freed when it returns."""
+        built, times = [], []
+        try:
+            for i, (spec, policy) in enumerate(paths):
+                # only the first drops dynamo's compiled code: the others' must stay for the rounds
+                built.append(build(spec, policy, fresh=i == 0))
+                times.append([timed(built[-1]) for _ in range(warmup)])
+            last = 0.0  # the previous round's seconds: the next one's forecast
+            for r in range(steps):
+                start = time.perf_counter()
+                if until is not None and r >= MIN_ROUNDS and start + last > until:
+                    break
+                # every other round in reverse (ABBA): a machine that speeds up or slows down
+                # through a round weighs on the first and last paths alike over two rounds
+                for step, ts in list(zip(built, times))[::1 if r % 2 == 0 else -1]:
+                    ts.append(timed(step))
+                last = time.perf_counter() - start
+        finally:
+            for step in built:
+                step.close()  # compiled methods refer to their modules: left on, they keep the model alive
+        return times
+
+    times = run()
+    peak = peak_memory_bytes(device)  # the high-water mark of all the paths together
+    out = []
+    for (spec, _), ts in zip(paths, times):
+        step_s = statistics.median(ts[warmup:])
+        tps = batch_size * seq_len / step_s
+        out.append(Measurement(step_s, ts[0], tps, tps * count_flops(spec, seq_len)["train"], peak,
+                               tuple(ts[warmup:])))
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return out
+
+
+
+def _speeds_file() -> Path:
+    from benchmark.data import cache_root
+
+    return speeds.path_in(cache_root())
+
+
+def machine_flops(probe: bool = True) -> float:
+    """This machine's training FLOP/s when no trial has measured better: the value recorded by
+    `benchmark.perf models` or an earlier probe, else a short eager probe (a few seconds;
+    conservative, since compiled runs are faster)."""
+    cached = speeds.machine_fallback(_speeds_file())
+    if cached is not None:
+        return cached
+    if not probe:
+        raise LookupError("no measured throughput for this machine yet")
+    from benchmark.trial.step import ExecPolicy, default_device
+
+    spec, seq_len, batch_size = probe_shape(default_device().type)
+    m = measure(spec, ExecPolicy(compile=False), steps=3, warmup=1, seq_len=seq_len, batch_size=batch_size)
+    record_flops(m.flops_per_s, source="probe")
+    return m.flops_per_s
+
+
+def probe_shape(device_type: str) -> tuple[ArchSpec, int, int]:
+    """(spec, seq_len, batch) of the throughput probe. On a CPU a small model, so the probe takes
+    seconds. On a GPU a step sized like a real one (~100M parameters, 8 x 1024 tokens, in the
+    default precision): a tiny model there measures kernel launches, not the GPU, and would put
+    113M estimates off by an order of magnitude. Keyed, like every speed, by the machine (its GPU's
+    name included: store/speeds.machine_key); finished trials replace it (store/speeds.py)."""
+    if device_type == "cuda":
+        spec = ArchSpec.from_dict({"d_model": 768, "n_heads": 12, "layers": {"n": 12}, "vocab_size": 8192})
+        return spec, 1024, 8
+    return ArchSpec.from_dict({"d_model": 128, "n_heads": 4, "layers": {"n": 4}, "vocab_size": 4096}), 128, 8
+
+
+def record_flops(flops_per_s: float, source: str) -> None:
+    """Remember this machine's training FLOP/s for estimates (atomic write; best effort)."""
+    speeds.record_machine(_speeds_file(), flops_per_s, source)
+
+
+def estimates(precision: str = "auto", compile: bool = True):
+    """family -> Speed for `--plan`: what finished trials measured here under this policy
+    (store/speeds.py), else machine_flops() with the plan's fixed overhead."""
+    from benchmark.space.plan import TRIAL_OVERHEAD_S
+
+    return speeds.estimator(_speeds_file(), speeds.policy_key(precision, compile), machine_flops(), TRIAL_OVERHEAD_S)
