@@ -192,3 +192,20 @@ def test_estimates_learn_from_the_trials_finished_here(monkeypatch, tmp_path):
         work = r["flops_per_token_train"] * r["tokens"]
         assert r["est_seconds"] == pytest.approx(work / 3e10 + 80.0)  # the mean of the two trials
         assert r["est_from_trials"] == (2 if r["family"] == "transformer" else 0)
+
+
+def test_the_fallback_is_the_probe_not_the_benchmark_at_its_reference_size(monkeypatch, tmp_path):
+    """Before any trial, estimates fall back on the probe's FLOP/s. A value that `perf models`
+    recorded at its 4.8M reference size is not read: it overstated the quickstart's speed 1.6x."""
+    from benchmark.store import speeds
+
+    monkeypatch.setenv(speeds.ENV, str(tmp_path / "perf.json"))
+    path = speeds.path_in(tmp_path)
+    speeds.record_machine(path, 7.8e10, source="benchmark.perf models")    # a file from before
+    assert speeds.machine_fallback(path) is None
+    speeds.record_machine(path, 5e10, source="probe")
+    assert speeds.machine_fallback(path) == 5e10
+    monkeypatch.setattr(perf.models, "measure_together", lambda paths, steps, until: [
+        perf.Measurement(1.0, 1.0, 1e3, 1e11, 0, (1.0,) * 3) for _ in paths])
+    perf.run_models(["depth"], steps=3)                                     # the benchmark leaves it
+    assert speeds.machine_fallback(path) == 5e10

@@ -18,8 +18,8 @@ the default space at 113M, with its sequence length and micro-batch): tokens/s, 
 utilisation against the bf16 matmul peak measured in the same run, and peak memory. It is the
 GPU-sized check (issue 17); on a CPU a 113M step takes minutes.
 
-`machine_flops()` is the throughput used for time estimates (`run_search.py --plan`): the last
-measured value cached on disk, else a short probe.
+`machine_flops()` is the throughput time estimates fall back on before any trial has run here
+(`run_search.py --plan`): a short probe's, measured once and cached on disk.
 """
 
 from benchmark.perf.models import (

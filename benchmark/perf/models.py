@@ -8,12 +8,7 @@ import time
 
 from benchmark.arch.counting import count_params
 from benchmark.arch.spec import ArchSpec
-from benchmark.perf.timing import (
-    MIN_ROUNDS,
-    Measurement,
-    measure_together,
-    record_flops,
-)
+from benchmark.perf.timing import MIN_ROUNDS, Measurement, measure_together
 
 # A dtype whose matmuls are this many times slower than fp32 is not benchmarked (a training step
 # in it would take minutes on such a CPU).
@@ -119,8 +114,6 @@ def run_models(families: list[str], steps: int, minutes: float | None = None) ->
     summary = _ratios(results)
     for line in summary:
         console.print(line)
-    if ("transformer", "default") in results:
-        record_flops(results[("transformer", "default")].flops_per_s, source="benchmark.perf models")
     return results
 
 

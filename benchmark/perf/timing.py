@@ -118,9 +118,11 @@ def _speeds_file() -> Path:
 
 
 def machine_flops(probe: bool = True) -> float:
-    """This machine's training FLOP/s when no trial has measured better: the value recorded by
-    `benchmark.perf models` or an earlier probe, else a short eager probe (a few seconds;
-    conservative, since compiled runs are faster)."""
+    """This machine's training FLOP/s when no trial has measured better: an earlier probe's, else
+    a short eager probe (a few seconds). Not `benchmark.perf models`' reference size: compiled at
+    4.8M non-embedding it read 78 GFLOP/s on the 2-core AMD EPYC, where the quickstart's 0.6-0.7M
+    models then trained at 38-50 and the probe read 43-56, so a plan from it said 8.7 minutes of
+    training for an 18-minute run (2026-11-23)."""
     cached = speeds.machine_fallback(_speeds_file())
     if cached is not None:
         return cached

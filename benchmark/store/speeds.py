@@ -1,5 +1,5 @@
 """Speeds measured on this machine, for time estimates (`run_search.py --plan`, the cluster-job
-check): the machine's training FLOP/s from a probe or `benchmark.perf models`, and, once trials
+check): the machine's training FLOP/s from a probe, and, once trials
 have finished here, each family's achieved training FLOP/s and its fixed time per trial outside
 training (compile, evaluations, quantisation), so estimates learn from what ran (issue 12).
 
@@ -115,9 +115,11 @@ def _editing(path: Path):
 
 
 def machine_fallback(path: Path) -> float | None:
-    """The machine's training FLOP/s from a probe or the benchmark, if one was recorded."""
+    """The machine's training FLOP/s from a probe, if one was recorded. Values that
+    `benchmark.perf models` recorded before 2026-11-24 are not read: measured at its reference
+    size, they overstated small models' speed 1.6x (perf.timing.machine_flops)."""
     entry = _load(path)["machines"].get(machine_key(), {})
-    value = entry.get("flops_per_s")
+    value = entry.get("flops_per_s") if entry.get("source") != "benchmark.perf models" else None
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
