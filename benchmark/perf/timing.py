@@ -110,7 +110,6 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
     return out
 
 
-
 def _speeds_file() -> Path:
     from benchmark.data import cache_root
 
