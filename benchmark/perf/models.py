@@ -79,10 +79,11 @@ def run_models(families: list[str], steps: int, minutes: float | None = None) ->
     rows, results = [], {}
     # the first family also runs the other precisions, to show what `auto` chose against; in a
     # group the default paths come first, side by side, as the targets compare them
+    groups = comparison_groups(families)
     plans = [[(fam, name, policy) for name, policy in [("default", default), ("eager fp32", eager)] + compared
               for fam in group if name in ("default", "eager fp32") or fam == families[0]]
-             for group in comparison_groups(families)]
-    targeted = [any({a, b} <= {f for f, _, _ in p} for a, b, _ in HYPER_TARGETS) for p in plans]
+             for group in groups]
+    targeted = [len(group) > 1 for group in groups]  # a group joins only a baseline and its targets
     # groups without a target first, with the fewest rounds; then those with one share the rest
     order = sorted(range(len(plans)), key=lambda i: targeted[i])
     for k, i in enumerate(order):
