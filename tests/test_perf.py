@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from benchmark import perf
+from benchmark.arch.counting import count_flops
 from benchmark.arch.spec import ArchSpec
 from benchmark.perf import models, timing
 from benchmark.trial import step
@@ -118,6 +119,12 @@ def test_compared_paths_are_timed_in_interleaved_rounds(monkeypatch):
     out = perf.measure_together([(s, ExecPolicy(compile=False)) for s in specs], steps=20, warmup=1,
                                 seq_len=8, batch_size=2, until=time.perf_counter() + 600)
     assert [len(m.step_times) for m in out] == [20, 20]
+    # `focus`: after MIN_ROUNDS rounds only the paths an interval is read from go on
+    calls.clear()
+    out = perf.measure_together([(s, ExecPolicy(compile=False)) for s in specs], steps=5, warmup=1,
+                                seq_len=8, batch_size=2, focus=[1])
+    assert [len(m.step_times) for m in out] == [perf.MIN_ROUNDS, 5]
+    assert calls[2 + 2 * perf.MIN_ROUNDS:] == ["looped"] * (5 - perf.MIN_ROUNDS)
 
 
 def test_every_hyper_connection_family_is_timed_beside_its_baseline():
@@ -140,14 +147,19 @@ def test_a_target_is_met_or_missed_only_where_the_paired_interval_says_so():
 
     base = [1.00, 1.30, 0.90, 1.10, 1.00, 1.20]                       # a drifting machine
     res = lambda over: {("looped", "default"): m(base), ("hyperloop", "default"): m([t * over for t in base])}  # noqa: E731
-    lo, hi, rounds = perf.paired_ratio(res(1.02)[("hyperloop", "default")], m(base))
-    assert rounds == 6 and lo == pytest.approx(0.02) and hi == pytest.approx(0.02)  # the drift cancels
+    est, lo, hi, rounds = perf.paired_ratio(res(1.02)[("hyperloop", "default")], m(base))
+    assert rounds == 6 and est == pytest.approx(0.02) and (lo, hi) == pytest.approx((0.02, 0.02))  # the drift cancels
     assert models._ratios(res(1.02))[0].endswith("over 6 paired rounds (target <= 3%: met)")
     assert models._ratios(res(1.05))[0].endswith("(target <= 3%: missed)")
     wobble = [1.0, 1.08, 0.99, 1.06, 1.01, 1.04]                      # the ratio itself varies by round
     noisy = {("looped", "default"): m(base), ("hyperloop", "default"): m([t * r for t, r in zip(base, wobble)])}
-    line = models._ratios(noisy)[0]
-    assert "95% interval -0.7% to +6.8%" in line and line.endswith("(target <= 3%: not resolved at this noise)")
+    line, caution = models._ratios(noisy)[:2]
+    assert caution.startswith("(each interval is this run's rounds")  # runs at other hours differed by more
+    assert line.startswith("hyperloop vs looped: +2.9% time per token, 95% interval -0.7% to +6.8%")
+    assert line.endswith("(target <= 3%: not resolved at this noise)")
+    # the point is the rounds' geometric mean ratio, the interval's centre, not the medians' ratio
+    # (1.166 s over 1.1 s, +6.0%: path by path the medians came from different rounds)
+    assert perf.paired_ratio(noisy[("hyperloop", "default")], noisy[("looped", "default")])[0] == pytest.approx(0.0295, abs=1e-4)
 
 
 def test_a_time_budget_gives_the_compared_groups_what_the_others_leave(monkeypatch):
@@ -155,14 +167,25 @@ def test_a_time_budget_gives_the_compared_groups_what_the_others_leave(monkeypat
     MIN_ROUNDS rounds first, then the groups with a target share the time left by their paths."""
     seen = []
 
-    def fake_together(paths, steps, until):
-        seen.append(({s.family for s, _ in paths}, len(paths), until - time.perf_counter()))
+    def fake_together(paths, steps, until, focus):
+        seen.append(({s.family for s, _ in paths}, len(paths), until - time.perf_counter(),
+                     [(paths[i][0].family, paths[i][1].compile) for i in focus]))
         return [perf.Measurement(1.0, 1.0, 1000.0, 1e9, 0, (1.0,) * perf.MIN_ROUNDS) for _ in paths]
 
     monkeypatch.setattr(models, "measure_together", fake_together)
     monkeypatch.setattr(step, "matmul_peak", lambda dtype, *a, **kw: 1e11 if dtype == torch.float32 else 1e9)
     models.run_models(["transformer", "hc", "depth", "looped", "hyperloop"], steps=30, minutes=1.0)
-    assert [(fams, n) for fams, n, _ in seen] == [({"depth"}, 2), ({"transformer", "hc"}, 5), ({"looped", "hyperloop"}, 4)]
-    # depth's deadline is now (its MIN_ROUNDS only); the first compared group gets 5/9 of the time
-    # left, the last all that is left then (here the whole minute: these fakes take no time)
-    assert seen[0][2] <= 0 and seen[1][2] == pytest.approx(60 * 5 / 9, abs=1) and seen[2][2] == pytest.approx(60, abs=1)
+    assert [(fams, n) for fams, n, _, _ in seen] == [({"depth"}, 2), ({"transformer", "hc"}, 5), ({"looped", "hyperloop"}, 4)]
+    # after MIN_ROUNDS a group goes on with its default paths and the first family's precisions
+    # (default, eager fp32, whole model: compiled fp32 by regions is the default on this fake CPU)
+    assert seen[1][3] == [("transformer", True), ("hc", True), ("transformer", False), ("transformer", True)]
+    assert seen[2][3] == [("looped", True), ("hyperloop", True)]
+    # depth's deadline is now (its MIN_ROUNDS only); the first compared group gets the time left in
+    # proportion to the training FLOPs of the paths it goes on with (3 Transformer paths and HC's
+    # against Looped's and Hyperloop's: 176.3M against 129.7M per token, 57.6%), the last all that
+    # is left then (here the whole minute: these fakes take no time)
+    flops = {f: count_flops(perf.reference_spec(f), 256)["train"] for f in ("transformer", "hc", "looped", "hyperloop")}
+    assert (flops["transformer"], flops["hc"], flops["looped"], flops["hyperloop"]) == (43852800, 44737536, 64699392, 64975872)
+    first = 3 * flops["transformer"] + flops["hc"]
+    assert seen[0][2] <= 0 and seen[1][2] == pytest.approx(60 * first / (first + flops["looped"] + flops["hyperloop"]), abs=1)
+    assert seen[1][2] == pytest.approx(34.6, abs=1) and seen[2][2] == pytest.approx(60, abs=1)

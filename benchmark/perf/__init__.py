@@ -1,6 +1,6 @@
 """Speed of the training path on this machine.
 
-    python -m benchmark.perf models [--minutes 9] [--steps 30] [--families transformer,looped,...]
+    python -m benchmark.perf models [--minutes 9] [--steps 60] [--families transformer,looped,...]
     python -m benchmark.perf scale [SPACE] [--budget 113M] [--families transformer,hyperloop]
                                    [--set shape.layers=12 ...] [--precisions default,fp32]
 
@@ -11,7 +11,8 @@ matmul peak, all measured in one run. Timings are noisy on a shared CPU, so the 
 with each other (HYPER_TARGETS) and the paths of one family are timed in interleaved rounds
 (measure_together), and the ratios printed come from those rounds. The run fits in --minutes
 (issue 12 asks for ten on the slowest machines seen): families without a target take three
-rounds, the compared groups share the rest, up to --steps rounds.
+rounds, the compared groups share the rest, up to --steps rounds; after three they go on with
+the paths their ratios read (the default paths, and the first family's precisions).
 
 `scale` measures one training step of each family as a space solves it at its budget (default:
 the default space at 113M, with its sequence length and micro-batch): tokens/s, model-FLOPs

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["models", "scale"])
     ap.add_argument("space", nargs="?", default="search_spaces/default.yaml", help="scale: the space (default: %(default)s)")
-    ap.add_argument("--steps", type=int, help="timed steps per family and path (models: at most, default 30; scale: 8)")
+    ap.add_argument("--steps", type=int, help="timed steps per family and path (models: at most, default 60; scale: 8)")
     ap.add_argument("--minutes", type=float, default=9.0, help="models: time budget; 0 times every step (default: %(default)s)")
     ap.add_argument("--families", help="comma-separated families (models: all; scale: transformer,hyperloop)")
     ap.add_argument("--budget", help="scale: the budget (default: the space's)")
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown families: {', '.join(sorted(unknown))}")
     if args.what == "models":
-        perf.run_models(families, args.steps or 30, args.minutes)
+        perf.run_models(families, args.steps or 60, args.minutes)
         return 0
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
     bad = set(precisions) - {"default", "bf16", "fp32"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from benchmark.arch.counting import count_params
+from benchmark.arch.counting import count_flops, count_params
 from benchmark.arch.spec import ArchSpec
 from benchmark.perf.timing import MIN_ROUNDS, Measurement, measure_together
 
@@ -46,8 +46,9 @@ def comparison_groups(families: list[str]) -> list[list[str]]:
 def run_models(families: list[str], steps: int, minutes: float | None = None) -> dict:
     """The `models` table and ratios. With `minutes`, the run ends within about that time from
     here (issue 12: ten minutes): the groups without a target of HYPER_TARGETS time MIN_ROUNDS
-    rounds, then each group with one gets the time left in proportion to its paths and times up
-    to `steps` rounds in it (at least MIN_ROUNDS)."""
+    rounds, then each group with one gets the time left in proportion to the training FLOPs of
+    the paths it goes on timing after those (`read`, `cost` below) and times up to `steps` rounds
+    in it (at least MIN_ROUNDS)."""
     end = time.perf_counter() + 60 * minutes if minutes else None
     import torch
     from rich.console import Console
@@ -84,18 +85,29 @@ def run_models(families: list[str], steps: int, minutes: float | None = None) ->
               for fam in group if name in ("default", "eager fp32") or fam == families[0]]
              for group in groups]
     targeted = [len(group) > 1 for group in groups]  # a group joins only a baseline and its targets
+    # With a time budget, after MIN_ROUNDS rounds a group times only the paths that a ratio reads
+    # from its rounds (the default paths) or that the precision comparison reads (the first
+    # family's): the other families' eager steps, a 2-core VM's slowest, took half of each round.
+    read = [[i for i, (fam, name, _) in enumerate(paths) if name == "default" or fam == families[0]]
+            for paths in plans]
+    # A round's time, forecast by its FLOPs, so the compared groups get about as many rounds each
+    # (by path counts alone, Looped and Hyperloop, whose steps are 1.5x the Transformer's, got 20
+    # rounds where the Transformer's group got 32, and their 3% target is the finest).
+    cost = [sum(count_flops(reference_spec(plans[i][k][0]), 256)["train"] for k in read[i]) for i in range(len(plans))]
     # groups without a target first, with the fewest rounds; then those with one share the rest
     order = sorted(range(len(plans)), key=lambda i: targeted[i])
     for k, i in enumerate(order):
-        paths, now, until, allowed = plans[i], time.perf_counter(), None, ""
+        paths, now, until, allowed, focus = plans[i], time.perf_counter(), None, "", None
         if end is not None:
-            share = len(paths) / sum(len(plans[j]) for j in order[k:]) if targeted[i] else 0.0
-            until = now + max(0.0, end - now) * share
+            share = cost[i] / sum(cost[j] for j in order[k:]) if targeted[i] else 0.0
+            until, focus = now + max(0.0, end - now) * share, read[i]
             allowed = f" for {until - now:.0f} s" if share else f", {MIN_ROUNDS} rounds"
+            if share and len(focus) < len(paths):
+                allowed += f" ({len(focus)} of them after {MIN_ROUNDS} rounds)"
         console.print(f"[dim]{', '.join(dict.fromkeys(f for f, _, _ in paths))}: {len(paths)} paths, "
                       f"steps interleaved{allowed} ...[/dim]")
         measured = measure_together([(reference_spec(fam), policy) for fam, _, policy in paths], steps=steps,
-                                    until=until)
+                                    until=until, focus=focus)
         for (fam, name, _), m in zip(paths, measured):
             results[(fam, name)] = m
     results = dict(sorted(results.items(), key=lambda kv: families.index(kv[0][0])))  # the families' order
@@ -117,20 +129,28 @@ def run_models(families: list[str], steps: int, minutes: float | None = None) ->
     return results
 
 
-def paired_ratio(a: Measurement, b: Measurement) -> tuple[float, float, int]:
+def paired_ratio(a: Measurement, b: Measurement) -> tuple[float, float, float, int]:
     """a's time per step over b's from the rounds of measure_together, each round's two steps taken
-    back to back so that the shared CPU's drift mostly cancels: (lo, hi) of the 95% interval of
-    a / b - 1 (stats.ratio_interval) and the number of rounds. On the 2-core VM two 30-round runs
-    of the same code read Hyperloop over Looped +3.7% and +7.5%: a target is `met` or `missed`
-    only where this interval says so."""
+    back to back so that the shared CPU's drift mostly cancels: the estimate of a / b - 1 (the
+    rounds' geometric mean ratio, the interval's centre), (lo, hi) of its 95% interval
+    (stats.ratio_interval) and the number of rounds. A target is `met` or `missed` only where this
+    interval says so. The interval is this run's: on the 2-core VM two 9-minute runs ten minutes
+    apart read Hyperloop over Looped +2.6% (+0.5% to +3.6%, 20 rounds) and +7.6% (+4.3% to +11.9%,
+    24 rounds), so a shared machine's hours differ by more than the rounds of one run do."""
+    import numpy as np
+
     from benchmark.leaderboard.stats import ratio_interval
 
     rounds = min(len(a.step_times), len(b.step_times))  # below 2 the interval is NaN
-    return (*map(float, ratio_interval(a.step_times[:rounds], b.step_times[:rounds])), rounds)
+    ta, tb = np.asarray(a.step_times[:rounds], float), np.asarray(b.step_times[:rounds], float)
+    est = float(np.expm1(np.mean(np.log(ta / tb)))) if rounds else float("nan")
+    return (est, *map(float, ratio_interval(ta, tb)), rounds)
 
 
 def _ratios(results) -> list[str]:
-    """The comparisons the model-zoo issue asks for, as time-per-token ratios."""
+    """The comparisons the model-zoo issue asks for, as time-per-token ratios: from the paired
+    rounds where there are enough (the table's medians, taken path by path, can sit outside the
+    paired interval), else the medians' ratio."""
     from benchmark.leaderboard.stats import LEVEL, VERDICTS, verdict
     said = dict(zip(VERDICTS, ("met", "missed", "not resolved at this noise")))  # interval below the limit: met
 
@@ -139,15 +159,17 @@ def _ratios(results) -> list[str]:
     lines = []
     for a, b, limit in HYPER_TARGETS:
         if t(a) and t(b):
-            over = t(a) / t(b) - 1
-            line = f"{a} vs {b}: {over:+.1%} time per token"
-            lo, hi, rounds = paired_ratio(results[(a, "default")], results[(b, "default")])
+            est, lo, hi, rounds = paired_ratio(results[(a, "default")], results[(b, "default")])
             if rounds >= 3:
                 found = said[str(verdict(lo - limit, hi - limit, expected_sign=-1))]
-                line += f", {LEVEL:.0%} interval {lo:+.1%} to {hi:+.1%} over {rounds} paired rounds"
+                line = (f"{a} vs {b}: {est:+.1%} time per token, {LEVEL:.0%} interval {lo:+.1%} to {hi:+.1%} "
+                        f"over {rounds} paired rounds")
             else:  # too few rounds for an interval: the medians' ratio alone
-                found = "met" if over <= limit else "missed"
+                over = t(a) / t(b) - 1
+                found, line = "met" if over <= limit else "missed", f"{a} vs {b}: {over:+.1%} time per token"
             lines.append(f"{line} (target <= {limit:.0%}: {found})")
+    if any("paired rounds" in line for line in lines):
+        lines.append("(each interval is this run's rounds; on a shared CPU a run at another time can read outside it)")
     for fam in sorted({f for f, _ in results}):
         if t(fam) and t(fam, "eager fp32"):
             lines.append(f"{fam}: default path {t(fam, 'eager fp32') / t(fam):.2f}x faster than eager fp32")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import statistics
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,14 +36,16 @@ MIN_ROUNDS = 3  # the fewest rounds a time budget leaves a group: a paired inter
 
 def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmup: int = 2,
                      seq_len: int = 256, batch_size: int = 16, seed: int = 0,
-                     until: float | None = None) -> list[Measurement]:
+                     until: float | None = None, focus: Collection[int] | None = None) -> list[Measurement]:
     """Several (spec, policy) paths measured side by side: each is built and warmed up in turn,
     then the timed steps go round the paths, one step each per round, so that a slow stretch of a
     shared CPU slows every path alike. Measured one after another, the same two families' ratio
     moved by 20 points between runs on a 2-core VM (Hyperloop over Looped: +24% in one run, +4%
     with interleaved steps the same day); their ratios are what `_ratios` reports. Up to `steps`
     rounds, fewer (never under MIN_ROUNDS) where the next would end after `until`, a
-    time.perf_counter() deadline. Peak memory is that of all the paths together."""
+    time.perf_counter() deadline. `focus`, indices into `paths`: only these go on after
+    MIN_ROUNDS rounds (the others' medians need no interval), so the rounds that an interval is
+    read from come faster. Peak memory is that of all the paths together."""
     import torch
 
     from benchmark.models import build_model
@@ -88,7 +91,9 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
                     break
                 # every other round in reverse (ABBA): a machine that speeds up or slows down
                 # through a round weighs on the first and last paths alike over two rounds
-                for step, ts in list(zip(built, times))[::1 if r % 2 == 0 else -1]:
+                going = [(step, ts) for i, (step, ts) in enumerate(zip(built, times))
+                         if focus is None or r < MIN_ROUNDS or i in focus]
+                for step, ts in going[::1 if r % 2 == 0 else -1]:
                     ts.append(timed(step))
                 last = time.perf_counter() - start
         finally:
