@@ -135,8 +135,8 @@ def paired_ratio(a: Measurement, b: Measurement) -> tuple[float, float, float, i
     rounds' geometric mean ratio, the interval's centre), (lo, hi) of its 95% interval
     (stats.ratio_interval) and the number of rounds. A target is `met` or `missed` only where this
     interval says so. The interval is this run's: on the 2-core VM two 9-minute runs ten minutes
-    apart read Hyperloop over Looped +2.6% (+0.5% to +3.6%, 20 rounds) and +7.6% (+4.3% to +11.9%,
-    24 rounds), so a shared machine's hours differ by more than the rounds of one run do."""
+    apart put Hyperloop over Looped at +0.5% to +3.6% (20 rounds) and +4.3% to +11.9% (24 rounds),
+    so a shared machine's hours differ by more than the rounds of one run do."""
     import numpy as np
 
     from benchmark.leaderboard.stats import ratio_interval
