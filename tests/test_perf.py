@@ -189,3 +189,32 @@ def test_a_time_budget_gives_the_compared_groups_what_the_others_leave(monkeypat
     first = 3 * flops["transformer"] + flops["hc"]
     assert seen[0][2] <= 0 and seen[1][2] == pytest.approx(60 * first / (first + flops["looped"] + flops["hyperloop"]), abs=1)
     assert seen[1][2] == pytest.approx(34.6, abs=1) and seen[2][2] == pytest.approx(60, abs=1)
+
+
+def test_runs_at_different_hours_judge_a_target_by_their_spread(tmp_path):
+    """One run's interval covers its rounds only (on the 2-core VM, Hyperloop over Looped read
+    +0.5% to +3.6% and +4.3% to +11.9% ten minutes apart); each run's estimate is kept per model
+    code, and from three runs the target is judged by a t interval between runs."""
+    from benchmark.store import speeds
+
+    path = tmp_path / "perf.json"
+
+    def run(over, code="abc", when=1.7e9):
+        rounds = [1.0, 1.2, 0.9, 1.1]
+        res = {("looped", "default"): perf.Measurement(1.0, 1.0, 1.0, 1e6, 0, tuple(rounds)),
+               ("hyperloop", "default"): perf.Measurement(1.0, 1.0, 1.0, 1e6, 0, tuple(t * over for t in rounds))}
+        return models.across_runs(res, path, code, when)
+
+    assert run(1.02) == ["hyperloop vs looped: 1 run(s) of this code here so far; from 3, an interval between runs"]
+    assert run(1.08, when=1.7e9 + 600)[0].startswith("hyperloop vs looped: 2 run(s)")
+    line = run(1.03, when=1.7e9 + 3600)[0]
+    # log ratios 0.0198, 0.0770, 0.0296: mean 0.0421 (+4.3%), s.e. 0.0177, t(2) 4.303: -0.0338 to 0.1181
+    assert line == ("hyperloop vs looped over the last 3 runs of this code here (2023-11-14 22:13 to 2023-11-14 23:13 UTC): "
+                    "+4.3%, 95% interval -3.3% to +12.5% between runs (target <= 3%: not resolved)")
+    assert [round(r, 4) for _, r, _ in speeds.ratio_runs(path, "hyperloop/looped", "abc")] == [0.0198, 0.077, 0.0296]
+    assert run(1.01, code="faster")[0].startswith("hyperloop vs looped: 1 run(s)")     # changed code: a new history
+    for k in range(speeds.KEEP_RUNS + 2):                                                 # the latest KEEP_RUNS kept
+        run(1.01 + 0.001 * k, code="steady", when=1.7e9 + k)
+    assert run(1.01, code="steady")[0].endswith("(target <= 3%: met)")
+    assert len(speeds.ratio_runs(path, "hyperloop/looped", "steady")) == speeds.KEEP_RUNS
+    assert models.model_code() == models.model_code() and len(models.model_code()) == 12

@@ -12,7 +12,9 @@ with each other (HYPER_TARGETS) and the paths of one family are timed in interle
 (measure_together), and the ratios printed come from those rounds. The run fits in --minutes
 (issue 12 asks for ten on the slowest machines seen): families without a target take three
 rounds, the compared groups share the rest, up to --steps rounds; after three they go on with
-the paths their ratios read (the default paths, and the first family's precisions).
+the paths their ratios read (the default paths, and the first family's precisions). One run's
+interval covers its rounds; each run's estimates are also kept on this machine (per hash of the
+model code), and from the third run a target is judged between runs, as a shared CPU's hours need.
 
 `scale` measures one training step of each family as a space solves it at its budget (default:
 the default space at 113M, with its sequence length and micro-batch): tokens/s, model-FLOPs

@@ -4,11 +4,16 @@ with paired intervals."""
 
 from __future__ import annotations
 
+import hashlib
+import math
 import time
+from pathlib import Path
 
 from benchmark.arch.counting import count_flops, count_params
 from benchmark.arch.spec import ArchSpec
+from benchmark.perf import timing
 from benchmark.perf.timing import MIN_ROUNDS, Measurement, measure_together
+from benchmark.store import speeds
 
 # A dtype whose matmuls are this many times slower than fp32 is not benchmarked (a training step
 # in it would take minutes on such a CPU).
@@ -123,7 +128,7 @@ def run_models(families: list[str], steps: int, minutes: float | None = None) ->
                       f"{m.tokens_per_s:,.0f}", f"{m.flops_per_s / 1e9:.1f}",
                       f"{m.flops_per_s / peak['fp32']:.0%}", "-" if slow_bf16 else f"{m.flops_per_s / peak['bf16']:.0%}")
     console.print(table)
-    summary = _ratios(results)
+    summary = _ratios(results, across_runs(results, timing._speeds_file(), model_code(), time.time()))
     for line in summary:
         console.print(line)
     return results
@@ -147,10 +152,10 @@ def paired_ratio(a: Measurement, b: Measurement) -> tuple[float, float, float, i
     return (est, *map(float, ratio_interval(ta, tb)), rounds)
 
 
-def _ratios(results) -> list[str]:
+def _ratios(results, between: list[str] = ()) -> list[str]:
     """The comparisons the model-zoo issue asks for, as time-per-token ratios: from the paired
     rounds where there are enough (the table's medians, taken path by path, can sit outside the
-    paired interval), else the medians' ratio."""
+    paired interval), else the medians' ratio; then `between`, the same over runs (across_runs)."""
     from benchmark.leaderboard.stats import LEVEL, VERDICTS, verdict
     said = dict(zip(VERDICTS, ("met", "missed", "not resolved at this noise")))  # interval below the limit: met
 
@@ -170,6 +175,7 @@ def _ratios(results) -> list[str]:
             lines.append(f"{line} (target <= {limit:.0%}: {found})")
     if any("paired rounds" in line for line in lines):
         lines.append("(each interval is this run's rounds; on a shared CPU a run at another time can read outside it)")
+    lines += between
     for fam in sorted({f for f, _ in results}):
         if t(fam) and t(fam, "eager fp32"):
             lines.append(f"{fam}: default path {t(fam, 'eager fp32') / t(fam):.2f}x faster than eager fp32")
@@ -178,4 +184,42 @@ def _ratios(results) -> list[str]:
         best = min(paths, key=paths.get)
         lines.append("precision here: " + ", ".join(f"{p} {paths[best] / v:.0%} of the best" for p, v in paths.items())
                      + f" (best: {best})")
+    return lines
+
+
+def model_code() -> str:
+    """A hash of the code a training step runs (the models, the step): runs of `perf models` are
+    pooled across hours only while it is unchanged, so that a faster kernel starts a new history."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for f in sorted([*(root / "models").glob("*.py"), root / "trial" / "step.py"]):
+        h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def across_runs(results, path, code: str, now: float) -> list[str]:
+    """Each target's paired estimate from this run joins the earlier runs of the same code on this
+    machine (store/speeds.py); from three runs on, a t interval between runs judges the target. One
+    run's interval says how steady its rounds were, not how the ratio moves with a shared CPU's
+    hours (paired_ratio): that needs runs at different times, and their spread is this interval."""
+    from benchmark.leaderboard.stats import LEVEL, VERDICTS, interval, mean_se, verdict
+    said = dict(zip(VERDICTS, ("met", "missed", "not resolved")))
+    lines = []
+    for a, b, limit in HYPER_TARGETS:
+        if (a, "default") not in results or (b, "default") not in results:
+            continue
+        est, _, _, rounds = paired_ratio(results[(a, "default")], results[(b, "default")])
+        if rounds < MIN_ROUNDS:
+            continue
+        speeds.record_ratio(path, f"{a}/{b}", code, math.log1p(est), rounds, now)
+        runs = speeds.ratio_runs(path, f"{a}/{b}", code)
+        if len(runs) < 3:
+            lines.append(f"{a} vs {b}: {len(runs)} run(s) of this code here so far; from 3, an interval between runs")
+            continue
+        mean, se, n = (float(v) for v in mean_se([r for _, r, _ in runs]))
+        lo, hi = (math.expm1(float(v)) for v in interval(mean, se, n - 1))
+        found = said[str(verdict(lo - limit, hi - limit, expected_sign=-1))]
+        span = " to ".join(time.strftime("%Y-%m-%d %H:%M", time.gmtime(w)) for w in (runs[0][0], runs[-1][0]))
+        lines.append(f"{a} vs {b} over the last {len(runs)} runs of this code here ({span} UTC): {math.expm1(mean):+.1%}, "
+                     f"{LEVEL:.0%} interval {lo:+.1%} to {hi:+.1%} between runs (target <= {limit:.0%}: {found})")
     return lines

@@ -1,7 +1,9 @@
 """Speeds measured on this machine, for time estimates (`run_search.py --plan`, the cluster-job
 check): the machine's training FLOP/s from a probe, and, once trials
 have finished here, each family's achieved training FLOP/s and its fixed time per trial outside
-training (compile, evaluations, quantisation), so estimates learn from what ran (issue 12).
+training (compile, evaluations, quantisation), so estimates learn from what ran (issue 12);
+and each `benchmark.perf models` run's paired time ratios (record_ratio), which it judges its
+targets by across runs.
 
 One JSON file (`<cache>/perf.json`, or $SHAPEBENCH_SPEEDS), keyed by the machine (CPU model,
 cores, torch version, GPU model) and the execution policy. A probe sets only the machine's
@@ -26,6 +28,7 @@ from benchmark.store.atomic import atomic_open
 
 ENV = "SHAPEBENCH_SPEEDS"
 KEEP = 8  # the latest trials per family and policy an estimate averages
+KEEP_RUNS = 10  # the latest `benchmark.perf models` runs per comparison and model code kept
 
 
 @dataclass(frozen=True)
@@ -162,3 +165,22 @@ def precision_probe(path: Path) -> dict | None:
 def record_precision_probe(path: Path, fp32: float, bf16: float) -> None:
     with _editing(path) as data:
         data["machines"].setdefault(machine_key(), {})["matmul"] = {"fp32": fp32, "bf16": bf16}
+
+
+def record_ratio(path: Path, pair: str, code: str, log_ratio: float, rounds: int, when: float) -> None:
+    """One `benchmark.perf models` run's paired estimate of a comparison (`pair`, "a/b": the log of
+    a's time per token over b's), for the models' code `code` (the latest KEEP_RUNS kept)."""
+    if not (isinstance(log_ratio, float) and abs(log_ratio) < float("inf")):
+        return
+    with _editing(path) as data:
+        pairs = data["machines"].setdefault(machine_key(), {}).setdefault("ratios", {}).setdefault(pair, {})
+        pairs[code] = [*pairs.get(code, []), [when, log_ratio, rounds]][-KEEP_RUNS:]
+
+
+def ratio_runs(path: Path, pair: str, code: str) -> list[tuple[float, float, int]]:
+    """(time, log ratio, rounds) of the runs `record_ratio` kept on this machine for this code."""
+    try:
+        runs = _load(path)["machines"].get(machine_key(), {}).get("ratios", {}).get(pair, {}).get(code, [])
+        return [(float(w), float(r), int(n)) for w, r, n in runs]
+    except (AttributeError, TypeError, ValueError):  # a file edited by hand: best effort, as above
+        return []
