@@ -167,7 +167,8 @@ def test_a_time_budget_gives_the_compared_groups_what_the_others_leave(monkeypat
     MIN_ROUNDS rounds first, then the groups with a target share the time left by their paths."""
     seen = []
 
-    def fake_together(paths, steps, until, focus):
+    def fake_together(paths, steps, seq_len, batch_size, until, focus):
+        assert (seq_len, batch_size) == (models.SEQ_LEN, models.BATCH) == (256, 16)  # the reference step
         seen.append(({s.family for s, _ in paths}, len(paths), until - time.perf_counter(),
                      [(paths[i][0].family, paths[i][1].compile) for i in focus]))
         return [perf.Measurement(1.0, 1.0, 1000.0, 1e9, 0, (1.0,) * perf.MIN_ROUNDS) for _ in paths]

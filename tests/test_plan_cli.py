@@ -205,7 +205,7 @@ def test_the_fallback_is_the_probe_not_the_benchmark_at_its_reference_size(monke
     assert speeds.machine_fallback(path) is None
     speeds.record_machine(path, 5e10, source="probe")
     assert speeds.machine_fallback(path) == 5e10
-    monkeypatch.setattr(perf.models, "measure_together", lambda paths, steps, until, focus: [
+    monkeypatch.setattr(perf.models, "measure_together", lambda paths, steps, seq_len, batch_size, until, focus: [
         perf.Measurement(1.0, 1.0, 1e3, 1e11, 0, (1.0,) * 3) for _ in paths])
     perf.run_models(["depth"], steps=3)                                     # the benchmark leaves it
     assert speeds.machine_fallback(path) == 5e10

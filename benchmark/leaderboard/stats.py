@@ -60,13 +60,14 @@ def paired(a, b) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return mean, se, np.where(n > 1, n - 1, np.nan).astype(float)
 
 
-def ratio_interval(a, b, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
-    """An interval for a / b - 1 from paired positive samples (a[i], b[i] taken together): a t
-    interval of the mean log-ratio, back on the ratio scale. Drift common to a pair cancels
-    (benchmark.perf: step times of two paths timed back to back on a shared CPU)."""
+def ratio_interval(a, b, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """a / b - 1 from paired positive samples (a[i], b[i] taken together) and its interval: the
+    geometric mean ratio and a t interval of the mean log-ratio, back on the ratio scale. Drift
+    common to a pair cancels (benchmark.perf: step times of two paths timed back to back on a
+    shared CPU)."""
     mean, se, df = paired(np.log(np.asarray(a, dtype=float)), np.log(np.asarray(b, dtype=float)))
     lo, hi = interval(mean, se, df, level)
-    return np.expm1(lo), np.expm1(hi)
+    return np.expm1(mean), np.expm1(lo), np.expm1(hi)
 
 
 def welch(a, b) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -20,6 +20,8 @@ from benchmark.store import speeds
 SLOW_BF16 = 4
 REFERENCE = {"d_model": 256, "n_heads": 4, "vocab_size": 8192, "ffn": {"ratio": 2.75}}
 LOOPED_SPLIT = {"begin": 2, "middle": 2, "end": 2}  # 6 unique layers, like the 6-layer Transformer
+SEQ_LEN, BATCH = 256, 16  # the reference step's tokens
+MIN_RUNS = 3  # runs of the same code before a target is judged between runs (across_runs)
 
 
 def reference_spec(family: str) -> ArchSpec:
@@ -98,7 +100,7 @@ def run_models(families: list[str], steps: int, minutes: float | None = None) ->
     # A round's time, forecast by its FLOPs, so the compared groups get about as many rounds each
     # (by path counts alone, Looped and Hyperloop, whose steps are 1.5x the Transformer's, got 20
     # rounds where the Transformer's group got 32, and their 3% target is the finest).
-    cost = [sum(count_flops(reference_spec(plans[i][k][0]), 256)["train"] for k in read[i]) for i in range(len(plans))]
+    cost = [sum(count_flops(reference_spec(plans[i][k][0]), SEQ_LEN)["train"] for k in read[i]) for i in range(len(plans))]
     # groups without a target first, with the fewest rounds; then those with one share the rest
     order = sorted(range(len(plans)), key=lambda i: targeted[i])
     for k, i in enumerate(order):
@@ -112,13 +114,13 @@ def run_models(families: list[str], steps: int, minutes: float | None = None) ->
         console.print(f"[dim]{', '.join(dict.fromkeys(f for f, _, _ in paths))}: {len(paths)} paths, "
                       f"steps interleaved{allowed} ...[/dim]")
         measured = measure_together([(reference_spec(fam), policy) for fam, _, policy in paths], steps=steps,
-                                    until=until, focus=focus)
+                                    seq_len=SEQ_LEN, batch_size=BATCH, until=until, focus=focus)
         for (fam, name, _), m in zip(paths, measured):
             results[(fam, name)] = m
     results = dict(sorted(results.items(), key=lambda kv: families.index(kv[0][0])))  # the families' order
     for fam, name in results:
         rows.append((fam, reference_spec(fam).structure(), name, results[(fam, name)]))
-    table = Table(title="Training speed at the reference size (seq 256, batch 16)")
+    table = Table(title=f"Training speed at the reference size (seq {SEQ_LEN}, batch {BATCH})")
     for col in ("family", "structure", "params (non-emb)", "path", "first step s", "step s",
                 "tokens/s", "GFLOP/s", "/ fp32 peak", "/ bf16 peak"):
         table.add_column(col, justify="right")
@@ -128,7 +130,7 @@ def run_models(families: list[str], steps: int, minutes: float | None = None) ->
                       f"{m.tokens_per_s:,.0f}", f"{m.flops_per_s / 1e9:.1f}",
                       f"{m.flops_per_s / peak['fp32']:.0%}", "-" if slow_bf16 else f"{m.flops_per_s / peak['bf16']:.0%}")
     console.print(table)
-    summary = _ratios(results, across_runs(results, timing._speeds_file(), model_code(), time.time()))
+    summary = _ratios(results, across_runs(results, timing.speeds_file(), model_code(), time.time()))
     for line in summary:
         console.print(line)
     return results
@@ -142,22 +144,25 @@ def paired_ratio(a: Measurement, b: Measurement) -> tuple[float, float, float, i
     interval says so. The interval is this run's: on the 2-core VM two 9-minute runs ten minutes
     apart put Hyperloop over Looped at +0.5% to +3.6% (20 rounds) and +4.3% to +11.9% (24 rounds),
     so a shared machine's hours differ by more than the rounds of one run do."""
-    import numpy as np
-
     from benchmark.leaderboard.stats import ratio_interval
 
     rounds = min(len(a.step_times), len(b.step_times))  # below 2 the interval is NaN
-    ta, tb = np.asarray(a.step_times[:rounds], float), np.asarray(b.step_times[:rounds], float)
-    est = float(np.expm1(np.mean(np.log(ta / tb)))) if rounds else float("nan")
-    return (est, *map(float, ratio_interval(ta, tb)), rounds)
+    return (*map(float, ratio_interval(a.step_times[:rounds], b.step_times[:rounds])), rounds)
+
+
+def _judged(lo: float, hi: float, limit: float, unresolved: str) -> str:
+    """A time-ratio target's verdict from an interval (lo, hi): `met` only with the whole interval
+    at or under `limit`, `missed` with all of it over, else `unresolved`."""
+    from benchmark.leaderboard.stats import VERDICTS, verdict
+
+    return dict(zip(VERDICTS, ("met", "missed", unresolved)))[str(verdict(lo - limit, hi - limit, expected_sign=-1))]
 
 
 def _ratios(results, between: list[str] = ()) -> list[str]:
     """The comparisons the model-zoo issue asks for, as time-per-token ratios: from the paired
     rounds where there are enough (the table's medians, taken path by path, can sit outside the
     paired interval), else the medians' ratio; then `between`, the same over runs (across_runs)."""
-    from benchmark.leaderboard.stats import LEVEL, VERDICTS, verdict
-    said = dict(zip(VERDICTS, ("met", "missed", "not resolved at this noise")))  # interval below the limit: met
+    from benchmark.leaderboard.stats import LEVEL
 
     def t(fam, path="default"):
         return 1 / results[(fam, path)].tokens_per_s if (fam, path) in results else None
@@ -165,8 +170,8 @@ def _ratios(results, between: list[str] = ()) -> list[str]:
     for a, b, limit in HYPER_TARGETS:
         if t(a) and t(b):
             est, lo, hi, rounds = paired_ratio(results[(a, "default")], results[(b, "default")])
-            if rounds >= 3:
-                found = said[str(verdict(lo - limit, hi - limit, expected_sign=-1))]
+            if rounds >= MIN_ROUNDS:
+                found = _judged(lo, hi, limit, "not resolved at this noise")
                 line = (f"{a} vs {b}: {est:+.1%} time per token, {LEVEL:.0%} interval {lo:+.1%} to {hi:+.1%} "
                         f"over {rounds} paired rounds")
             else:  # too few rounds for an interval: the medians' ratio alone
@@ -202,8 +207,7 @@ def across_runs(results, path, code: str, now: float) -> list[str]:
     machine (store/speeds.py); from three runs on, a t interval between runs judges the target. One
     run's interval says how steady its rounds were, not how the ratio moves with a shared CPU's
     hours (paired_ratio): that needs runs at different times, and their spread is this interval."""
-    from benchmark.leaderboard.stats import LEVEL, VERDICTS, interval, mean_se, verdict
-    said = dict(zip(VERDICTS, ("met", "missed", "not resolved")))
+    from benchmark.leaderboard.stats import LEVEL, interval, mean_se
     lines = []
     for a, b, limit in HYPER_TARGETS:
         if (a, "default") not in results or (b, "default") not in results:
@@ -213,12 +217,13 @@ def across_runs(results, path, code: str, now: float) -> list[str]:
             continue
         speeds.record_ratio(path, f"{a}/{b}", code, math.log1p(est), rounds, now)
         runs = speeds.ratio_runs(path, f"{a}/{b}", code)
-        if len(runs) < 3:
-            lines.append(f"{a} vs {b}: {len(runs)} run(s) of this code here so far; from 3, an interval between runs")
+        if len(runs) < MIN_RUNS:
+            lines.append(f"{a} vs {b}: {len(runs)} run(s) of this code here so far; from {MIN_RUNS}, an interval "
+                         "between runs")
             continue
         mean, se, n = (float(v) for v in mean_se([r for _, r, _ in runs]))
         lo, hi = (math.expm1(float(v)) for v in interval(mean, se, n - 1))
-        found = said[str(verdict(lo - limit, hi - limit, expected_sign=-1))]
+        found = _judged(lo, hi, limit, "not resolved")
         span = " to ".join(time.strftime("%Y-%m-%d %H:%M", time.gmtime(w)) for w in (runs[0][0], runs[-1][0]))
         lines.append(f"{a} vs {b} over the last {len(runs)} runs of this code here ({span} UTC): {math.expm1(mean):+.1%}, "
                      f"{LEVEL:.0%} interval {lo:+.1%} to {hi:+.1%} between runs (target <= {limit:.0%}: {found})")

@@ -115,7 +115,7 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
     return out
 
 
-def _speeds_file() -> Path:
+def speeds_file() -> Path:
     from benchmark.data import cache_root
 
     return speeds.path_in(cache_root())
@@ -127,7 +127,7 @@ def machine_flops(probe: bool = True) -> float:
     4.8M non-embedding it read 78 GFLOP/s on the 2-core AMD EPYC, where the quickstart's 0.6-0.7M
     models then trained at 38-50 and the probe read 43-56, so a plan from it said 8.7 minutes of
     training for an 18-minute run (2026-11-23)."""
-    cached = speeds.machine_fallback(_speeds_file())
+    cached = speeds.machine_fallback(speeds_file())
     if cached is not None:
         return cached
     if not probe:
@@ -154,7 +154,7 @@ def probe_shape(device_type: str) -> tuple[ArchSpec, int, int]:
 
 def record_flops(flops_per_s: float, source: str) -> None:
     """Remember this machine's training FLOP/s for estimates (atomic write; best effort)."""
-    speeds.record_machine(_speeds_file(), flops_per_s, source)
+    speeds.record_machine(speeds_file(), flops_per_s, source)
 
 
 def estimates(precision: str = "auto", compile: bool = True):
@@ -162,4 +162,4 @@ def estimates(precision: str = "auto", compile: bool = True):
     (store/speeds.py), else machine_flops() with the plan's fixed overhead."""
     from benchmark.space.plan import TRIAL_OVERHEAD_S
 
-    return speeds.estimator(_speeds_file(), speeds.policy_key(precision, compile), machine_flops(), TRIAL_OVERHEAD_S)
+    return speeds.estimator(speeds_file(), speeds.policy_key(precision, compile), machine_flops(), TRIAL_OVERHEAD_S)

@@ -17,6 +17,7 @@ import contextlib
 import glob
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import statistics
@@ -170,7 +171,7 @@ def record_precision_probe(path: Path, fp32: float, bf16: float) -> None:
 def record_ratio(path: Path, pair: str, code: str, log_ratio: float, rounds: int, when: float) -> None:
     """One `benchmark.perf models` run's paired estimate of a comparison (`pair`, "a/b": the log of
     a's time per token over b's), for the models' code `code` (the latest KEEP_RUNS kept)."""
-    if not (isinstance(log_ratio, float) and abs(log_ratio) < float("inf")):
+    if not math.isfinite(log_ratio):  # a run with too few rounds has no estimate
         return
     with _editing(path) as data:
         pairs = data["machines"].setdefault(machine_key(), {}).setdefault("ratios", {}).setdefault(pair, {})
