@@ -136,8 +136,8 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
         print(f"run_search.py: {', '.join(given)} {verb} only to a search, not to --plan", file=sys.stderr)
         return 2
     import optuna
-    from rich.console import Console
 
+    from benchmark.console import console as wide_console
     from benchmark.perf import timing
     from benchmark.space.plan import make_plan, records, render, summary, warnings
 
@@ -151,8 +151,7 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
         for line in warnings(space):
             print(f"note: {line}", file=sys.stderr)
     else:
-        console = Console()
-        render(plan, rows, console if console.is_terminal else Console(width=200))  # a pipe keeps every column
+        render(plan, rows, wide_console())
     return 0
 
 

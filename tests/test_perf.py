@@ -200,12 +200,15 @@ def test_runs_at_different_hours_judge_a_target_by_their_spread(tmp_path):
 
     path = tmp_path / "perf.json"
 
-    def run(over, code="abc", when=1.7e9):
-        rounds = [1.0, 1.2, 0.9, 1.1]
+    def run(over, code="abc", when=1.7e9, n=models.RUN_ROUNDS):
+        rounds = ([1.0, 1.2, 0.9, 1.1] * n)[:n]
         res = {("looped", "default"): perf.Measurement(1.0, 1.0, 1.0, 1e6, 0, tuple(rounds)),
                ("hyperloop", "default"): perf.Measurement(1.0, 1.0, 1.0, 1e6, 0, tuple(t * over for t in rounds))}
         return models.across_runs(res, path, code, when)
 
+    assert run(1.02, n=models.RUN_ROUNDS - 1) == [  # a short run does not join the history
+        "hyperloop vs looped: this run's 9 paired rounds are too few to join the runs between which targets are "
+        "judged (at least 10: give it more time)"]
     assert run(1.02) == ["hyperloop vs looped: 1 run(s) of this code here so far; from 3, an interval between runs"]
     assert run(1.08, when=1.7e9 + 600)[0].startswith("hyperloop vs looped: 2 run(s)")
     line = run(1.03, when=1.7e9 + 3600)[0]

@@ -45,6 +45,13 @@ def test_json_records(capsys):
     assert [r["family"] for r in rows] == ["transformer", "looped", "hyperloop"]
 
 
+def test_a_piped_plan_keeps_each_row_on_one_line(capsys):
+    """Not on a terminal (a pipe, a log) rich would wrap the 12-column table to 80 columns."""
+    assert main([QUICKSTART, "--plan"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "│ hyperloop " in line]
+    assert len(rows) == 1 and rows[0].count("│") == 13 and rows[0].rstrip().endswith("min   │")
+
+
 def test_overrides(capsys):
     rows, _ = plan_json(capsys, QUICKSTART, "--budget", "3M", "--count", "non_embedding", "--tokens", "20x")
     for r in rows:

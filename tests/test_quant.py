@@ -11,6 +11,7 @@ from benchmark import ArchSpec, build_model
 from benchmark.trial.quant import (
     BITS,
     QuantConfig,
+    _stacks,
     calibrate,
     collect_hessians,
     gptq,
@@ -118,6 +119,32 @@ def test_lazy_batch_updates_are_a_reordering_of_the_same_arithmetic():
         one = gptq(w, H, QuantConfig(bits=4, group_size=16, block_size=16, act_order=act_order))
         lazy = gptq(w, H, QuantConfig(bits=4, group_size=16, block_size=96, act_order=act_order))
         assert (one != lazy).float().mean() < 0.01
+
+
+@pytest.mark.parametrize("act_order", [False, True])
+def test_layers_stacked_are_quantised_as_each_alone(act_order):
+    """quantize runs GPTQ on a stack of same-shape layers at once: each layer's result is the
+    one it gets alone (its own Hessian, its own dead inputs and column order), bit for bit."""
+    Xs = [correlated_inputs(seed=s) for s in range(3)]
+    Xs[1][:, 7] = 0                                          # one layer with a dead input
+    Hs = torch.stack([2 * X.T @ X / X.shape[0] for X in Xs])
+    ws = torch.stack([gaussian(48, 96, seed=s) for s in range(3)])
+    cfg = QuantConfig(bits=4, group_size=32, act_order=act_order, block_size=64)
+    together = gptq(ws, Hs, cfg)
+    for w, H, q in zip(ws, Hs, together):
+        assert torch.equal(q, gptq(w, H, cfg))
+    assert torch.equal(rtn(ws, cfg)[2], rtn(ws[2], cfg))
+
+
+def test_stacks_group_layers_by_shape_within_a_size_limit(monkeypatch):
+    m = tiny("transformer")       # 4 layers: q, k, v, o (32, 32); w1, w3 (88, 32); w2 (32, 88)
+    stacks = _stacks(quantizable(m))
+    assert sorted(map(len, stacks)) == [4, 8, 16]
+    assert all(len({tuple(quantizable(m)[n].weight.shape) for n in s}) == 1 for s in stacks)
+    # At 5 (32, 32) layers' weights and Hessians a stack: q, k, v, o (16) go 5, 5, 5, 1; w1 and w3
+    # (8 of (88, 32), 3,840 elements each) 2 at a time; w2 (32, 88), 10,560 alone, one at a time.
+    monkeypatch.setattr("benchmark.trial.quant.STACK_ELEMENTS", 5 * (32 * 32 + 32 * 32))
+    assert sorted(map(len, _stacks(quantizable(m)))) == [1] * 5 + [2] * 4 + [5] * 3
 
 
 def test_gptq_output_stays_on_the_group_grids():

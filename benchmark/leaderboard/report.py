@@ -21,6 +21,7 @@ import pyarrow.csv as pa_csv
 from rich.console import Console
 
 from benchmark.arch import describe
+from benchmark.console import console as wide_console
 from benchmark.leaderboard import claims, formats, page, plots, scaling, tables
 from benchmark.leaderboard.board import Board, aggregated
 
@@ -38,8 +39,7 @@ def publish(board: Board, outputs: Sequence[str], out: Path | None = None, top: 
     Scaling fits are made for every budget ladder (by family or structure: `fit_by`), predicted at
     `predict` parameters; `checked`: a claims file and its results (claims.evaluate), shown in
     every document and written to <out>/claims.json."""
-    # Piped output is not a terminal: rich would wrap every table to 80 columns; keep rows whole.
-    console = console or Console(width=None if sys.stdout.isatty() else 200)
+    console = console or wide_console()
     figures = out is not None or "html" in outputs
     planned, plot_notes = plots.plan(board) if figures else ([], [])
     written = []

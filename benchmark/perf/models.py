@@ -22,6 +22,10 @@ REFERENCE = {"d_model": 256, "n_heads": 4, "vocab_size": 8192, "ffn": {"ratio": 
 LOOPED_SPLIT = {"begin": 2, "middle": 2, "end": 2}  # 6 unique layers, like the 6-layer Transformer
 SEQ_LEN, BATCH = 256, 16  # the reference step's tokens
 MIN_RUNS = 3  # runs of the same code before a target is judged between runs (across_runs)
+# Paired rounds a run needs to join them: the interval between runs weighs every run alike, so a
+# run's own noise must be small beside the spread between hours (a full run gives 24-32 rounds on
+# the 2-core AMD EPYC, a 1-minute run of two families a handful).
+RUN_ROUNDS = 10
 
 
 def reference_spec(family: str) -> ArchSpec:
@@ -58,13 +62,12 @@ def run_models(families: list[str], steps: int, minutes: float | None = None) ->
     in it (at least MIN_ROUNDS)."""
     end = time.perf_counter() + 60 * minutes if minutes else None
     import torch
-    from rich.console import Console
     from rich.table import Table
 
+    from benchmark.console import console as wide_console
     from benchmark.trial.step import ExecPolicy, default_device, matmul_peak
 
-    console = Console()
-    console = console if console.is_terminal else Console(width=200)  # a log keeps every column
+    console = wide_console()
     peak = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
     slow_bf16 = peak["bf16"] < peak["fp32"] / SLOW_BF16
     console.print(f"matmul peak here: fp32 {peak['fp32'] / 1e9:.0f} GFLOP/s, bf16 {peak['bf16'] / 1e9:.0f} GFLOP/s "
@@ -214,6 +217,10 @@ def across_runs(results, path, code: str, now: float) -> list[str]:
             continue
         est, _, _, rounds = paired_ratio(results[(a, "default")], results[(b, "default")])
         if rounds < MIN_ROUNDS:
+            continue
+        if rounds < RUN_ROUNDS:
+            lines.append(f"{a} vs {b}: this run's {rounds} paired rounds are too few to join the runs between which "
+                         f"targets are judged (at least {RUN_ROUNDS}: give it more time)")
             continue
         speeds.record_ratio(path, f"{a}/{b}", code, math.log1p(est), rounds, now)
         runs = speeds.ratio_runs(path, f"{a}/{b}", code)

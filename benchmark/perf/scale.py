@@ -31,9 +31,9 @@ def reference_values(space, family: str, fixed: dict[str, object]) -> dict[str, 
 def run_scale(space_path: str, budget: str | None, families: list[str], fixed: dict[str, object],
               precisions: list[str], steps: int, seq_len: int | None, batch_size: int | None) -> dict:
     import torch
-    from rich.console import Console
     from rich.table import Table
 
+    from benchmark.console import console as wide_console
     from benchmark.space.candidates import resolve
     from benchmark.space.language import load_space
     from benchmark.trial.step import (
@@ -47,8 +47,7 @@ def run_scale(space_path: str, budget: str | None, families: list[str], fixed: d
     seq_len = seq_len or space.training_value("seq_len")
     batch_size = batch_size or space.training_value("batch_size")
     device = default_device()
-    console = Console()
-    console = console if console.is_terminal else Console(width=200)
+    console = wide_console()
     prepare_device(device)  # fp32 matmuls in TF32 on CUDA, as the fp32 path trains
     big = 8192 if device.type == "cuda" else 2048  # a size that fills a GPU; bounded in time on a CPU
     peak = {"fp32": matmul_peak(torch.float32, n_max=big), "bf16": matmul_peak(torch.bfloat16, n_max=big)}

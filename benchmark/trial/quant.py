@@ -120,9 +120,10 @@ def model_bytes(model: LanguageModel, cfg: QuantConfig | None = None) -> int:
 # ---- the quantisation grid --------------------------------------------------------------------
 
 def grid(w: torch.Tensor, cfg: QuantConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scale and zero point per row of w (rows, g) -> (rows, 1) each (GPTQ's Quantizer.find_params)."""
-    lo = w.min(dim=1, keepdim=True).values.clamp(max=0)
-    hi = w.max(dim=1, keepdim=True).values.clamp(min=0)
+    """Scale and zero point per row of w (..., rows, g) -> (..., rows, 1) each (GPTQ's
+    Quantizer.find_params)."""
+    lo = w.amin(dim=-1, keepdim=True).clamp(max=0)
+    hi = w.amax(dim=-1, keepdim=True).clamp(min=0)
     if cfg.symmetric:
         hi = torch.maximum(-lo, hi)
         lo = -hi
@@ -140,12 +141,12 @@ def fake_quant(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, maxq: i
 
 
 def rtn(w: torch.Tensor, cfg: QuantConfig) -> torch.Tensor:
-    """Round-to-nearest, per row and group of input columns: (out, in) -> dequantised (out, in)."""
+    """Round-to-nearest, per row and group of input columns: (..., out, in) -> dequantised."""
     w = w.detach().float()
     out = torch.empty_like(w)
-    for s in range(0, w.shape[1], cfg.group_size):
-        g = w[:, s:s + cfg.group_size]
-        out[:, s:s + cfg.group_size] = fake_quant(g, *grid(g, cfg), cfg.maxq)
+    for s in range(0, w.shape[-1], cfg.group_size):
+        g = w[..., s:s + cfg.group_size]
+        out[..., s:s + cfg.group_size] = fake_quant(g, *grid(g, cfg), cfg.maxq)
     return out
 
 
@@ -153,7 +154,8 @@ def rtn(w: torch.Tensor, cfg: QuantConfig) -> torch.Tensor:
 
 def _inverse_cholesky(H: torch.Tensor, damp: float) -> torch.Tensor:
     """Upper Cholesky factor of the dampened H^-1 (GPTQ §4, Step 3: its rows give the updates)."""
-    H = H + damp * H.diagonal().mean() * torch.eye(H.shape[0], dtype=H.dtype, device=H.device)
+    eye = torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
+    H = H + damp * H.diagonal(dim1=-2, dim2=-1).mean(-1)[..., None, None] * eye
     Hinv = torch.cholesky_inverse(torch.linalg.cholesky(H))
     return torch.linalg.cholesky(Hinv, upper=True)
 
@@ -161,34 +163,47 @@ def _inverse_cholesky(H: torch.Tensor, damp: float) -> torch.Tensor:
 def gptq(w: torch.Tensor, H: torch.Tensor, cfg: QuantConfig) -> torch.Tensor:
     """GPTQ (Frantar et al. 2023, Algorithm 1): quantise column by column, spreading each column's
     error over the columns not yet quantised through the inverse Hessian, with lazy batch updates
-    of `block_size` columns. w (out, in), H (in, in) -> dequantised (out, in)."""
+    of `block_size` columns. w (out, in), H (in, in) -> dequantised (out, in); or a stack of L
+    layers of one shape, w (L, out, in) and H (L, in, in), quantised together: each layer's
+    arithmetic is its own, and one pass over the columns serves all L (`quantize` stacks a
+    model's layers by shape, as Python's per-column steps, not FLOPs, take the time at d <= 1K)."""
+    single = w.dim() == 2
     W, H = w.detach().float().clone(), H.float().clone()
-    cols, g = W.shape[1], cfg.group_size
-    dead = H.diagonal() == 0                     # inputs that are always zero: weight is irrelevant
-    H[dead, dead] = 1
-    W[:, dead] = 0
-    static = [grid(W[:, s:s + g], cfg) for s in range(0, cols, g)] if cfg.act_order else None
-    perm = torch.argsort(H.diagonal(), descending=True) if cfg.act_order else torch.arange(cols, device=W.device)
-    W, H = W[:, perm], H[perm][:, perm]
+    if single:
+        W, H = W.unsqueeze(0), H.unsqueeze(0)
+    cols, g = W.shape[-1], cfg.group_size
+    diag = H.diagonal(dim1=-2, dim2=-1)          # a view: writing it writes H
+    dead = diag == 0                             # inputs that are always zero: weight is irrelevant
+    diag.masked_fill_(dead, 1)
+    W.masked_fill_(dead.unsqueeze(1), 0)
+    if cfg.act_order:                            # per layer: (L, out, groups) grids, (L, in) order
+        static = [torch.cat(p, dim=-1) for p in zip(*(grid(W[..., s:s + g], cfg) for s in range(0, cols, g)))]
+        perm = torch.argsort(H.diagonal(dim1=-2, dim2=-1), dim=-1, descending=True)
+    else:
+        static, perm = None, torch.arange(cols, device=W.device).expand(W.shape[0], cols)
+    W = W.gather(-1, perm.unsqueeze(1).expand_as(W))
+    H = H.gather(-1, perm.unsqueeze(1).expand_as(H)).gather(-2, perm.unsqueeze(2).expand_as(H))
     Hinv = _inverse_cholesky(H, cfg.damp)
     Q = torch.zeros_like(W)
     block = max(cfg.block_size // g, 1) * g      # whole groups per block: a group's grid is found
     for i1 in range(0, cols, block):             # on its up-to-date (error-compensated) columns
         i2 = min(i1 + block, cols)
-        W1, Hinv1 = W[:, i1:i2].clone(), Hinv[i1:i2, i1:i2]
+        W1, Hinv1 = W[..., i1:i2].clone(), Hinv[..., i1:i2, i1:i2]
         Err1 = torch.zeros_like(W1)
         for i in range(i2 - i1):
-            if static is not None:
-                scale, zero = static[int(perm[i1 + i]) // g]
+            if static is not None:               # each layer's group of its column i1 + i
+                at = (perm[:, i1 + i] // g)[:, None, None].expand(-1, W.shape[1], 1)
+                scale, zero = static[0].gather(-1, at), static[1].gather(-1, at)
             elif i % g == 0:
-                scale, zero = grid(W1[:, i:i + g], cfg)
-            q = fake_quant(W1[:, i:i + 1], scale, zero, cfg.maxq).squeeze(1)
-            Q[:, i1 + i] = q
-            err = (W1[:, i] - q) / Hinv1[i, i]
-            W1[:, i:] -= err.unsqueeze(1) * Hinv1[i, i:].unsqueeze(0)
-            Err1[:, i] = err
-        W[:, i2:] -= Err1 @ Hinv[i1:i2, i2:]
-    return Q[:, torch.argsort(perm)]
+                scale, zero = grid(W1[..., i:i + g], cfg)
+            q = fake_quant(W1[..., i:i + 1], scale, zero, cfg.maxq).squeeze(-1)
+            Q[..., i1 + i] = q
+            err = (W1[..., i] - q) / Hinv1[..., i, i, None]
+            W1[..., i:] -= err.unsqueeze(-1) * Hinv1[..., i, None, i:]
+            Err1[..., i] = err
+        W[..., i2:] -= Err1 @ Hinv[..., i1:i2, i2:]
+    Q = Q.gather(-1, torch.argsort(perm, dim=-1).unsqueeze(1).expand_as(Q))
+    return Q[0] if single else Q
 
 
 def collect_hessians(model: LanguageModel, layers: dict[str, Proj],
@@ -209,7 +224,9 @@ def collect_hessians(model: LanguageModel, layers: dict[str, Proj],
     try:
         with torch.no_grad():
             for batch in calib:  # batches come from the CPU batch builder: onto the model's device
-                model((batch[0] if isinstance(batch, (tuple, list)) else batch).to(device))
+                # The features only: the head is not quantised, and at a small width its logits
+                # would cost more than all the layers the Hessians are for.
+                model.features((batch[0] if isinstance(batch, (tuple, list)) else batch).to(device))
     finally:
         for h in handles:
             h.remove()
@@ -232,6 +249,22 @@ def calibrate(model: LanguageModel, calib: Iterable[torch.Tensor]) -> dict[str, 
         model.train(was_training)
 
 
+STACK_ELEMENTS = 2 ** 26  # per stack of layers quantised together: weights and Hessians, 256 MB in fp32
+
+
+def _stacks(layers: dict[str, Proj]) -> list[list[str]]:
+    """The layers in stacks of one weight shape that `gptq` quantises together, each stack's
+    weights and Hessians at most STACK_ELEMENTS (a 1B model's FFN layers go a few at a time)."""
+    shapes: dict[tuple[int, int], list[str]] = {}
+    for name, proj in layers.items():
+        shapes.setdefault(tuple(proj.weight.shape), []).append(name)
+    out = []
+    for (rows, cols), names in shapes.items():
+        per = max(1, STACK_ELEMENTS // (rows * cols + cols * cols))
+        out += [names[i:i + per] for i in range(0, len(names), per)]
+    return out
+
+
 def quantize(model: LanguageModel, cfg: QuantConfig, calib: Iterable[torch.Tensor] | None = None, *,
              hessians: dict[str, Hessian] | None = None) -> tuple[LanguageModel, QuantReport]:
     """A fake-quantised copy of `model` (the original is untouched) and its report. GPTQ needs
@@ -246,10 +279,12 @@ def quantize(model: LanguageModel, cfg: QuantConfig, calib: Iterable[torch.Tenso
     qmodel = copy.deepcopy(model).eval()
     layers = quantizable(qmodel)
     with torch.no_grad():
-        for name, proj in layers.items():
-            w = proj.weight
-            q = gptq(w, hessians[name].H.to(w.device), cfg) if hessians else rtn(w, cfg)
-            w.copy_(q.to(w.dtype))
+        for names in _stacks(layers):
+            w = torch.stack([layers[n].weight for n in names])
+            q = (gptq(w, torch.stack([hessians[n].H for n in names]).to(w.device), cfg) if hessians
+                 else rtn(w, cfg))
+            for n, qn in zip(names, q):
+                layers[n].weight.copy_(qn.to(w.dtype))
     report = QuantReport(method=cfg.method, bits=cfg.bits, group_size=cfg.group_size,
                          symmetric=cfg.symmetric, bytes=model_bytes(model, cfg),
                          bytes_bf16=model_bytes(model),
