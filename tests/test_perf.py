@@ -209,13 +209,15 @@ def test_runs_at_different_hours_judge_a_target_by_their_spread(tmp_path):
     assert run(1.02, n=models.RUN_ROUNDS - 1) == [  # a short run does not join the history
         "hyperloop vs looped: this run's 9 paired rounds are too few to join the runs between which targets are "
         "judged (at least 10: give it more time)"]
+    speeds.record_ratio(path, "hyperloop/looped", "abc", 0.5, 3, 1.7e9 - 1)  # one kept before the rule: not read
     assert run(1.02) == ["hyperloop vs looped: 1 run(s) of this code here so far; from 3, an interval between runs"]
     assert run(1.08, when=1.7e9 + 600)[0].startswith("hyperloop vs looped: 2 run(s)")
     line = run(1.03, when=1.7e9 + 3600)[0]
     # log ratios 0.0198, 0.0770, 0.0296: mean 0.0421 (+4.3%), s.e. 0.0177, t(2) 4.303: -0.0338 to 0.1181
     assert line == ("hyperloop vs looped over the last 3 runs of this code here (2023-11-14 22:13 to 2023-11-14 23:13 UTC): "
                     "+4.3%, 95% interval -3.3% to +12.5% between runs (target <= 3%: not resolved)")
-    assert [round(r, 4) for _, r, _ in speeds.ratio_runs(path, "hyperloop/looped", "abc")] == [0.0198, 0.077, 0.0296]
+    kept = speeds.ratio_runs(path, "hyperloop/looped", "abc")  # the short run is kept but not read
+    assert [(round(r, 4), n) for _, r, n in kept] == [(0.5, 3), (0.0198, 10), (0.077, 10), (0.0296, 10)]
     assert run(1.01, code="faster")[0].startswith("hyperloop vs looped: 1 run(s)")     # changed code: a new history
     for k in range(speeds.KEEP_RUNS + 2):                                                 # the latest KEEP_RUNS kept
         run(1.01 + 0.001 * k, code="steady", when=1.7e9 + k)

@@ -223,7 +223,7 @@ def across_runs(results, path, code: str, now: float) -> list[str]:
                          f"targets are judged (at least {RUN_ROUNDS}: give it more time)")
             continue
         speeds.record_ratio(path, f"{a}/{b}", code, math.log1p(est), rounds, now)
-        runs = speeds.ratio_runs(path, f"{a}/{b}", code)
+        runs = [r for r in speeds.ratio_runs(path, f"{a}/{b}", code) if r[2] >= RUN_ROUNDS]  # and those kept before
         if len(runs) < MIN_RUNS:
             lines.append(f"{a} vs {b}: {len(runs)} run(s) of this code here so far; from {MIN_RUNS}, an interval "
                          "between runs")
