@@ -45,8 +45,14 @@ def test_json_records(capsys):
     assert [r["family"] for r in rows] == ["transformer", "looped", "hyperloop"]
 
 
-def test_a_piped_plan_keeps_each_row_on_one_line(capsys):
-    """Not on a terminal (a pipe, a log) rich would wrap the 12-column table to 80 columns."""
+@pytest.mark.parametrize("force_color", [None, "1"])
+def test_a_piped_plan_keeps_each_row_on_one_line(capsys, monkeypatch, force_color):
+    """Not on a terminal (a pipe, a log) rich would wrap the 12-column table to 80 columns, and
+    FORCE_COLOR (colour in a CI log) makes rich take a pipe for a terminal."""
+    if force_color:
+        monkeypatch.setenv("FORCE_COLOR", force_color)
+    else:
+        monkeypatch.delenv("FORCE_COLOR", raising=False)
     assert main([QUICKSTART, "--plan"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if "│ hyperloop " in line]
     assert len(rows) == 1 and rows[0].count("│") == 13 and rows[0].rstrip().endswith("min   │")

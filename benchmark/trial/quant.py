@@ -176,13 +176,13 @@ def gptq(w: torch.Tensor, H: torch.Tensor, cfg: QuantConfig) -> torch.Tensor:
     dead = diag == 0                             # inputs that are always zero: weight is irrelevant
     diag.masked_fill_(dead, 1)
     W.masked_fill_(dead.unsqueeze(1), 0)
+    static = perm = None
     if cfg.act_order:                            # per layer: (L, out, groups) grids, (L, in) order
         static = [torch.cat(p, dim=-1) for p in zip(*(grid(W[..., s:s + g], cfg) for s in range(0, cols, g)))]
-        perm = torch.argsort(H.diagonal(dim1=-2, dim2=-1), dim=-1, descending=True)
-    else:
-        static, perm = None, torch.arange(cols, device=W.device).expand(W.shape[0], cols)
-    W = W.gather(-1, perm.unsqueeze(1).expand_as(W))
-    H = H.gather(-1, perm.unsqueeze(1).expand_as(H)).gather(-2, perm.unsqueeze(2).expand_as(H))
+        perm = torch.argsort(diag, dim=-1, descending=True, stable=True)  # ties in a fixed order
+        W = W.gather(-1, perm.unsqueeze(1).expand_as(W))
+        H = H.gather(-1, perm.unsqueeze(1).expand_as(H)).gather(-2, perm.unsqueeze(2).expand_as(H))
+    del diag                                     # else it would keep the unpermuted H alive
     Hinv = _inverse_cholesky(H, cfg.damp)
     Q = torch.zeros_like(W)
     block = max(cfg.block_size // g, 1) * g      # whole groups per block: a group's grid is found
@@ -202,7 +202,8 @@ def gptq(w: torch.Tensor, H: torch.Tensor, cfg: QuantConfig) -> torch.Tensor:
             W1[..., i:] -= err.unsqueeze(-1) * Hinv1[..., i, None, i:]
             Err1[..., i] = err
         W[..., i2:] -= Err1 @ Hinv[..., i1:i2, i2:]
-    Q = Q.gather(-1, torch.argsort(perm, dim=-1).unsqueeze(1).expand_as(Q))
+    if perm is not None:
+        Q = Q.gather(-1, torch.argsort(perm, dim=-1).unsqueeze(1).expand_as(Q))
     return Q[0] if single else Q
 
 
@@ -249,7 +250,9 @@ def calibrate(model: LanguageModel, calib: Iterable[torch.Tensor]) -> dict[str, 
         model.train(was_training)
 
 
-STACK_ELEMENTS = 2 ** 26  # per stack of layers quantised together: weights and Hessians, 256 MB in fp32
+# A stack's weights and Hessians together, at most (256 MB in fp32); GPTQ's copies, the inverse
+# and its factors take several times that at the peak, as one large layer alone would.
+STACK_ELEMENTS = 2 ** 26
 
 
 def _stacks(layers: dict[str, Proj]) -> list[list[str]]:
