@@ -33,7 +33,9 @@ class RMSNorm(nn.Module):
 class Proj(nn.Module):
     """A bias-free linear map, optionally with one LoRA adapter per loop iteration (relaxed
     recursive Transformers; Hyperloop Table 7). B starts at zero, so at initialisation the
-    adapted layer is exactly the shared one. Loops beyond those trained reuse the last adapter."""
+    adapted layer is exactly the shared one. Loops beyond those trained reuse the last adapter.
+    `loop` is an int, or the adapter's index as a 0-dim tensor (LanguageModel passes one, in
+    range, so that a compiled layer is one graph for every loop)."""
 
     def __init__(self, d_in: int, d_out: int, lora_rank: int = 0, lora_loops: int = 0):
         super().__init__()
@@ -44,11 +46,14 @@ class Proj(nn.Module):
             self.lora_A = nn.Parameter(torch.randn(lora_loops, lora_rank, d_in) / math.sqrt(d_in))
             self.lora_B = nn.Parameter(torch.zeros(lora_loops, d_out, lora_rank))
 
-    def forward(self, x: torch.Tensor, loop: int | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, loop: int | torch.Tensor | None = None) -> torch.Tensor:
         y = F.linear(x, self.weight)
         if self.lora_A is not None and loop is not None:
-            i = min(loop, self.lora_A.shape[0] - 1)
-            y = y + F.linear(F.linear(x, self.lora_A[i]), self.lora_B[i])
+            if isinstance(loop, torch.Tensor):  # a gather in the graph (indexing by it would read it out)
+                A, B = (p.index_select(0, loop.reshape(1)).squeeze(0) for p in (self.lora_A, self.lora_B))
+            else:
+                A, B = self.lora_A[min(loop, self.lora_A.shape[0] - 1)], self.lora_B[min(loop, self.lora_B.shape[0] - 1)]
+            y = y + F.linear(F.linear(x, A), B)
         return y
 
 

@@ -33,6 +33,8 @@ class LanguageModel(nn.Module):
         lora = (spec.lora_rank, spec.loops) if spec.lora_rank else (0, 0)
         self.begin = nn.ModuleList(Block(spec) for _ in range(s.begin))
         self.middle = nn.ModuleList(Block(spec, *lora) for _ in range(s.middle))
+        if spec.lora_rank:  # the adapters' indices, as the middle layers take them (_loop)
+            self.register_buffer("loop_ids", torch.arange(spec.loops), persistent=False)
         self.end = nn.ModuleList(Block(spec) for _ in range(s.end))
         self.final_norm = RMSNorm(d, spec.norm_eps)
         self.lm_head = None if spec.tie_embeddings else Proj(d, spec.vocab_size)
@@ -92,8 +94,8 @@ class LanguageModel(nn.Module):
         sublayer's branch, which is what those call; and every gate's read and write. Same-class
         modules share one compiled graph, so compiling takes the time of one layer whatever the
         depth or loop count (issue 12: a whole-model graph unrolls every loop and took 327 s for
-        mHC's first step on a 2-core CPU). LoRA-looped layers are the exception: the loop index
-        picks their adapter, so they compile once per loop."""
+        mHC's first step on a 2-core CPU). LoRA-looped layers too: their adapter's index comes
+        in as a tensor (_loop)."""
         blocks = [*self.begin, *self.middle, *self.end]
         connected = []  # layers whose sublayers the hyper-connections call one by one
         if self.spec.hyper is not None and any(sub is not None for _, _, sub in hyper_spans(self.spec)):
@@ -107,10 +109,19 @@ class LanguageModel(nn.Module):
         w = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(x, w)                                        # (B, T, vocab)
 
-    @staticmethod
-    def _run(blocks, x, rope, name, trace, loop=None):
+    def _loop(self, loop: int | None):
+        """A loop index as the layers take it. A LoRA model's middle layers get their adapter's
+        index as a 0-dim tensor (the last adapter past the trained loops): an int would be a
+        constant to the compiler, one graph per loop, and past dynamo's 8 graphs a layer would run
+        eager. At the reference size and 3 loops, with an empty compile cache on the 2-core AMD
+        EPYC, the first step took 34 s with the int, 22 s with the tensor."""
+        if loop is None or not self.spec.lora_rank:
+            return loop
+        return self.loop_ids[min(loop, self.spec.loops - 1)]
+
+    def _run(self, blocks, x, rope, name, trace, loop=None):
         for i, block in enumerate(blocks):
-            x = block(x, rope, loop)
+            x = block(x, rope, self._loop(loop))
             if trace is not None:
                 trace.append((f"{name}.{i}" if loop is None else f"{name}.{loop}.{i}", x))
         return x
@@ -118,7 +129,7 @@ class LanguageModel(nn.Module):
     def _middle(self, x: torch.Tensor, r: int, rope, trace) -> torch.Tensor:
         inj = self.spec.injection
         if inj == "hyper":
-            layers = [(block, loop, i) for loop in range(r) for i, block in enumerate(self.middle)]
+            layers = [(block, self._loop(loop), i) for loop in range(r) for i, block in enumerate(self.middle)]
             return self._hyper_region(x, layers, rope, trace)
         if inj == "concat":
             e, x = x, self._depth_state(x)
