@@ -218,6 +218,8 @@ def test_runs_at_different_hours_judge_a_target_by_their_spread(tmp_path):
                     "+4.3%, 95% interval -3.3% to +12.5% between runs (target <= 3%: not resolved)")
     kept = speeds.ratio_runs(path, "hyperloop/looped", "abc")  # the short run is kept but not read
     assert [(round(r, 4), n) for _, r, n in kept] == [(0.5, 3), (0.0198, 10), (0.077, 10), (0.0296, 10)]
+    short = run(1.5, when=1.7e9 + 7200, n=models.RUN_ROUNDS - 1)                        # a short run reads them,
+    assert short[0].endswith("(at least 10: give it more time)") and short[1] == line    # joins not
     assert run(1.01, code="faster")[0].startswith("hyperloop vs looped: 1 run(s)")     # changed code: a new history
     for k in range(speeds.KEEP_RUNS + 2):                                                 # the latest KEEP_RUNS kept
         run(1.01 + 0.001 * k, code="steady", when=1.7e9 + k)

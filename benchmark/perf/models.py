@@ -218,15 +218,17 @@ def across_runs(results, path, code: str, now: float) -> list[str]:
         est, _, _, rounds = paired_ratio(results[(a, "default")], results[(b, "default")])
         if rounds < MIN_ROUNDS:
             continue
-        if rounds < RUN_ROUNDS:
+        joins = rounds >= RUN_ROUNDS
+        if joins:
+            speeds.record_ratio(path, f"{a}/{b}", code, math.log1p(est), rounds, now)
+        else:  # the verdict of the runs kept is still printed
             lines.append(f"{a} vs {b}: this run's {rounds} paired rounds are too few to join the runs between which "
                          f"targets are judged (at least {RUN_ROUNDS}: give it more time)")
-            continue
-        speeds.record_ratio(path, f"{a}/{b}", code, math.log1p(est), rounds, now)
         runs = [r for r in speeds.ratio_runs(path, f"{a}/{b}", code) if r[2] >= RUN_ROUNDS]  # and those kept before
         if len(runs) < MIN_RUNS:
-            lines.append(f"{a} vs {b}: {len(runs)} run(s) of this code here so far; from {MIN_RUNS}, an interval "
-                         "between runs")
+            if joins:
+                lines.append(f"{a} vs {b}: {len(runs)} run(s) of this code here so far; from {MIN_RUNS}, an interval "
+                             "between runs")
             continue
         mean, se, n = (float(v) for v in mean_se([r for _, r, _ in runs]))
         lo, hi = (math.expm1(float(v)) for v in interval(mean, se, n - 1))
