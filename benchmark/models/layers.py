@@ -52,7 +52,8 @@ class Proj(nn.Module):
             if isinstance(loop, torch.Tensor):  # a gather in the graph (indexing by it would read it out)
                 A, B = (p.index_select(0, loop.reshape(1)).squeeze(0) for p in (self.lora_A, self.lora_B))
             else:
-                A, B = self.lora_A[min(loop, self.lora_A.shape[0] - 1)], self.lora_B[min(loop, self.lora_B.shape[0] - 1)]
+                i = min(loop, self.lora_A.shape[0] - 1)
+                A, B = self.lora_A[i], self.lora_B[i]
             y = y + F.linear(F.linear(x, A), B)
         return y
 
