@@ -66,6 +66,20 @@ def graphs(spec: ArchSpec) -> int:
     return counters["stats"]["unique_graphs"]
 
 
+def test_the_compile_cache_keeps_every_region_but_the_gates_write():
+    """torch's AOTAutograd cache, which spares a warm trial re-tracing a region, keeps no graph
+    with an autocast context in it, even a disabled one: the fp32 head and mHC's Sinkhorn were
+    re-traced by every trial (0.5 s of a quickstart Transformer's warm first step, 2026-11-24). The
+    gates' write, a custom autograd Function (StreamWrite), is the one region it still passes by."""
+    from torch._dynamo.utils import counters
+
+    for spec, passed in ((tiny("transformer"), 0), (tiny("mhc", hyper={"sinkhorn_iters": 3}), 1)):
+        counters.clear()
+        losses(spec, ExecPolicy(precision="fp32", compile=True), steps=1)
+        assert counters["aot_autograd"]["ok"] == counters["stats"]["unique_graphs"] > passed
+        assert counters["aot_autograd"]["autograd_cache_bypass"] == passed, spec.family
+
+
 def test_regions_compile_once_whatever_the_depth_or_the_loop_count():
     """A 2-layer and a 6-layer Transformer compile the same graphs (one per layer class, one for
     the head); so do a looped model at 2 and 4 loops, and a LoRA-looped one at 9. A whole-model

@@ -14,6 +14,8 @@ own residuals (Hyperloop §4.3, "Number of hyper-connections"). e_l is Hyperloop
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -58,6 +60,15 @@ def home_stream_logits(n: int, index: int) -> torch.Tensor:
     return torch.logit(p)
 
 
+def float32_region(device_type: str):
+    """Autocast switched off inside, where it is on; else nothing. An autocast context that does
+    nothing still enters the compiled graph, and a graph with one is not kept in torch's
+    AOTAutograd cache ("Unsupported call_function target _enter_autocast"), so every trial
+    re-traced these gates even with a warm compile cache."""
+    return torch.autocast(device_type=device_type, enabled=False) if torch.is_autocast_enabled(device_type) \
+        else contextlib.nullcontext()
+
+
 def sinkhorn(logits: torch.Tensor, iters: int) -> torch.Tensor:
     """Sinkhorn-Knopp as mHC eq. 9 writes it: M = exp(logits), then `iters` times a column and a
     row normalisation; in float32 even under autocast. (..., n, n) -> doubly stochastic.
@@ -69,7 +80,7 @@ def sinkhorn(logits: torch.Tensor, iters: int) -> torch.Tensor:
     a log per entry, and at the reference size the 20 log-space iterations, forward and backward,
     took 19 ms per connection on a 2-core CPU where these take 8 (Megatron-LM's native mHC
     Sinkhorn also normalises in linear space after a softmax)."""
-    with torch.autocast(device_type=logits.device.type, enabled=False):
+    with float32_region(logits.device.type):
         m = torch.softmax(logits.float(), dim=-2)                       # columns sum to 1
         m = m / m.sum(-1, keepdim=True).clamp_min(SINKHORN_FLOOR)       # rows sum to 1
         for _ in range(iters - 1):
@@ -103,7 +114,7 @@ class Connection(nn.Module):
         return weigh(pre, Y), post, res
 
     def write(self, Y: torch.Tensor, out: torch.Tensor, post: torch.Tensor, res: torch.Tensor | None) -> torch.Tensor:
-        with torch.autocast(device_type=Y.device.type, enabled=False):
+        with float32_region(Y.device.type):
             out, post = out.to(Y.dtype), post.to(Y.dtype)
             if res is None:
                 return Y + post.unsqueeze(-1) * out.unsqueeze(-2)

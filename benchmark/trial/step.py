@@ -5,6 +5,7 @@ both use `TrainStep`, so the path that is benchmarked is the path that trains.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -147,11 +148,18 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def autocast(device_type: str, dtype: torch.dtype | None):
+    """Autocast to `dtype`, or nothing when it is None (float32). Not a disabled autocast: that
+    still enters a compiled region's graph, and torch's AOTAutograd cache keeps no graph with one
+    (`float32_region` in models/hyper.py says the same for the gates)."""
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device_type=device_type, dtype=dtype)
+
+
 def lm_loss(model, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None, loops: int | None = None,
             head=None) -> torch.Tensor:
     """Mean next-token cross-entropy; logits are upcast so the softmax runs in float32. `head`
     (default `head_loss`) scores the model's features: the training step passes it compiled."""
-    with torch.autocast(device_type=x.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+    with autocast(x.device.type, dtype):
         h = model.features(x, loops=loops)                  # (B, T, d)
     return (head or head_loss)(model, h, y, dtype)
 
@@ -159,16 +167,19 @@ def lm_loss(model, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None, 
 def head_loss(model, h: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     """Final norm, head and cross-entropy: one region for the compiler, which fuses the softmax
     over the vocabulary with the loss rather than writing the (B, T, vocab) log-probabilities."""
-    with torch.autocast(device_type=h.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+    with autocast(h.device.type, dtype):
         logits = model._logits(h)                            # (B, T, vocab)
     return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
 
 
-# Logits a scoring pass holds at once (elements). On a CPU, 2^21 float32 is 8 MB, which stays in
-# the last-level cache between the head's matmul and the softmax. Elsewhere (a GPU, not measured)
+# Logits a scoring pass holds at once (elements). On a CPU, 2^20 float32 is 4 MB, which stays in
+# the last-level cache between the head's matmul and the softmax: a whole quickstart evaluation
+# (24K tokens, vocab 8,192, 128 rows a chunk) took 0.78-0.82 s for the Transformer and 1.04-1.09 s
+# for Hyperloop where 2^21 (256 rows) took 0.89 and 1.13-1.18 (2-core AMD EPYC, 2026-11-24, three
+# runs of five rounds interleaved; 2^18 and 2^19 in between). Elsewhere (a GPU, not measured)
 # chunks of 2^26 (256 MB) keep the kernel count low and still bound the memory the logits take:
 # a whole 16 x 1024-token batch at a 50K vocabulary would hold 3.3 GB.
-SCORE_CHUNK_LOGITS = {"cpu": 2 ** 21}
+SCORE_CHUNK_LOGITS = {"cpu": 2 ** 20}
 SCORE_CHUNK_LOGITS_OTHER = 2 ** 26
 
 
@@ -183,7 +194,7 @@ def score_head_loss(model, h: torch.Tensor, y: torch.Tensor, dtype: torch.dtype 
     rows = max(64, SCORE_CHUNK_LOGITS.get(h.device.type, SCORE_CHUNK_LOGITS_OTHER) // model.spec.vocab_size)
     total = h.new_zeros((), dtype=torch.float64)  # the chunks' sums: float64, as evaluation adds batches
     for hc, yc in zip(h.split(rows), y.split(rows)):
-        with torch.autocast(device_type=h.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+        with autocast(h.device.type, dtype):
             logits = model._logits(hc)
         total = total + F.cross_entropy(logits.float(), yc, reduction="sum").double()
     return (total / max(y.numel(), 1)).float()
