@@ -257,7 +257,12 @@ def name(func) -> str:
 @contextmanager
 def fake_cuda(monkeypatch, capability: tuple[int, int] = (9, 0)):
     """`with fake_cuda(monkeypatch) as gpu:` code inside believes it has one GPU; see the module
-    docstring. The TF32 flags a CUDA trial sets are restored after."""
+    docstring. The TF32 flags a CUDA trial sets are restored after, and the process's cached
+    hardware description (a row's `hardware`) is read afresh inside and after: else whichever
+    test ran first would name the machine for the other."""
+    from benchmark.store.provenance import hardware
+
+    hardware.cache_clear()
     gpu = FakeCuda()
     gpu.patch(monkeypatch, capability)
     _orig_param_new = torch.nn.Parameter.__new__
@@ -273,3 +278,4 @@ def fake_cuda(monkeypatch, capability: tuple[int, int] = (9, 0)):
             yield gpu
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+        hardware.cache_clear()

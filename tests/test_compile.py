@@ -66,18 +66,18 @@ def graphs(spec: ArchSpec) -> int:
     return counters["stats"]["unique_graphs"]
 
 
-def test_the_compile_cache_keeps_every_region_but_the_gates_write():
+def test_the_compile_cache_keeps_every_region():
     """torch's AOTAutograd cache, which spares a warm trial re-tracing a region, keeps no graph
-    with an autocast context in it, even a disabled one: the fp32 head and mHC's Sinkhorn were
-    re-traced by every trial (0.5 s of a quickstart Transformer's warm first step, 2026-11-24). The
-    gates' write, a custom autograd Function (StreamWrite), is the one region it still passes by."""
+    with an autocast context in it, even a disabled one (the fp32 head, mHC's Sinkhorn: 0.5 s of a
+    quickstart Transformer's warm first step, 2026-11-24), nor by default one with a custom
+    autograd Function (the gates' write, StreamWrite; the step allows it: `cached_functions`)."""
     from torch._dynamo.utils import counters
 
-    for spec, passed in ((tiny("transformer"), 0), (tiny("mhc", hyper={"sinkhorn_iters": 3}), 1)):
+    for spec in (tiny("transformer"), tiny("mhc", hyper={"sinkhorn_iters": 3})):
         counters.clear()
         losses(spec, ExecPolicy(precision="fp32", compile=True), steps=1)
-        assert counters["aot_autograd"]["ok"] == counters["stats"]["unique_graphs"] > passed
-        assert counters["aot_autograd"]["autograd_cache_bypass"] == passed, spec.family
+        assert counters["aot_autograd"]["ok"] == counters["stats"]["unique_graphs"] > 1
+        assert counters["aot_autograd"]["autograd_cache_bypass"] == 0, spec.family
 
 
 def test_regions_compile_once_whatever_the_depth_or_the_loop_count():
