@@ -39,7 +39,7 @@ from lm_eval.utils import (
 from benchmark.data import HF_EOT_CANDIDATES, Tokenizer
 from benchmark.models import LanguageModel
 from benchmark.trial.checkpoint import TOKENIZER, CheckpointError, load_checkpoint
-from benchmark.trial.step import ExecPolicy, default_device
+from benchmark.trial.step import ExecPolicy, autocast, default_device
 
 MAX_GEN_TOKS = 256  # lm-eval's default for generate_until
 
@@ -104,8 +104,7 @@ class ShapebenchLM(TemplateLM):
         right-padded: the model is causal, so padding never reaches a real position."""
         width = max(map(len, rows))
         idx = torch.tensor([row + [self.eot_token_id] * (width - len(row)) for row in rows], device=self.device)
-        with torch.autocast(device_type=self._device.type, dtype=self._dtype or torch.float32,
-                            enabled=self._dtype is not None):
+        with autocast(self._device.type, self._dtype):
             return self.model(idx, loops=self.loops).float()
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:

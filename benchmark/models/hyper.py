@@ -14,13 +14,11 @@ own residuals (Hyperloop §4.3, "Number of hyper-connections"). e_l is Hyperloop
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from benchmark.models.layers import NORM_EPS
+from benchmark.models.layers import NORM_EPS, float32_region
 
 GATE_SCALE_INIT = 0.01  # mHC App. A.1: the gating factors α start at 0.01 (HC: s_α, s_β)
 # Diagonal H_res = σ(b) at initialisation, by how the span is read (Hyperloop eq. 3):
@@ -58,15 +56,6 @@ def home_stream_logits(n: int, index: int) -> torch.Tensor:
     p = torch.full((n,), n / (2 * (n + 1)))
     p[index % n] = n / (n + 1)
     return torch.logit(p)
-
-
-def float32_region(device_type: str):
-    """Autocast switched off inside, where it is on; else nothing. An autocast context that does
-    nothing still enters the compiled graph, and a graph with one is not kept in torch's
-    AOTAutograd cache ("Unsupported call_function target _enter_autocast"), so every trial
-    re-traced these gates even with a warm compile cache."""
-    return torch.autocast(device_type=device_type, enabled=False) if torch.is_autocast_enabled(device_type) \
-        else contextlib.nullcontext()
 
 
 def sinkhorn(logits: torch.Tensor, iters: int) -> torch.Tensor:

@@ -7,6 +7,7 @@ block adds its branches to x; a hyper-connection (hyper.py) reads and writes the
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -17,6 +18,15 @@ INIT_STD = 0.02  # GPT-2 / Llama initialisation scale
 
 
 NORM_EPS = 1e-5  # RMSNorm's default epsilon
+
+
+def float32_region(device_type: str):
+    """Autocast switched off inside, where it is on; else nothing. An autocast context that does
+    nothing still enters a compiled graph, and a graph with one is not kept in torch's
+    AOTAutograd cache ("Unsupported call_function target _enter_autocast"), so every trial
+    re-traced the fp32 head and the gates even with a warm compile cache."""
+    return torch.autocast(device_type=device_type, enabled=False) if torch.is_autocast_enabled(device_type) \
+        else contextlib.nullcontext()
 
 
 class RMSNorm(nn.Module):

@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from benchmark.models.layers import float32_region
 from benchmark.trial.config import PRECISIONS
 
 
@@ -149,10 +150,9 @@ def default_device() -> torch.device:
 
 
 def autocast(device_type: str, dtype: torch.dtype | None):
-    """Autocast to `dtype`, or nothing when it is None (float32). Not a disabled autocast: that
-    still enters a compiled region's graph, and torch's AOTAutograd cache keeps no graph with one
-    (`float32_region` in models/hyper.py says the same for the gates)."""
-    return contextlib.nullcontext() if dtype is None else torch.autocast(device_type=device_type, dtype=dtype)
+    """Autocast to `dtype`, or with None float32 (`float32_region`: nothing where autocast is
+    off, which keeps a compiled region cacheable)."""
+    return float32_region(device_type) if dtype is None else torch.autocast(device_type=device_type, dtype=dtype)
 
 
 def lm_loss(model, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None, loops: int | None = None,
