@@ -147,11 +147,11 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
     if args.json:
         for row in rows:
             print(json.dumps(row, sort_keys=True))
-        print(summary(plan, rows), file=sys.stderr)
+        print(summary(plan, rows, timing.search_times()), file=sys.stderr)
         for line in warnings(space):
             print(f"note: {line}", file=sys.stderr)
     else:
-        render(plan, rows, wide_console())
+        render(plan, rows, wide_console(), timing.search_times())
     return 0
 
 

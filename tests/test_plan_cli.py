@@ -222,3 +222,27 @@ def test_the_fallback_is_the_probe_not_the_benchmark_at_its_reference_size(monke
         perf.Measurement(1.0, 1.0, 1e3, 1e11, 0, (1.0,) * 3) for _ in paths])
     perf.run_models(["depth"], steps=3)                                     # the benchmark leaves it
     assert speeds.machine_fallback(path) == 5e10
+
+
+def test_the_plan_counts_the_search_around_the_trials_as_measured_here(monkeypatch, tmp_path, capsys):
+    """The plan's total is its trials plus the search's own time outside them (Ray's start, the
+    driver around each trial): assumed until a search has run here, then the mean of those that
+    did (recorded by the driver: tests/test_search.py). A new user's quickstart on an H100 spent
+    34 s so beside 88 s of trials, which the plan had left out."""
+    from benchmark.space.plan import SEARCH_START_S
+    from benchmark.store import speeds
+
+    monkeypatch.setenv(speeds.ENV, str(tmp_path / "perf.json"))
+    rows, err = plan_json(capsys, QUICKSTART)
+    trials = sum(r["est_seconds"] for r in rows) * 2  # the quickstart's two seeds
+    assert f"the search around them {SEARCH_START_S:.0f} s (until a search has run here)" in err
+    assert f"est. {(trials + SEARCH_START_S) / 60:.1f} min here: the trials {trials / 60:.1f} min" in err
+    path = speeds.path_in(tmp_path)
+    speeds.record_search(path, 20.0, 1.0)
+    speeds.record_search(path, 30.0, 2.0)
+    assert speeds.search_times(path, SEARCH_START_S) == (25.0, 1.5, 2)
+    again, err = plan_json(capsys, QUICKSTART)
+    assert again == rows  # the candidates' own estimates are the trials'
+    around = 25.0 + 1.5 * len(rows)  # one trial per candidate, its seeds inside it
+    assert f"the search around them {around:.0f} s (from 2 searches here)" in err
+    assert f"est. {(trials + around) / 60:.1f} min here" in err

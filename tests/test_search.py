@@ -1,6 +1,7 @@
 """The search end to end through Ray Tune and Optuna on ~100K-parameter trials: rows, the
 persisted Optuna study, resume after SIGKILL, and trials that diverge or raise."""
 
+import json
 import math
 import os
 import shutil
@@ -118,9 +119,14 @@ def test_resume_after_the_driver_is_killed(corpus, tmp_path, no_ray):
     assert 2 <= len(before) < 4
 
     opts = options(corpus, results, "killme")
+    recorded = searches_recorded()
     summary = run_search(load_space(space_path), opts, console=None, policy=POLICY)
     df = pd.read_parquet(results / "killme")
     assert summary.finished_before == len(before)
+    # a search that started its own Ray and ran its trials one at a time records its time outside
+    # them for the next plan here (driver._record_times): the start, and the time around each trial
+    (start_s, per_trial_s), = searches_recorded()[len(recorded):]
+    assert 0 < start_s < summary.wall_s - summary.busy_s and per_trial_s == pytest.approx(summary.overhead_s)
     assert df["trial_id"].is_unique and len(df) == 4        # each finished trial exactly once, total reached
     assert before <= set(df["trial_id"])
     study = optuna.load_study(study_name="killme", storage=f"sqlite:///{results / 'killme' / OPTUNA_DB}")
@@ -132,10 +138,22 @@ def test_resume_after_the_driver_is_killed(corpus, tmp_path, no_ray):
     assert not ray.is_initialized()
 
 
+def searches_recorded() -> list[list[float]]:
+    """The searches' times recorded in this session's speeds file (conftest.own_speeds_file)."""
+    from benchmark.data import cache_root
+    from benchmark.store import speeds
+
+    path = speeds.path_in(cache_root())
+    data = json.loads(path.read_text()) if path.exists() else {"machines": {}}
+    return data["machines"].get(speeds.machine_key(), {}).get("searches", [])
+
+
 def test_a_search_runs_through_ray_tune_and_optuna(corpus, tmp_path, started_ray):
     space = load_space(space_file(tmp_path, "tiny"))
     opts = options(corpus, tmp_path / "results", "tiny")
+    recorded = searches_recorded()
     summary = run_search(space, opts, console=None, policy=POLICY)
+    assert searches_recorded() == recorded  # on a Ray its caller started: its start is not the search's
     df = pd.read_parquet(tmp_path / "results" / "tiny")
     assert len(df) == 4 and df["trial_id"].nunique() == 4
     assert set(df["status"]) == {"ok"} and df["val_loss"].notna().all()

@@ -436,7 +436,8 @@ def test_a_space_may_ask_for_seeds_and_the_plan_counts_them(tmp_path):
     rows = records(plan, 1e9)
     line = summary(plan, rows)
     assert space.seeds == 3 and "6 (the whole grid) candidates x 3 seeds" in line
-    assert f"est. {sum(r['est_seconds'] for r in rows) * 3 / 3600:.1f} h of training" in line
+    assert f"the trials {sum(r['est_seconds'] for r in rows) * 3 / 3600:.1f} h" in line
+    assert "the search around them 15 s (until a search has run here)" in line  # SEARCH_START_S
     path.write_text(LADDER + "seeds: 0\n")
     with pytest.raises(SpaceError, match=r"ladder\.yaml:\d+:\d+: seeds: expected a positive integer, got 0"):
         load_space(path)

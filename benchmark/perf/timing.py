@@ -163,3 +163,11 @@ def estimates(precision: str = "auto", compile: bool = True):
     from benchmark.space.plan import TRIAL_OVERHEAD_S
 
     return speeds.estimator(speeds_file(), speeds.policy_key(precision, compile), machine_flops(), TRIAL_OVERHEAD_S)
+
+
+def search_times() -> tuple[float, float, int]:
+    """(start_s, per_trial_s, searches) for `--plan`: the time finished searches here spent
+    outside their trials (store/speeds.py), else the plan's assumed start."""
+    from benchmark.space.plan import SEARCH_START_S
+
+    return speeds.search_times(speeds_file(), SEARCH_START_S)

@@ -98,6 +98,12 @@ class SearchSummary:
     written: int = 0                       # row files this run wrote
     notes: list[str] = field(default_factory=list)   # set-aside or recovered rows, a low disk
     progress_reads: int = 0                # reads of the trials' progress board that had news
+    # For the next plan's estimate (_record_times): the driver's spans of its trials added up,
+    # the data's preparation (once per node, then cached), and whether this search started its own
+    # Ray on this machine and ran its trials there one at a time.
+    busy_s: float = 0.0
+    prepare_s: float = 0.0
+    timed_here: bool = False
 
 
 def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] | None = None) -> SearchSummary:
@@ -126,6 +132,8 @@ def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] 
     finally:
         _mirror_quietly(opts)
     _finish(summary, opts, t0, before)
+    if not halt:
+        _record_times(summary)
     if halt:
         kind, message = halt
         raise SearchHalted(kind, f"{message}; {_space_line(space, opts, remaining)}" if kind == "store_full" else message)
@@ -190,7 +198,9 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
     from benchmark.search.progress import start_board
 
     _check_space(space, opts, remaining, summary, console)
+    start = time.perf_counter()
     data = prepare(opts.data)  # tokenise once on this node, before any local worker needs the cache
+    summary.prepare_s = time.perf_counter() - start
     info = study_info(space, opts, sampler, data)
     studies.set_study_attrs(study, info)
     write_study_info(opts.study_dir, info)
@@ -206,6 +216,8 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
         optuna_sampler = studies.make_sampler(sampler, seed, len(modes), res.concurrency > 1, space.trials)
         view, halt = _tune(space, opts, ctx, modes, optuna_sampler, storage, res, remaining, console)
         summary.ran, summary.overhead_s, summary.progress_reads = view.finished, view.overhead_s(), view.progress_reads
+        summary.busy_s = sum(view.spans)
+        summary.timed_here = owned and not opts.address and res.concurrency == 1
     finally:
         ray_session.stop(owned)
     import optuna
@@ -213,6 +225,21 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
     if not halt or halt[0] != "store_full":  # else trials stay RUNNING: --resume closes them from their rows
         studies.close_running(optuna.load_study(study_name=opts.name, storage=storage), ctx)
     return halt
+
+
+def _record_times(summary: SearchSummary) -> None:
+    """What this search spent outside its trials, for the next `--plan` here (store/speeds.py):
+    its start and end (Ray's start and the first worker's imports; space.plan.SEARCH_START_S), the
+    data's preparation left out, as later searches find it cached, and the driver's time around
+    each trial. Recorded only where the trials ran one at a time on a Ray this search started, so
+    that their spans add up to the time they took on this machine."""
+    if not summary.timed_here or not summary.ran or summary.overhead_s is None:
+        return
+    from benchmark.data import cache_root
+    from benchmark.store import speeds
+
+    speeds.record_search(speeds.path_in(cache_root()), summary.wall_s - summary.busy_s - summary.prepare_s,
+                         summary.overhead_s)
 
 
 def _check_space(space, opts: SearchOptions, remaining: int, summary: SearchSummary, console) -> None:

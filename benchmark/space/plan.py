@@ -24,6 +24,12 @@ from benchmark.space.language import BUDGET_AXIS, SearchSpace
 # 13.8 s and 14.7 s a trial on average outside training on the 2-core AMD EPYC (first seeds 18-26 s,
 # second seeds 6-8 s; results/quickstart-issue-12-s5 and -s6).
 TRIAL_OVERHEAD_S = 14.0
+# Seconds a search spends outside its trials (starting Ray and the first worker, ending them),
+# until a search on this machine has measured its own (store/speeds.py: record_search): a new
+# user's quickstart spent 13.5 s so on the 2-core AMD EPYC (its `time` less its trials' wall) and
+# 34 s on a 16-core H100 machine, 9 s of it around the three trials (results/quickstart-issue-12-s8,
+# -gpu).
+SEARCH_START_S = 15.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,7 +134,7 @@ def _hyper(spec) -> str:
     return "-" if h is None else h.label
 
 
-def render(plan: Plan, rows: list[dict[str, Any]], console) -> None:
+def render(plan: Plan, rows: list[dict[str, Any]], console, search: tuple[float, float, int] | None = None) -> None:
     """A rich table of the candidates and a one-line summary."""
     from rich.table import Table
 
@@ -147,7 +153,7 @@ def render(plan: Plan, rows: list[dict[str, Any]], console) -> None:
                       f"{r['params_total']:,}", f"{r['params_non_embedding']:,}", f"{r['budget_distance']:+.3%}",
                       fmt_count(r["flops_per_token_train"]), fmt_seconds(r["est_seconds"]))
     console.print(table)
-    console.print(summary(plan, rows))
+    console.print(summary(plan, rows, search))
     for line in warnings(space):
         console.print(f"[yellow]note:[/yellow] {line}")
 
@@ -175,16 +181,22 @@ def _step(space: SearchSpace) -> str:
     return f"{fmt_count(b * t * k)} per step ({b} x {t}" + (f" x {k} micro-batches)" if k > 1 else ")")
 
 
-def summary(plan: Plan, rows: list[dict[str, Any]]) -> str:
+def summary(plan: Plan, rows: list[dict[str, Any]], search: tuple[float, float, int] | None = None) -> str:
+    """The plan's last line. `search`: (start_s, per_trial_s, searches) of store.speeds.search_times,
+    the time a search spends outside its trials; None: SEARCH_START_S."""
     space = plan.space
     how = f"{len(rows)} sampled (seed {plan.seed})" if plan.sampled else f"{len(rows)} (the whole grid)"
-    total = sum(r["est_seconds"] for r in rows) * space.seeds
+    trials = sum(r["est_seconds"] for r in rows) * space.seeds
+    start_s, per_trial_s, searches = search or (SEARCH_START_S, 0.0, 0)
+    around = start_s + per_trial_s * len(rows)  # a candidate's seeds run in one trial
+    source = f"from {searches} search{'es' if searches > 1 else ''} here" if searches else "until a search has run here"
     at = ", ".join(fmt_count(b) for b in space.budgets)
     seeds = f" x {space.seeds} seeds" if space.seeds > 1 else ""
     return (f"{how} candidates{seeds} at {at} {space.count} parameters "
             f"± {fmt_fraction(space.tolerance)}; "
             f"median |Δ budget| {median_distance(plan):.4%}; {_tokens(space)} tokens each, {_step(space)}; "
-            f"est. {fmt_seconds(total)} of training here ({_basis(rows)}); planned in {plan.seconds:.2f} s")
+            f"est. {fmt_seconds(trials + around)} here: the trials {fmt_seconds(trials)} ({_basis(rows)}), "
+            f"the search around them {fmt_seconds(around)} ({source}); planned in {plan.seconds:.2f} s")
 
 
 def _basis(rows: list[dict[str, Any]]) -> str:

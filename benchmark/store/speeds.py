@@ -1,7 +1,8 @@
 """Speeds measured on this machine, for time estimates (`run_search.py --plan`, the cluster-job
 check): the machine's training FLOP/s from a probe, and, once trials
 have finished here, each family's achieved training FLOP/s and its fixed time per trial outside
-training (compile, evaluations, quantisation), so estimates learn from what ran (issue 12);
+training (compile, evaluations, quantisation), and each finished search's time outside its
+trials (record_search), so estimates learn from what ran (issue 12);
 and each `benchmark.perf models` run's paired time ratios (record_ratio), which it judges its
 targets by across runs.
 
@@ -139,6 +140,27 @@ def record_trial(path: Path, policy: str, family: str, flops_per_s: float, overh
     with _editing(path) as data:
         families = data["machines"].setdefault(machine_key(), {}).setdefault("trials", {}).setdefault(policy, {})
         families[family] = [*families.get(family, []), [flops_per_s, overhead_s]][-KEEP:]
+
+
+def record_search(path: Path, start_s: float, per_trial_s: float) -> None:
+    """One finished search's time outside its trials (the latest KEEP kept): `start_s` once per
+    search (Ray's start, the first worker's imports, Ray's end), `per_trial_s` per trial (the
+    driver's scheduling around each one)."""
+    if not (start_s >= 0 and per_trial_s >= 0):
+        return
+    with _editing(path) as data:
+        entry = data["machines"].setdefault(machine_key(), {})
+        entry["searches"] = [*entry.get("searches", []), [start_s, per_trial_s]][-KEEP:]
+
+
+def search_times(path: Path, fallback_start_s: float) -> tuple[float, float, int]:
+    """(start_s, per_trial_s, searches): the mean of the searches recorded on this machine, else
+    the fallback start and no time per trial, from 0 searches."""
+    runs = [r for r in _load(path)["machines"].get(machine_key(), {}).get("searches", [])
+            if isinstance(r, list) and len(r) == 2]
+    if not runs:
+        return fallback_start_s, 0.0, 0
+    return statistics.fmean(r[0] for r in runs), statistics.fmean(r[1] for r in runs), len(runs)
 
 
 def estimator(path: Path, policy: str, fallback_flops: float, fallback_overhead_s: float) -> Callable[[str], Speed]:
