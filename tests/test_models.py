@@ -396,6 +396,28 @@ def test_the_streams_stay_float32_under_bf16_autocast(monkeypatch, family):
     assert torch.isfinite(logits.float()).all()
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_keeps_its_residual_stream_float32_under_bf16_autocast(family):
+    """Every norm of every family (each block's pre-norms and the final norm, all of them norms of
+    the residual stream or of the hyper-connections' read u) receives float32 under bf16 autocast,
+    as the Transformer's do: a family whose stream fell to bf16 would train at another precision
+    than its baseline, and on a GPU its norms would take their slow unfused path. Depth's
+    injection h = B(W [e; h]) is a linear layer, which autocast runs in bf16: before, its output
+    became the middle and end blocks' residual stream (seen on an H100 as rms_norm's "Mismatch
+    dtype between input and weight" warning)."""
+    model = build(tiny(family))
+    norms = {name: mod for name, mod in model.named_modules() if isinstance(mod, RMSNorm)}
+    seen = {}
+    for name, mod in norms.items():
+        mod.register_forward_pre_hook(lambda mod, args, name=name: seen.setdefault(name, set()).add(args[0].dtype))
+    for training in (True, False):  # Depth draws its initial state differently in each
+        model.train(training)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(tokens())
+    assert seen.keys() == norms.keys()  # every norm ran
+    assert {name: dtypes for name, dtypes in seen.items() if dtypes != {torch.float32}} == {}
+
+
 @pytest.mark.parametrize("mixing", ["diagonal", "full"])
 def test_the_compiled_write_has_the_true_gradients(mixing):
     """StreamWrite (what compiled code runs for Y' = H_res Y + H_post ⊗ out) writes its gradients

@@ -136,7 +136,9 @@ class LanguageModel(nn.Module):
         for loop in range(r):
             h = x
             if inj == "concat":  # Depth (Geiping et al.): h = B(W [e; h])
-                h = self.inject(torch.cat([e, h], dim=-1))
+                # in the stream's precision: autocast runs W in bf16, and its output is the middle
+                # and end blocks' residual stream, which stays float32 as the Transformer's does
+                h = self.inject(torch.cat([e, h], dim=-1)).to(e.dtype)
             x = self._run(self.middle, h, rope, "middle", trace, loop)
             if inj == "residual" and loop >= self.spec.loop_residual_from:
                 # AbbIE-D eq. 4, h_{k+1} = B(h_k) + h_k, for k = 0, ..., N - 1 (from k = 1 with
