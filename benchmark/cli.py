@@ -143,15 +143,15 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "study created" chatter in a plan
     plan = make_plan(space, seed=args.seed)
-    rows = records(plan, timing.estimates())
+    rows, search = records(plan, timing.estimates()), timing.search_times()
     if args.json:
         for row in rows:
             print(json.dumps(row, sort_keys=True))
-        print(summary(plan, rows, timing.search_times()), file=sys.stderr)
+        print(summary(plan, rows, search), file=sys.stderr)
         for line in warnings(space):
             print(f"note: {line}", file=sys.stderr)
     else:
-        render(plan, rows, wide_console(), timing.search_times())
+        render(plan, rows, wide_console(), search)
     return 0
 
 

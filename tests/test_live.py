@@ -136,3 +136,22 @@ def test_the_last_trial_evaluating_leaves_its_evaluation_time_not_zero_nor_a_who
 
 def test_seed_run_names():
     assert live.seed_run("t0003-s12") == ("t0003", 12) and live.seed_run("t0003") == ("t0003", None)
+
+
+def test_orchestration_per_trial_leaves_out_the_trials_that_reported_no_time_inside(monkeypatch):
+    """The driver's time around a trial is its span less the trial's own wall. A trial that ASHA
+    stopped or that failed reports no wall: its whole span (its training) is not orchestration,
+    and the plan multiplies this figure by every later candidate (driver._record_times)."""
+    view = LiveView(None, "s", total=3, metric="val_loss")
+    view.refresh = lambda: None
+    clock = iter([0.0, 50.0, 50.0, 53.0, 53.0, 60.0])  # each start and end reads the clock once
+    monkeypatch.setattr(live.time, "perf_counter", lambda: next(clock))
+    assert view.overhead_s() is None
+    view.trial_started("a")                  # t = 0
+    view.trial_done("a", "ok", 48.0)         # t = 50: 2 s around 48 s inside
+    view.trial_started("b")                  # t = 50
+    view.trial_done("b", "pruned", None)     # t = 53: stopped early, no wall reported
+    view.trial_started("c")                  # t = 53
+    view.trial_done("c", "ok", 3.0)          # t = 60: 4 s around
+    assert view.spans == [50.0, 3.0, 7.0]
+    assert view.overhead_s() == pytest.approx(3.0)  # (2 + 4) / 2, not (60 - 51) / 2

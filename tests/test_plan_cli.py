@@ -246,3 +246,8 @@ def test_the_plan_counts_the_search_around_the_trials_as_measured_here(monkeypat
     around = 25.0 + 1.5 * len(rows)  # one trial per candidate, its seeds inside it
     assert f"the search around them {around:.0f} s (from 2 searches here)" in err
     assert f"est. {(trials + around) / 60:.1f} min here" in err
+    # a damaged entry (hand-edited, cut short) is skipped, never an error
+    data = json.loads(path.read_text())
+    data["machines"][speeds.machine_key()]["searches"] += [["a", 1], [5.0], [float("nan"), 1.0], [-1.0, 0.0]]
+    path.write_text(json.dumps(data))
+    assert speeds.search_times(path, SEARCH_START_S) == (25.0, 1.5, 2)

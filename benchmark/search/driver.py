@@ -217,7 +217,10 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
         view, halt = _tune(space, opts, ctx, modes, optuna_sampler, storage, res, remaining, console)
         summary.ran, summary.overhead_s, summary.progress_reads = view.finished, view.overhead_s(), view.progress_reads
         summary.busy_s = sum(view.spans)
-        summary.timed_here = owned and not opts.address and res.concurrency == 1
+        # A trial that Tune stopped at --time-budget, or a node retry's first attempt, has no
+        # span: its time would count as the search's own.
+        summary.timed_here = (owned and not opts.address and res.concurrency == 1 and not view.running
+                              and opts.time_budget_s is None)
     finally:
         ray_session.stop(owned)
     import optuna
@@ -229,10 +232,12 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
 
 def _record_times(summary: SearchSummary) -> None:
     """What this search spent outside its trials, for the next `--plan` here (store/speeds.py):
-    its start and end (Ray's start and the first worker's imports; space.plan.SEARCH_START_S), the
+    its start and end (from run_search's start: the store's checks, opening the study, Ray's start
+    and the first worker's imports, Ray's end, reading the rows; space.plan.SEARCH_START_S), the
     data's preparation left out, as later searches find it cached, and the driver's time around
-    each trial. Recorded only where the trials ran one at a time on a Ray this search started, so
-    that their spans add up to the time they took on this machine."""
+    each trial. Recorded only where the trials ran one at a time on a Ray this search started,
+    without --time-budget, and every trial that started ended, so that their spans add up to the
+    time they took on this machine."""
     if not summary.timed_here or not summary.ran or summary.overhead_s is None:
         return
     from benchmark.data import cache_root

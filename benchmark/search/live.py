@@ -23,6 +23,7 @@ class LiveView:
         self.finished = 0
         self.trial_walls: list[float] = []       # seconds inside run_trial, per finished trial
         self.spans: list[float] = []             # start -> complete, as the driver saw it
+        self.around: list[float] = []            # span - wall, per trial that reported its wall
         self.best: tuple[float, str] | None = None
         self.started = time.perf_counter()
         self._live = None
@@ -92,6 +93,8 @@ class LiveView:
             self.spans.append(time.perf_counter() - start)
         if wall_s is not None:
             self.trial_walls.append(wall_s)
+            if start is not None:
+                self.around.append(max(0.0, self.spans[-1] - wall_s))
         self.statuses[status] = self.statuses.get(status, 0) + 1
         self.finished += 1
         self.refresh()
@@ -180,10 +183,10 @@ class LiveView:
         return eta + max(0, later) * (trial_total_s(info) or 0.0)
 
     def overhead_s(self) -> float | None:
-        """Mean orchestration time per trial: what the driver saw minus time inside the trial."""
-        if not self.trial_walls:
-            return None
-        return max(0.0, (sum(self.spans) - sum(self.trial_walls)) / len(self.trial_walls))
+        """Mean orchestration time per trial: what the driver saw minus time inside the trial, over
+        the trials that reported their time inside (a trial that ASHA stopped or that failed
+        reports none, and its whole span would count as orchestration)."""
+        return sum(self.around) / len(self.around) if self.around else None
 
 
 def trial_eta(info: dict) -> float | None:

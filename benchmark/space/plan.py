@@ -25,10 +25,10 @@ from benchmark.space.language import BUDGET_AXIS, SearchSpace
 # second seeds 6-8 s; results/quickstart-issue-12-s5 and -s6).
 TRIAL_OVERHEAD_S = 14.0
 # Seconds a search spends outside its trials (starting Ray and the first worker, ending them),
-# until a search on this machine has measured its own (store/speeds.py: record_search): a new
-# user's quickstart spent 13.5 s so on the 2-core AMD EPYC (its `time` less its trials' wall) and
-# 34 s on a 16-core H100 machine, 9 s of it around the three trials (results/quickstart-issue-12-s8,
-# -gpu).
+# until a search on this machine has measured its own (store/speeds.py: record_search, from the
+# search's start: 10.7 s in a new user's quickstart on the 2-core AMD EPYC, -s9). Measured with
+# `time`, which adds the interpreter's start and the command's imports: 13.5 s there (-s8) and 34 s
+# on a 16-core H100 machine, 9 s of it around the three trials (results/quickstart-issue-12-*).
 SEARCH_START_S = 15.0
 
 

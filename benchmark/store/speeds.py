@@ -153,11 +153,20 @@ def record_search(path: Path, start_s: float, per_trial_s: float) -> None:
         entry["searches"] = [*entry.get("searches", []), [start_s, per_trial_s]][-KEEP:]
 
 
+def searches(path: Path) -> list[tuple[float, float]]:
+    """The (start_s, per_trial_s) of the searches recorded on this machine, oldest first (entries
+    that are not two finite non-negative numbers are skipped)."""
+    def valid(r) -> bool:
+        return (isinstance(r, list) and len(r) == 2
+                and all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in r))
+    return [(float(r[0]), float(r[1])) for r in _load(path)["machines"].get(machine_key(), {}).get("searches", [])
+            if valid(r)]
+
+
 def search_times(path: Path, fallback_start_s: float) -> tuple[float, float, int]:
     """(start_s, per_trial_s, searches): the mean of the searches recorded on this machine, else
     the fallback start and no time per trial, from 0 searches."""
-    runs = [r for r in _load(path)["machines"].get(machine_key(), {}).get("searches", [])
-            if isinstance(r, list) and len(r) == 2]
+    runs = searches(path)
     if not runs:
         return fallback_start_s, 0.0, 0
     return statistics.fmean(r[0] for r in runs), statistics.fmean(r[1] for r in runs), len(runs)
