@@ -132,11 +132,10 @@ def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] 
     finally:
         _mirror_quietly(opts)
     _finish(summary, opts, t0, before)
-    if not halt:
-        _record_times(summary)
     if halt:
         kind, message = halt
         raise SearchHalted(kind, f"{message}; {_space_line(space, opts, remaining)}" if kind == "store_full" else message)
+    _record_times(summary)
     return summary
 
 
@@ -238,7 +237,7 @@ def _record_times(summary: SearchSummary) -> None:
     each trial. Recorded only where the trials ran one at a time on a Ray this search started,
     without --time-budget, and every trial that started ended, so that their spans add up to the
     time they took on this machine."""
-    if not summary.timed_here or not summary.ran or summary.overhead_s is None:
+    if not summary.timed_here or summary.overhead_s is None:  # None: no trial reported its wall
         return
     from benchmark.data import cache_root
     from benchmark.store import speeds

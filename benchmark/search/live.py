@@ -21,9 +21,8 @@ class LiveView:
         self.running: dict[str, float] = {}      # trial -> start time
         self.statuses: dict[str, int] = {}
         self.finished = 0
-        self.trial_walls: list[float] = []       # seconds inside run_trial, per finished trial
         self.spans: list[float] = []             # start -> complete, as the driver saw it
-        self.around: list[float] = []            # span - wall, per trial that reported its wall
+        self.around: list[float] = []            # span - wall inside run_trial, per trial that reported it
         self.best: tuple[float, str] | None = None
         self.started = time.perf_counter()
         self._live = None
@@ -91,10 +90,8 @@ class LiveView:
         start = self.running.pop(key, None)
         if start is not None:
             self.spans.append(time.perf_counter() - start)
-        if wall_s is not None:
-            self.trial_walls.append(wall_s)
-            if start is not None:
-                self.around.append(max(0.0, self.spans[-1] - wall_s))
+        if wall_s is not None and start is not None:
+            self.around.append(max(0.0, self.spans[-1] - wall_s))
         self.statuses[status] = self.statuses.get(status, 0) + 1
         self.finished += 1
         self.refresh()
