@@ -5,12 +5,17 @@ Its parameters map one to one onto our ZhuGate: static_alpha = [A_m | A_r], dyna
 [W_m | W_r] (ours stores its transpose, the rows of W), dynamic_beta_fn = W_β, and the two scales s_α, s_β. Its streams are laid out as
 (batch x streams, ..., d). Its gate norm is x / ||x|| sqrt(d) (eps 1e-12 on the norm), ours RMSNorm
 with eps 1e-5: the test sets our epsilon to 0 so that the norms are the same function.
+
+mHC's Sinkhorn-Knopp (mHC eq. 9) against the same package's `sinkhorn_knopps`, its mHC module's
+H_res constraint. Its gates themselves are not the paper's (each stream's own features give that
+stream's row, where mHC eq. 7 projects the flattened n x C streams), so only the projection onto
+doubly stochastic matrices is compared.
 """
 
 import pytest
 import torch
 
-from benchmark.models.hyper import ZhuGate, hyper_connect
+from benchmark.models.hyper import ZhuGate, hyper_connect, sinkhorn
 
 hc_ref = pytest.importorskip("hyper_connections")  # pinned in the dev extra; CI has it
 
@@ -95,3 +100,21 @@ def test_one_connection_matches_the_reference_with_gradients(n, mixing):
         grads["scale"] = torch.stack([ref.dynamic_alpha_scale.grad, ref.dynamic_beta_scale.grad])
     for name, expected in grads.items():
         torch.testing.assert_close(getattr(ours, name).grad, expected, rtol=0, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("iters", [1, 3, 20])
+def test_sinkhorn_matches_the_reference_with_gradients(n, iters):
+    """Same iterates and the same gradients as the reference's sinkhorn_knopps (column then row
+    normalisation, `iters` times, after exp), from logits spread over ±3 (float32, as both run)."""
+    from hyper_connections.manifold_constrained_hyper_connections import sinkhorn_knopps
+
+    logits = 3 * torch.randn(B, T, n, n, generator=torch.Generator().manual_seed(n * iters))
+    ours_in, ref_in = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    ours, ref = sinkhorn(ours_in, iters), sinkhorn_knopps(ref_in, iters)
+    torch.testing.assert_close(ours, ref, rtol=0, atol=2e-6)
+    assert (ours - torch.softmax(logits, -2)).abs().max() > 1e-2   # the row normalisations acted
+    w = torch.randn(ours.shape, generator=torch.Generator().manual_seed(1))
+    (ours * w).sum().backward()
+    (ref * w).sum().backward()
+    torch.testing.assert_close(ours_in.grad, ref_in.grad, rtol=0, atol=1e-5)
