@@ -87,7 +87,7 @@ def test_regions_compile_once_whatever_the_depth_or_the_loop_count(monkeypatch):
     the head); so do a looped model at 2 and 4 loops, and a LoRA-looped one at 9. A whole-model
     graph grows with both."""
     # dynamo captures and guards the same graphs whatever backend compiles them; skipping
-    # Inductor's C++ compile takes this test from 23 s to 4 s (2-core AMD EPYC)
+    # Inductor's C++ compile takes this test from 23 s to 3 s (2-core AMD EPYC)
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
     assert graphs(tiny("transformer", layers={"n": 6})) == graphs(tiny("transformer", layers={"n": 2})) == 2
     assert graphs(tiny("hyperloop", loops=4)) == graphs(tiny("hyperloop", loops=2))
