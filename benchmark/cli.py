@@ -1,14 +1,19 @@
-"""The `run_search.py` command line (SPEC.md "Command lines").
+"""The `run_search.py` command line (README "The commands").
 
     python run_search.py [SPACE.yaml] --budget 113M [--count total] [--trials N] [--tokens 20x|5M]
-        [--name STUDY] [--results DIR] [--seed S] [--plan] [--json] [--resume] [--address auto]
+        [--set KEY=VALUE ...] [--name STUDY] [--results DIR] [--seed S] [--plan] [--json] [--resume] [--address auto]
         [--seeds N] [--time-budget 30m] [--concurrency N] [--data SOURCE] [--tokenizer bpe]
     python run_search.py --spec ARCH.yaml [--tokens 2M] [--data SOURCE] [--checkpoint DIR]
 
-`--plan` resolves and prints the candidates without training; without it the search runs
-(`run_study` -> search.run_search). `--spec` trains and evaluates one architecture. Exit codes:
-0 done, 2 a problem with the space, the spec or the flags, reported as one line
-(`path:line:col: key: what is wrong`).
+`--set KEY=VALUE` sets any key of the space over the file (`--set training.seq_len=128`,
+`--set 'axes.family=[transformer, looped]'`), VALUE read as YAML; `--budget`, `--count`, `--trials`
+and `--tokens` are short for `--set budget=..`, `count`, `trials`, `training.tokens`, applied after
+the `--set`s. `--plan` resolves and prints the candidates without training; without it the search
+runs (`run_study` -> search.run_search). `--spec` trains and evaluates one architecture. Exit codes:
+0 done, 2 a problem with the space, the spec or the flags (a space edited since its study began
+included), reported as one line (`path:line:col: key: what is wrong`), 3 the search stopped early
+for the machine's sake (a full disk, Ray that could not start or lost its head): finished rows are
+kept and the line says how to resume.
 """
 
 from __future__ import annotations
@@ -18,15 +23,19 @@ import json
 import sys
 from pathlib import Path
 
+from benchmark.data import DataConfig
 from benchmark.search import SAMPLERS
 from benchmark.space.budget import COUNTS, parse_tokens
 from benchmark.space.language import SearchSpace, SpaceError, load_space, parse_budgets
+from benchmark.space.source import Override, parse_set
 from benchmark.space.yamlsafe import YamlError
+from benchmark.store.location import RESULTS_ROOT
 from benchmark.store.results import check_study_name
+from benchmark.trial.config import PRECISIONS, TrainConfig
 
 DEFAULT_SPACE = Path(__file__).resolve().parent.parent / "search_spaces" / "default.yaml"
 SEARCH_ONLY = ("name", "results", "resume", "address", "seeds", "time_budget", "concurrency", "sampler", "storage",
-               "cpus_per_trial", "gpus_per_trial", "yes", "pending_timeout")  # search-only flags
+               "cpus_per_trial", "gpus_per_trial", "workers_per_trial", "parallel", "yes", "pending_timeout")  # search-only flags
 # A search estimated to take longer than this on one machine is a cluster job: it asks first.
 LIMIT_HOURS = 24
 # For the GPU-hours in that message only (no GPU is measured here): an assumed achieved training
@@ -60,12 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", choices=COUNTS, help="what the budget counts (default: the space's `count`)")
     p.add_argument("--trials", type=_positive, help="candidates to sample (default: the space's `trials`)")
     p.add_argument("--tokens", type=_checked(parse_tokens), help="training tokens: 20x (per parameter) or 5M")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="set a key of the space over the file, "
+                   "VALUE as YAML (repeatable): --set training.seq_len=128 --set 'axes.family=[transformer, looped]'")
     p.add_argument("--seed", type=int, default=0, help="seed for sampling candidates (default 0)")
     p.add_argument("--plan", action="store_true", help="print the resolved candidates; train nothing")
     p.add_argument("--json", action="store_true", help="with --plan: one JSON object per candidate on stdout")
     p.add_argument("--name", type=_checked(check_study_name), help="study name (default: the space's name)")
     p.add_argument("--results", help="where rows go: a folder (local or NFS) or a URI such as s3://bucket/results "
-                   "(pyarrow.fs; default: results/)")
+                   f"(pyarrow.fs; default: {RESULTS_ROOT}/)")
     p.add_argument("--storage", help="Optuna storage URL shared by several drivers, e.g. postgresql://... "
                    "(default: SQLite in the study folder)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted study")
@@ -74,21 +85,29 @@ def build_parser() -> argparse.ArgumentParser:
                    "space's `seeds`, else 1)")
     p.add_argument("--time-budget", type=_checked(parse_duration), help="cap the whole search, e.g. 30m, 2h")
     p.add_argument("--sampler", choices=SAMPLERS, help="Optuna sampler (default: auto, or the one a resumed "
-                   "study ran with; README 'Searches')")
+                   "study ran with; docs/search-spaces.md#samplers)")
     p.add_argument("--concurrency", type=_positive, help="trials at once (default: as many as the nodes hold)")
     p.add_argument("--cpus-per-trial", type=_amount, help="CPUs per trial (default: the largest node's CPUs, "
                    "shared by the trials it runs at once)")
     p.add_argument("--gpus-per-trial", type=_amount, help="GPUs per trial, fractions share a GPU, e.g. 0.25 "
-                   "(default: 1 when the cluster has GPUs)")
+                   "(default: 1 when the cluster has GPUs); 2 or more runs each trial data-parallel on that "
+                   "many GPUs of one node (docs/clusters.md)")
+    p.add_argument("--workers-per-trial", type=_positive, help="run each trial as a Ray Train job of N workers "
+                   "(default: --gpus-per-trial when 2 or more; on CPUs, gloo workers sharing --cpus-per-trial)")
+    p.add_argument("--parallel", choices=("auto", "ddp", "fsdp"), help="how a trial of several workers shares "
+                   "the model: ddp, fsdp (FSDP2), or auto: fsdp when its training state would not fit one GPU")
     p.add_argument("--pending-timeout", type=_checked(parse_duration), help="stop, naming what is missing, when "
                    "no trial can start for this long (default 10m)")
     p.add_argument("--yes", action="store_true", help="run a search estimated at more than "
                    f"{LIMIT_HOURS} h on this machine without asking")
     p.add_argument("--spec", help="train and evaluate one architecture (YAML) instead of a search")
     p.add_argument("--checkpoint", help="with --spec: save the trained model here (safetensors + spec.json)")
-    p.add_argument("--data", default="embedded", help="corpus: embedded, embedded:wiki,bible, hf:NAME, or files")
-    p.add_argument("--tokenizer", default="bpe", help="bpe, bpe:VOCAB, gpt2 or hf:NAME (default bpe = 8192)")
-    p.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto", help="autocast policy")
+    p.add_argument("--data", default=DataConfig.source, help="corpus: embedded, embedded:wiki,bible, hf:NAME, or "
+                   "files (default: %(default)s)")
+    p.add_argument("--tokenizer", default=DataConfig.tokenizer, help="bpe, bpe:VOCAB, gpt2 or hf:NAME "
+                   "(default: %(default)s; bpe = 8192)")
+    p.add_argument("--precision", choices=PRECISIONS, default=TrainConfig.precision, help="autocast policy "
+                   "(default: %(default)s)")
     p.add_argument("--no-compile", action="store_true", help="train eagerly (no torch.compile)")
     return p
 
@@ -115,12 +134,14 @@ def parse_duration(text: str) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.spec and args.set:
+        print("run_search.py: --set sets a key of a search space, not of --spec (edit the spec file)", file=sys.stderr)
+        return 2
     if args.spec:
         return run_single(args)
     path = Path(args.space) if args.space else DEFAULT_SPACE
     try:
-        space = load_space(path).with_overrides(budget=args.budget, count=args.count, trials=args.trials,
-                                                tokens=args.tokens)
+        space = load_space(path, overrides(args))
         if args.plan:
             return run_plan(space, args)
         return run_study(space, args)
@@ -129,20 +150,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+# The flags that are short for a `--set`: flag -> the key it sets.
+SHORT_FOR = {"budget": "budget", "count": "count", "trials": "trials", "tokens": "training.tokens"}
+
+
+def overrides(args: argparse.Namespace) -> list[Override]:
+    """The `--set`s in the order given, then the flags that are short for one (so they win)."""
+    out = [parse_set(text) for text in args.set or ()]
+    return out + [Override(key=key, value=getattr(args, flag), given=f"--{flag} {getattr(args, flag)}")
+                  for flag, key in SHORT_FOR.items() if getattr(args, flag) is not None]
+
+
 def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
     given = [f"--{f.replace('_', '-')}" for f in SEARCH_ONLY if getattr(args, f) not in (None, False)]
     if given:
         verb = "applies" if len(given) == 1 else "apply"
         print(f"run_search.py: {', '.join(given)} {verb} only to a search, not to --plan", file=sys.stderr)
         return 2
-    import optuna
-
     from benchmark.console import console as wide_console
     from benchmark.perf import timing
-    from benchmark.space.plan import make_plan, records, render, summary, warnings
+    from benchmark.space.plan import records, render, summary, warnings
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "study created" chatter in a plan
-    plan = make_plan(space, seed=args.seed)
+    plan = _plan(space, args)
     rows, search = records(plan, timing.estimates()), timing.search_times()
     if args.json:
         for row in rows:
@@ -168,8 +197,9 @@ def _data(args: argparse.Namespace):
 def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
     """Run (or continue) the search: Ray Tune + OptunaSearch over `candidates.define_by_run(space)`."""
     from rich.console import Console
+    from rich.markup import escape
 
-    from benchmark.search import SearchHalted, StudyError, run_search
+    from benchmark.search import SearchHalted, StudyError, check_declared, run_search
     from benchmark.store.location import check_results, is_dir
     from benchmark.store.results import ResultsError
 
@@ -180,27 +210,39 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
         if args.resume and not is_dir(opts.study_dir):
             print(f"run_search.py: --resume: no study named {name!r} under {opts.results_dir}/", file=sys.stderr)
             return 2
-        if not (args.yes or args.address or args.resume) and (stop := _too_big(space, args, opts)) is not None:
+        if args.resume:
+            space = as_declared(space, args, opts.study_dir)
+            opts = _options(space, args, name)
+        plan = _plan(space, args)  # before anything is trained: every candidate builds and its schedule fits
+        if not (args.yes or args.address or args.resume) and (stop := _too_big(plan, args, opts)) is not None:
             return stop
         check_results(opts.study_dir)  # before anything is trained: a path that cannot take rows is one line
-    except ResultsError as e:
+        check_declared(space, opts)    # a space edited since the study began: one line, before the header
+    except (ResultsError, StudyError) as e:
         print(f"run_search.py: {name}: {e}", file=sys.stderr)
+        return 2
+    except SpaceError as e:
+        print(e, file=sys.stderr)
         return 2
     except ValueError as e:
         print(f"run_search.py: {e}", file=sys.stderr)
         return 2
     console.print(f"[bold]{name}[/bold]: {space.description or space.name} -- {space.trials} trials, "
-                  f"budget {', '.join(map(str, space.budgets))} ({space.count}), tokens {space.training.get('tokens')}")
+                  f"budget {', '.join(map(str, space.budgets))} ({space.count}), tokens {space.training.get('tokens')}"
+                  + (f"; set on the command line: {escape(' '.join(space.overrides))}" if space.overrides else ""))
     try:
         s = run_search(space, opts, console, policy=_policy(args))
     except (StudyError, ResultsError) as e:  # a study that cannot go on as asked, a results path that cannot be used
         print(f"run_search.py: {name}: {e}", file=sys.stderr)
         return 2
     except SearchHalted as e:
+        if e.kind == "ray":  # one line: what failed, Ray's logs, what to try, how to go on
+            print(f"run_search.py: {name}: stopped: {e}; then: {_resume_command(args, name)}", file=sys.stderr)
+            return e.halt.exit_code
         print(f"run_search.py: {name}: stopped: {e}", file=sys.stderr)
-        if e.kind == "store_full":
+        if e.halt.resumable:
             print(f"finished rows are kept; once there is space: {_resume_command(args, name)}", file=sys.stderr)
-        return 2 if e.kind == "resources" else 3
+        return e.halt.exit_code
     _print_summary(console, s)
     return 0
 
@@ -211,27 +253,52 @@ def _options(space: SearchSpace, args: argparse.Namespace, name: str):
     return SearchOptions(name=name, results_dir=args.results or Path("results"), seed=args.seed,
                          seeds=args.seeds or space.seeds, concurrency=args.concurrency, address=args.address,
                          storage=args.storage, cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
-                         data=_data(args), sampler=args.sampler,
+                         workers_per_trial=args.workers_per_trial, parallel=args.parallel or "auto",
+                         data=_data(args), sampler=args.sampler, resume_command=_resume_command(args, name),
                          time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
                          **({"pending_timeout_s": parse_duration(args.pending_timeout)} if args.pending_timeout else {}))
 
 
 def _resume_command(args: argparse.Namespace, name: str) -> str:
     parts = ["python run_search.py"] + ([args.space] if args.space else [])
-    parts += [f"--name {name}"] + ([f"--results {args.results}"] if args.results else []) + ["--resume"]
+    parts += [f"--name {name}"] + ([f"--results {args.results}"] if args.results else [])
+    parts += ([f"--storage {args.storage}"] if args.storage else []) + ["--resume"]
     return " ".join(parts)
 
 
-def _too_big(space: SearchSpace, args: argparse.Namespace, opts) -> int | None:
-    """The headline command on a machine too small for it: estimate first, ask before hours of
-    training (issue 11). None: go on."""
+def as_declared(space: SearchSpace, args: argparse.Namespace, study_dir) -> SearchSpace:
+    """A study resumes as it was declared: the `--set`s its _study.json recorded are set again
+    when none are given; different ones are refused, as a study is one experiment."""
+    from benchmark.store.study import read_study_info
+
+    recorded = [t for t in read_study_info(study_dir).get("overrides") or () if t.startswith("--set ")]
+    given = [o for o in space.source.overrides if o.given.startswith("--set ")]
+    if [o.given for o in given] == recorded:
+        return space
+    if given:
+        raise ValueError(f"--resume: this study was run with {' '.join(recorded) or 'no --set'}; resume it with "
+                         "the same --set, or none to set them again (or start a new study with --name)")
+    path = Path(args.space) if args.space else DEFAULT_SPACE
+    return load_space(path, [parse_set(t.removeprefix("--set ")) for t in recorded] + overrides(args))
+
+
+def _plan(space: SearchSpace, args: argparse.Namespace):
+    """The candidates a plan shows; SpaceError for one that cannot be built or trained as asked."""
     import optuna
 
-    from benchmark.perf import timing
-    from benchmark.space.plan import make_plan, records
+    from benchmark.space.plan import make_plan
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # a sampled plan's in-memory study says nothing
-    plan = make_plan(space, seed=args.seed)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "study created" chatter from a sampled plan
+    return make_plan(space, seed=args.seed)
+
+
+def _too_big(plan, args: argparse.Namespace, opts) -> int | None:
+    """The headline command on a machine too small for it: estimate first, ask before hours of
+    training (issue 11). None: go on."""
+    from benchmark.perf import timing
+    from benchmark.space.plan import records
+
+    space = plan.space
     flops = timing.machine_flops()
     recs = records(plan, timing.estimates())
     hours = sum(r["est_seconds"] for r in recs) * opts.seeds / 3600
@@ -241,7 +308,7 @@ def _too_big(space: SearchSpace, args: argparse.Namespace, opts) -> int | None:
     space_arg = f"{args.space} " if args.space else ""
     print(f"run_search.py: {opts.name}: {len(recs)} trials estimated at {hours:,.0f} machine-hours on this machine "
           f"({flops / 1e9:.0f} GFLOP/s measured here), about {gpu_hours:,.1f} GPU-hours at an assumed "
-          f"{ASSUMED_GPU_FLOPS / 1e12:.0f} TFLOP/s per GPU. This is a cluster job (README 'On a cluster'):\n"
+          f"{ASSUMED_GPU_FLOPS / 1e12:.0f} TFLOP/s per GPU. This is a cluster job (docs/clusters.md):\n"
           f"  ray start --head --port 6379 --num-cpus 0   (each worker: ray start --address HEAD_IP:6379)\n"
           f"  python run_search.py {space_arg}--budget {args.budget or ','.join(map(str, space.budgets))} --address auto --results s3://BUCKET/results "
           f"--gpus-per-trial 1\nAdd --yes to run it here anyway.", file=sys.stderr)
@@ -255,6 +322,9 @@ def _print_summary(console, s) -> None:
 
     for note in s.notes:
         console.print(f"note: {note}")
+    if s.others:
+        console.print(f"note: ran beside {len(s.others)} other driver(s) of this study ({', '.join(s.others)}); "
+                      "the counts of this run are its own")
     console.print(f"\n{s.rows} rows in {s.study_dir}/ ({', '.join(f'{k} {v}' for k, v in s.statuses.items())}); "
                   f"{s.finished_before} trials were already done, {s.ran} ran now, {s.written} rows written now, "
                   f"in {s.wall_s:.0f}s"
@@ -280,7 +350,7 @@ def run_single(args: argparse.Namespace) -> int:
 
     from benchmark.arch.spec import ArchSpec, SpecError
     from benchmark.space.yamlsafe import load_yaml
-    from benchmark.trial.config import TrainConfig
+    from benchmark.trial.config import QuantizeConfig, TrainConfig
     from benchmark.trial.run import run_trial
 
     try:
@@ -290,6 +360,7 @@ def run_single(args: argparse.Namespace) -> int:
                   f"got a {type(doc.data).__name__}", file=sys.stderr)
             return 2
         training = dict(doc.data.pop("training", None) or {})
+        quantize = dict(doc.data.pop("quantize", None) or {})
         spec = ArchSpec.from_dict(doc.data)
     except SpecError as e:
         line, col = doc.where(tuple(e.key.split(".")) if e.key else ())
@@ -302,6 +373,7 @@ def run_single(args: argparse.Namespace) -> int:
         if args.tokens:
             training["tokens"] = args.tokens
         cfg = TrainConfig.from_dict({"tokens": "20x", **training, "seed": args.seed, **_policy(args)})
+        quant = QuantizeConfig.from_dict(quantize)
         data = _data(args)
     except (ValueError, TypeError) as e:
         print(f"run_search.py: {e}", file=sys.stderr)
@@ -315,7 +387,7 @@ def run_single(args: argparse.Namespace) -> int:
             TextColumn("loss {task.fields[loss]:.3f}"), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*cols, console=console) as bar:
         task = bar.add_task("training", total=None, loss=float("nan"))
-        row = run_trial(spec, cfg, data=prepared, checkpoint_dir=args.checkpoint,
+        row = run_trial(spec, cfg, data=prepared, checkpoint_dir=args.checkpoint, quantize=quant,
                         on_step=lambda step, total, loss: bar.update(task, completed=step, total=total, loss=loss))
     _print_row(console, row)
     return 0 if row["status"] == "ok" else 1
@@ -324,9 +396,12 @@ def run_single(args: argparse.Namespace) -> int:
 def _print_row(console, row: dict) -> None:
     from rich.table import Table
 
+    from benchmark.store.metrics import LOOP_LOSSES, PARAM_COLUMNS
+
     t = Table(title=f"{row['family']} {row.get('structure', '')}: {row['status']}", show_header=False)
-    for key in ("params_total", "params_non_embedding", "tokens_trained", "train_loss", "val_loss", "val_ppl", "val_ppl_unigram",
-                "val_loss_by_source", "val_ppl_by_loops", "val_ppl_int8", "val_ppl_int4", "val_ppl_int4_rtn",
+    for key in (*PARAM_COLUMNS, "tokens_trained", "train_loss", "val_loss", "val_ppl", "val_ppl_unigram",
+                "val_loss_by_source", "val_ppl_by_loops", *LOOP_LOSSES, "val_ppl_int8", "val_ppl_int4", "val_ppl_int4_rtn",
+                "int4_ppl_increase", "int4_rtn_ppl_increase",
                 "bf16_bytes", "int4_bytes", "tokens_per_s", "flops_per_s", "peak_mem_bytes", "wall_s",
                 "dataset_id", "tokenizer_id", "code_version", "error"):
         if row.get(key) is not None:

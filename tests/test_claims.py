@@ -187,6 +187,104 @@ def test_a_budget_filter_takes_an_amount(tmp_path):
     assert check(text.replace("1.5M", "3M"), trials, tmp_path)[0].verdict == "no data"
 
 
+# --- per-group metrics: one model at two loop counts, or against another model's loss --------------
+
+LOOPS = """\
+claims:
+  - claim: AbbIE-D at r = 4 beats itself at r = 2
+    source: {paper: AbbIE, where: "§4.3, Fig. 6a"}
+    study: demo
+    metric: val_loss
+    order: [r4, r2]
+    groups:
+      r4: {family: abbie-d, metric: val_loss_r4}
+      r2: {family: abbie-d, metric: val_loss_r2}
+"""
+
+
+def loop_rows() -> pd.DataFrame:
+    """AbbIE-D 0.02 nats better at r = 4 than at r = 2 at each of 3 seeds (r = 2 its val_loss), a
+    Transformer without loop counts 0.05 worse than AbbIE-D at r = 2, and a Depth model whose
+    loss at r = 4 is 0.1 worse than AbbIE-D's."""
+    out = []
+    for seed, noise in enumerate((0.0, 0.03, -0.02)):
+        r2 = 3.0 + noise
+        out += [{"study": "demo", "trial_id": f"abbie-{seed}", "status": "ok", "family": "abbie-d", "seed": seed,
+                 "val_loss": r2, "val_loss_r2": r2, "val_loss_r4": r2 - 0.02 - 0.001 * seed},
+                {"study": "demo", "trial_id": f"depth-{seed}", "status": "ok", "family": "depth", "seed": seed,
+                 "val_loss": r2, "val_loss_r2": r2, "val_loss_r4": r2 + 0.08 + 0.001 * seed},
+                {"study": "demo", "trial_id": f"std-{seed}", "status": "ok", "family": "transformer", "seed": seed,
+                 "val_loss": r2 + 0.05 + 0.002 * seed, "val_loss_r2": None, "val_loss_r4": None}]
+    return pd.DataFrame(out)
+
+
+def test_a_group_metric_compares_one_model_with_itself_paired_by_seed(tmp_path):
+    (result,) = check(LOOPS, loop_rows(), tmp_path)
+    (pair,) = result.pairs
+    assert [g.metric for g in result.groups] == ["val_loss_r4", "val_loss_r2"]
+    assert result.groups[0].values == pytest.approx({0: 2.98, 1: 3.009, 2: 2.958})   # the same rows, at r = 4
+    assert result.groups[1].values == pytest.approx({0: 3.0, 1: 3.03, 2: 2.98})      # and at r = 2
+    # per-seed differences -0.020, -0.021, -0.022: mean -0.021, s.e. 0.001 / sqrt 3
+    assert (pair.difference.method, pair.difference.estimate) == ("paired", pytest.approx(-0.021))
+    assert pair.difference.se == pytest.approx(0.001 / math.sqrt(3))
+    assert result.verdict == "reproduced"
+    reversed_ = LOOPS.replace("order: [r4, r2]", "order: [r2, r4]")
+    assert check(reversed_, loop_rows(), tmp_path)[0].verdict == "contradicted"
+    table = claims.table(claims.load(tmp_path / "claims.yaml"), [result])
+    assert table.columns[3].cells == ["val_loss_r4 vs val_loss_r2 (min)"]
+    # a group that names a metric needs no filter of its own: here the claim's `where` selects the rows
+    shared = LOOPS.replace("    groups:", "    where: {family: abbie-d}\n    groups:").replace(
+        "{family: abbie-d, metric:", "{metric:")
+    assert check(shared, loop_rows(), tmp_path)[0].pairs[0].difference.estimate == pytest.approx(-0.021)
+
+
+def test_a_per_loop_metric_against_another_models_loss_and_at_the_claim_level(tmp_path):
+    vs_std = LOOPS.replace("r4: {family: abbie-d, metric: val_loss_r4}", "std: {family: transformer}").replace(
+        "order: [r4, r2]", "order: [r2, std]")
+    (result,) = check(vs_std, loop_rows(), tmp_path)   # AbbIE-D at r = 2 against the Transformer's val_loss
+    assert [g.metric for g in result.groups] == ["val_loss_r2", "val_loss"]
+    assert result.pairs[0].difference.estimate == pytest.approx(-0.052)
+    assert result.verdict == "reproduced"
+    claim_level = LOOPS.replace("metric: val_loss\n", "metric: val_loss_r4\n").replace(
+        "r4: {family: abbie-d, metric: val_loss_r4}", "r4: {family: abbie-d}").replace(
+        "r2: {family: abbie-d, metric: val_loss_r2}", "depth: {family: depth}").replace("[r4, r2]", "[r4, depth]")
+    (result,) = check(claim_level, loop_rows(), tmp_path)
+    assert [g.metric for g in result.groups] == ["val_loss_r4", "val_loss_r4"]
+    assert result.pairs[0].difference.estimate == pytest.approx(-0.102) and result.verdict == "reproduced"
+    no_loops = claim_level.replace("{family: depth}", "{family: transformer}")
+    (result,) = check(no_loops, loop_rows(), tmp_path)   # a Transformer has no loss at r = 4
+    assert result.verdict == "no data" and result.why == "no ok rows with a finite val_loss_r4 in group depth"
+
+
+@pytest.mark.parametrize("change, message", [
+    (("metric: val_loss_r4}", "metric: val_los_r4}"),
+     "claims.yaml:8:37: claims[0].groups.r4.metric: unknown metric 'val_los_r4' (did you mean 'val_loss_r4'?)"),
+    (("metric: val_loss_r4}", "metric: val_loss_r3}"),
+     "claims.yaml:8:37: claims[0].groups.r4.metric: unknown metric 'val_loss_r3': the per-loop losses are "
+     "val_loss_r1, val_loss_r2, val_loss_r4, val_loss_r8 (AbbIE's test-time iterations); every other loop count "
+     "evaluated is in the row's val_ppl_by_loops"),
+    (("metric: val_loss_r4}", "metric: val_ppl}"),
+     "claims.yaml:8:37: claims[0].groups.r4.metric: val_ppl:min cannot be compared with the claim's metric "
+     "val_loss:min: a group's metric shares its kind, unit and direction"),
+    (("metric: val_loss_r4}", "metric: val_loss_r4:max}"),
+     "claims.yaml:8:37: claims[0].groups.r4.metric: val_loss_r4:max cannot be compared"),
+    (("metric: val_loss_r4}", "metric: [val_loss_r4]}"), "claims.yaml:8:37: claims[0].groups.r4.metric: expected text"),
+])
+def test_mistakes_in_a_group_metric_name_the_line_and_key(tmp_path, change, message):
+    path = tmp_path / "claims.yaml"
+    path.write_text(LOOPS.replace(*change))
+    with pytest.raises(ClaimsError) as err:
+        claims.load(path)
+    assert str(err.value).startswith(f"{tmp_path}/{message}"), str(err.value)
+
+
+def test_a_group_metric_the_results_lack_is_named_at_its_key(tmp_path):
+    old = loop_rows().drop(columns=["val_loss_r4"])   # a study written before the per-loop columns
+    with pytest.raises(ClaimsError, match=r"claims.yaml:8:37: claims\[0\].groups.r4.metric: "
+                                          r"the results have no column val_loss_r4"):
+        check(LOOPS, old, tmp_path)
+
+
 # --- the command line ---------------------------------------------------------------------------
 
 def study_rows(study: str) -> pd.DataFrame:
@@ -222,3 +320,25 @@ def test_cli_reports_claims_in_markdown_html_and_json(tmp_path, capsys):
     assert "<h2>Claims (quickstart.yaml)</h2>" in (tmp_path / "site" / "index.html").read_text()
     assert cli.main([str(tmp_path / "results"), "--claims", str(tmp_path / "nope.yaml")]) == 2
     assert "nope.yaml: cannot be read" in capsys.readouterr().err
+
+
+def test_a_filter_on_a_search_axis_reads_the_rows_axes(tmp_path):
+    """`axes.hyper.mixing: sinkhorn` picks the rows whose search point set that axis (the row's
+    `axes` JSON), and an axis value no row has leaves its group empty."""
+    rows = pd.DataFrame([
+        {"study": "s", "status": "ok", "family": "hyperloop", "seed": seed, "val_loss": loss,
+         "axes": json.dumps({"hyper.mixing": mixing, "budget": 1000000})}
+        for mixing, base in (("diagonal", 4.00), ("sinkhorn", 4.05)) for seed, loss in
+        enumerate(base + np.array([0.0, 0.01, -0.01, 0.02]))])
+    path = tmp_path / "c.yaml"
+    path.write_text("claims:\n  - claim: diagonal beats sinkhorn\n    source: {paper: P, where: T6}\n"
+                    "    study: s\n    metric: val_loss\n    order: [diagonal, sinkhorn, identity]\n"
+                    "    groups:\n      diagonal: {axes.hyper.mixing: diagonal}\n"
+                    "      sinkhorn: {axes.hyper.mixing: sinkhorn}\n      identity: {axes.hyper.mixing: identity}\n")
+    (result,) = claims.evaluate(claims.load(path), rows)
+    diagonal, sinkhorn, identity = result.groups
+    assert diagonal.values == pytest.approx({0: 4.00, 1: 4.01, 2: 3.99, 3: 4.02})
+    assert sinkhorn.mean == pytest.approx(4.055)
+    assert result.pairs[0].difference.estimate == pytest.approx(-0.05)
+    assert result.pairs[0].verdict == "reproduced"
+    assert identity.values == {}

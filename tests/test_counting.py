@@ -28,6 +28,17 @@ def assert_exact(spec):
 def test_count_matches_the_built_model_for_every_family(family):
     c = assert_exact(ArchSpec.from_dict({"family": family, "d_model": 48, "n_heads": 4, "vocab_size": 300}))
     assert c["total"] == c["non_embedding"] + c["embedding"] + c["head"]
+    assert c["non_embedding_head"] == c["non_embedding"] + c["head"]
+
+
+def test_every_count_rule_is_a_count():
+    """COUNTS is what a budget may count; count_params (and the built model) gives each."""
+    from benchmark.arch.counting import COUNTS
+
+    assert COUNTS == ("total", "non_embedding", "non_embedding_head")
+    untied = assert_exact(ArchSpec.from_dict({"d_model": 48, "n_heads": 4, "vocab_size": 300, "tie_embeddings": False}))
+    assert (untied["total"], untied["non_embedding"], untied["non_embedding_head"]) == (
+        untied["non_embedding"] + 2 * 300 * 48, untied["total"] - 2 * 300 * 48, untied["non_embedding"] + 300 * 48)
 
 
 @pytest.mark.parametrize("family, hyper, switch", [
@@ -86,13 +97,34 @@ def test_count_matches_the_built_model_on_a_sample_of_specs(raw):
 
 # ---- the papers' own configurations ---------------------------------------------------------
 
-def hyperloop_params(family, d, begin, middle=0, end=0, **kw):
-    """Hyperloop's 'Params' = non-embedding + untied LM head (App. A: vocab 32000 (Llama-2),
-    SwiGLU 2.75x, 16 heads)."""
+def hyperloop_counts(family, d, begin, middle=0, end=0, **kw):
+    """App. A: vocab 32000 (Llama-2), SwiGLU 2.75x, 16 heads, untied unembedding."""
     raw = {"family": family, "vocab_size": 32000, "d_model": d, "n_heads": 16, "tie_embeddings": False,
            "ffn": {"ratio": 2.75}, "layers": {"begin": begin, "middle": middle, "end": end}, **kw}
-    c = count_params(raw)
-    return c["non_embedding"] + c["head"]
+    return count_params(raw)
+
+
+def hyperloop_params(family, d, begin, middle=0, end=0, **kw):
+    """Hyperloop's 'Params': the count rule `non_embedding_head` (non-embedding + untied LM head)."""
+    return hyperloop_counts(family, d, begin, middle, end, **kw)["non_embedding_head"]
+
+
+@pytest.mark.parametrize("d, split, paper_millions, body_millions, head_millions", [
+    # Table 1's Looped rows, split as §4 / App. A count them: 135.5M = 102.8M + 32.8M (d 1024, 2L -> 4L
+    # (x3) -> 2L); 579.4M = 513.8M + 65.5M (d 2048, 3L -> 4L (x3) -> 3L). The 16-layer Transformer's
+    # layers are 12.85M each (its 238.0M = 16 x 12.85M + 32.8M is 238.3M to one decimal: Table 1 rounds
+    # it, as test_hyperloop_table_1 allows).
+    (1024, (2, 4, 2), 135.5, 102.8, 32.8), (2048, (3, 4, 3), 579.4, 513.8, 65.5),
+])
+def test_the_hyperloop_count_is_non_embedding_plus_the_untied_head(d, split, paper_millions, body_millions,
+                                                                   head_millions):
+    c = hyperloop_counts("looped", d, *split)
+    assert round(c["non_embedding_head"] / 1e6, 1) == paper_millions
+    assert (round(c["non_embedding"] / 1e6, 1), round(c["head"] / 1e6, 1)) == (body_millions, head_millions)
+    assert c["non_embedding_head"] == c["non_embedding"] + c["head"] == c["total"] - c["embedding"]
+    t = hyperloop_counts("transformer", 1024, 16)
+    assert round((t["non_embedding"] - 1024) / 16 / 1e6, 2) == 12.85  # one layer (the final norm aside)
+    assert t["non_embedding_head"] - t["non_embedding"] == 32000 * 1024  # its untied head
 
 
 @pytest.mark.parametrize("family, d, split, paper_millions", [
@@ -174,6 +206,20 @@ def test_hourglass_paper_attention_and_ffn_sizes(d, d_h, L, K, attn_m, ffn_m):
 ])
 def test_hourglass_paper_model_sizes_are_non_embedding(d, d_h, L, K, size_m):
     assert round(hourglass(d, d_h, L, K)["non_embedding"] / 1e6) == size_m
+
+
+@pytest.mark.parametrize("hyper, paper_billions", [
+    (None, 1.17676442), ({"streams": 2, "mixing": "static"}, 1.17676467), ({"streams": 4, "mixing": "static"}, 1.17676518),
+    ({"streams": 2, "mixing": "dynamic"}, 1.17702688), ({"streams": 4, "mixing": "dynamic"}, 1.17715846),
+])
+def test_hc_table_7_counts_every_parameter(hyper, paper_billions):
+    """HC's rule is `total`: OLMo-1B (d 2048, 16 layers, SwiGLU 8192, tied 50,304-token embedding)
+    with and without hyper-connections, to the 8 decimals of Table 7. OLMo's LayerNorm has no
+    parameters (HC App. B: |θ_norm| = 0), so ours (RMSNorm weights) are left out."""
+    raw = {"family": "hc" if hyper else "transformer", "vocab_size": 50304, "d_model": 2048, "n_heads": 16,
+           "ffn": {"d_ff": 8192}, "layers": {"n": 16}, **({"hyper": hyper} if hyper else {})}
+    c = count_params(raw)
+    assert round((c["total"] - c["norm"]) / 1e9, 8) == paper_billions
 
 
 def test_hc_paper_extra_parameters():

@@ -102,7 +102,7 @@ def test_embedded_documents(small):
     assert bible[0] == "Genesis 1"
     assert bible[1].startswith("Genesis 1\nIn the beginning God created the heaven and the earth.\n")
     assert bible[1].count("\n") == 31  # heading + 31 verses
-    assert corpus.dataset_id == f"embedded:wiki,bible@{corpus.fingerprint[:12]}"
+    assert corpus.dataset_id == f"embedded:wiki=0.5,bible=0.5@{corpus.fingerprint[:12]}"
 
 
 def test_embedded_part_order_is_canonical(tmp_path):
@@ -313,8 +313,10 @@ def test_second_call_hits_the_cache(small, tok, count_encodes):
 
 
 def test_token_counts_are_counted_once_per_split(small, tok):
-    """The unigram baseline's counts: np.bincount of the split, one pass per process however many
-    trials (or seeds) read the same cached split, and a different split counts its own."""
+    """The unigram baseline's counts: np.bincount of the split (one part; a mixture's are in
+    test_mixture.py), one pass per process however many trials (or seeds) read the same cached
+    split, and a different split counts its own."""
+    small = DataConfig(**{**SMALL, "source": "embedded:wiki"}, cache_dir=small.cache_dir)
     corpus = load_corpus(small)
     train = tokenized(corpus, tok, "train")
     counts = train.counts(tok.vocab_size)
@@ -354,7 +356,7 @@ def test_corrupt_cache_is_rebuilt(small, tok, count_encodes, caplog, corrupt):
     assert "is invalid" in caplog.text and "rebuilding it" in caplog.text
     assert count_encodes, "the corrupt cache was used instead of rebuilt"
     assert np.array_equal(rebuilt.tokens, first)
-    assert cache._read_tokens(path, rebuilt.fingerprint) is not None  # valid again
+    assert cache._read_tokens(path, rebuilt.fingerprint, corpus.weights) is not None  # valid again
 
 
 def test_cache_key_depends_on_split_corpus_and_tokenizer(small, tok, tmp_path):
@@ -393,8 +395,12 @@ def test_prepare_trains_bpe_and_caches_everything(tmp_path):
 TOKENS = np.arange(1000, dtype=np.uint16)  # token i at position i: windows are easy to check
 
 
+def _one_part(tokens: np.ndarray) -> TokenArray:
+    return TokenArray(tokens=tokens, spans={"text": (0, len(tokens))}, fingerprint="f", weights={"text": 1.0})
+
+
 def _take(seed: int, n: int = 3, skip: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    stream = batches(TOKENS, seq_len=16, batch_size=4, seed=seed, skip=skip)
+    stream = batches(_one_part(TOKENS), seq_len=16, batch_size=4, seed=seed, skip=skip)
     return [next(stream) for _ in range(n)]
 
 
@@ -421,8 +427,10 @@ def test_batches_skip_resumes_the_sequence():
 
 
 def test_batches_need_one_window():
-    with pytest.raises(ValueError, match="a training window needs seq_len \\+ 1 = 17 tokens; the data has 16"):
-        next(batches(TOKENS[:16], seq_len=16, batch_size=2, seed=0))
+    with pytest.raises(ValueError, match="a training window needs seq_len \\+ 1 = 17 tokens; part 'text' of the data has 16"):
+        next(batches(_one_part(TOKENS[:16]), seq_len=16, batch_size=2, seed=0))
+    with pytest.raises(TypeError, match=r"batches takes the split's TokenArray \(data.train\), .* not ndarray"):
+        next(batches(TOKENS, seq_len=16, batch_size=2, seed=0))
 
 
 def test_eval_windows():
@@ -437,7 +445,7 @@ def test_eval_windows():
 
 
 def test_eval_sets_per_part():
-    val = TokenArray(tokens=TOKENS, spans={"a": (0, 400), "b": (400, 1000)}, fingerprint="f")
+    val = TokenArray(tokens=TOKENS, spans={"a": (0, 400), "b": (400, 1000)}, fingerprint="f", weights={"a": 0.5, "b": 0.5})
     sets = eval_sets(val, seq_len=10, n_tokens=100)
     assert set(sets) == {"a", "b"}
     assert sets["a"].shape == sets["b"].shape == (10, 11)

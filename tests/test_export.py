@@ -22,7 +22,7 @@ from benchmark.leaderboard import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-KEPT = ROOT / "results" / "quickstart-after-9"  # committed rows (results/README.md)
+KEPT = ROOT / "results" / "quickstart-after-9" / "quickstart-after-9"  # committed rows (its record: results/quickstart-after-9/README.md)
 SYNE_TUNE = ("hyperparameters.parquet", "configspace.json", "fidelityspace.json", "objectives_evaluations.npy",
              "fidelities_values.npy", "metadata.json")
 TOKENS = 800_768

@@ -192,3 +192,27 @@ def test_full_page_screenshot(loaded):
     path.write_bytes(base64.b64decode(shot))
     print(f"screenshot: {path}")
     assert path.stat().st_size > 10_000  # a blank page compresses to a few hundred bytes
+
+
+def test_the_ranking_comes_first_and_fits_a_laptop(loaded):
+    """A reader comes for the ranking: it is the first section, and at a laptop's 1280 pixels its
+    table and the page fit the window (wider tables scroll in their own box); every column is one
+    click away, below it."""
+    browser, _, _ = loaded
+    browser.page("Emulation.setDeviceMetricsOverride", width=1280, height=800, deviceScaleFactor=1, mobile=False)
+    try:
+        sections = browser.evaluate("[...document.querySelectorAll('h2')].map(h => h.textContent)")
+        assert sections[:2] == ["Leaderboard", "Frontiers"] and sections.index("All trials") > sections.index("Studies")
+        first = browser.evaluate("""(() => { const t = document.querySelector('table');
+            return {caption: t.caption.textContent, width: t.getBoundingClientRect().width,
+                    heads: [...t.tHead.rows[0].cells].map(c => c.textContent), rows: t.tBodies[0].rows.length}; })()""")
+        assert first["caption"] == "Budget 30M" and first["rows"] > 10 and first["width"] <= 1280 - 32
+        assert first["heads"] == ["#", "Family", "Structure", "Variant", "Params", "PPL", "Seeds", "Pareto"]
+        assert browser.evaluate("document.documentElement.scrollWidth") <= 1280
+        full = browser.evaluate("""(() => { const d = document.querySelector('details');
+            d.open = true; const t = d.querySelector('table');
+            return {summary: d.querySelector('summary').textContent, heads: t.tHead.rows[0].cells.length,
+                    shown: t.getBoundingClientRect().height > 0}; })()""")
+        assert full["summary"] == f"All {full['heads']} columns" and full["heads"] > 12 and full["shown"]
+    finally:
+        browser.page("Emulation.setDeviceMetricsOverride", width=1400, height=2000, deviceScaleFactor=1, mobile=False)

@@ -69,9 +69,31 @@ def test_version_1_files_read_beside_version_2_with_the_diagnostics_null(tmp_pat
     pq.write_table(old, tmp_path / "s" / "trials" / "old.a0.parquet")
     write_row(tmp_path / "s", {"study": "s", "trial_id": "new", "status": "ok", "val_loss": 2.0, "stream_cosine": 0.9})
     df = read_study(tmp_path / "s").set_index("trial_id")
-    assert df.loc["old", "schema_version"] == 1 and df.loc["new", "schema_version"] == SCHEMA_VERSION == 4
+    assert df.loc["old", "schema_version"] == 1 and df.loc["new", "schema_version"] == SCHEMA_VERSION == 5
     assert pd.isna(df.loc["old", "stream_cosine"]) and df.loc["new", "stream_cosine"] == 0.9
     assert len(pd.read_parquet(tmp_path / "s")) == 2
+
+
+def test_version_4_files_read_beside_version_5_with_its_new_columns_null(tmp_path):
+    """Version 5 added the per-loop losses, the Hyperloop count rule's column, what INT4 costs and
+    the quantisation settings; a study holding rows of both versions reads as one table."""
+    import pyarrow.parquet as pq
+
+    from benchmark.store.metrics import LOOP_LOSSES
+    from benchmark.store.results import to_table
+
+    new = ["params_non_embedding_head", "int4_ppl_increase", "int4_rtn_ppl_increase", "quantize", *LOOP_LOSSES]
+    old = to_table({"study": "s", "trial_id": "old", "status": "ok", "val_loss": 3.0}).drop_columns(new)
+    old = old.set_column(0, "schema_version", pa_int64([4]))
+    (tmp_path / "s" / "trials").mkdir(parents=True)
+    pq.write_table(old, tmp_path / "s" / "trials" / "old.a0.parquet")
+    write_row(tmp_path / "s", {"study": "s", "trial_id": "new", "status": "ok", "val_loss": 2.0,
+                               "params_non_embedding_head": 1_000, "int4_ppl_increase": 0.022,
+                               "quantize": {"group_size": 128, "calib_sequences": 1024}})
+    df = read_study(tmp_path / "s").set_index("trial_id")
+    assert df.loc["old", new].isna().all()
+    assert (df.loc["new", "params_non_embedding_head"], df.loc["new", "int4_ppl_increase"]) == (1_000, 0.022)
+    assert df.loc["new", "quantize"] == '{"calib_sequences": 1024, "group_size": 128}' and pd.isna(df.loc["new", "extra"])
 
 
 def pa_int64(values):

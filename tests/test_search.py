@@ -33,6 +33,7 @@ base: {{vocab_size: 320, n_heads: 2, layers: {{begin: 1, middle: 1, end: 1}}}}
 axes:
 {axes}
 training: {{tokens: {tokens}, seq_len: 32, batch_size: 8, lr: {lr}, grad_clip: {clip}, eval_tokens: 2K}}
+quantize: {{group_size: 16, calib_sequences: 16}}
 objectives: [val_loss:min]
 trials: {trials}
 """
@@ -64,6 +65,9 @@ def _ray_for_module():
     ray.shutdown()
 
 
+_SLOTS: list = []
+
+
 @pytest.fixture
 def started_ray(_ray_for_module, tmp_path_factory):
     """A local Ray this process started before the search, as a notebook's `ray.init()` would
@@ -76,7 +80,8 @@ def started_ray(_ray_for_module, tmp_path_factory):
     from benchmark.search import ray_session
 
     if not ray.is_initialized():
-        ray_session.start(None, tmp_path_factory.mktemp("module-ray"))
+        _SLOTS.append(ray_session.claim(tmp_path_factory.mktemp("module-ray")))  # held while the module runs
+        ray_session.start(None, _SLOTS[-1])
     yield
     assert ray.is_initialized(), "run_search ended the Ray its caller had started"
 
@@ -159,6 +164,7 @@ def test_a_search_runs_through_ray_tune_and_optuna(corpus, tmp_path, started_ray
     assert set(df["status"]) == {"ok"} and df["val_loss"].notna().all()
     assert sorted(df["family"]) == ["abbie-d", "hyperloop", "looped", "transformer"]  # the grid, once each
     assert (abs(df["budget_distance"]) <= 0.02).all()
+    assert (df["quantize"] == '{"calib_sequences": 16, "group_size": 16}').all()  # the space's, through Ray
     assert summary.ran == 4 and summary.overhead_s is not None
     assert summary.progress_reads > 0  # the running trials' progress reached the live view
     study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'results' / 'tiny' / OPTUNA_DB}")
@@ -242,10 +248,11 @@ def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus,
     import socket
 
     from benchmark.search import StudyError
-    from benchmark.store.metrics import BY_NAME, SEARCHABLE, row_value
+    from benchmark.store.metrics import BY_NAME, LOOP_LOSSES, SEARCHABLE, row_value
     from benchmark.store.study import read_study_info
 
-    names = ["val_loss", "params", *(n for n in SEARCHABLE if n not in ("val_loss", "params"))]
+    # every metric these families report: none evaluates loop counts, so none has a val_loss_r*
+    names = ["val_loss", "params", *(n for n in SEARCHABLE if n not in ("val_loss", "params", *LOOP_LOSSES))]
     declared = [[n, BY_NAME[n].direction] for n in names]
     path = space_file(tmp_path, "named", trials=3, axes="  family: [transformer, looped, hyperloop]")
     path.write_text(path.read_text().replace("objectives: [val_loss:min]",
@@ -310,8 +317,10 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(root)], capture_output=True)
 
 
-def test_a_full_disk_stops_the_search_cleanly_and_resume_finishes_it(corpus, tmp_path, small_disk, capsys,
+def test_a_full_disk_stops_the_search_cleanly_and_resume_finishes_it(corpus, tmp_path, small_disk, capfd,
                                                                       started_ray):
+    """capfd, not capsys: Ray Tune's loggers write to the stderr they found at import, which only
+    the file descriptor shows."""
     from benchmark.cli import main
 
     results = small_disk / "results"
@@ -321,8 +330,9 @@ def test_a_full_disk_stops_the_search_cleanly_and_resume_finishes_it(corpus, tmp
     filler.write_bytes(b"\0" * (shutil.disk_usage(small_disk).free - 60 * 1024))  # 60 kB left
     flags = [str(space_path), "--trials", "2", "--name", "full", "--results", str(results), "--data",
              str(corpus / "text.txt"), "--tokenizer", "bpe:320", "--no-compile", "--precision", "fp32"]
+    capfd.readouterr()
     assert main(flags) == 3
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert f"run_search.py: full: stopped: {results / 'full'}: the disk is full" in err and "MiB free" in err
     assert f"once there is space: python run_search.py {space_path} --name full --results {results} --resume" in err
     assert "Traceback" not in err

@@ -19,6 +19,7 @@ from benchmark.space.domains import Choice, Fixed, FloatRange, IntRange
 from benchmark.space.expr import ExprError, parse_condition
 from benchmark.space.language import SpaceError, load_space
 from benchmark.space.plan import make_plan, plan_points
+from benchmark.space.source import Override
 from benchmark.space.yamlsafe import YamlError, load_yaml
 from benchmark.trial.config import TrainConfig, TrainConfigError
 
@@ -67,6 +68,14 @@ def test_the_spec_example_loads(tmp_path):
     assert s.axes[4].domain == FloatRange(lo=57.0, hi=250.0, log=True)
     assert s.training["lr"] == 6e-4 and s.training["tokens"] == "20x"
     assert s.objectives == (("val_loss", "min"), ("params", "min"))
+
+
+def test_a_loss_at_a_loop_count_is_an_objective(tmp_path):
+    """AbbIE's loss at r = 4 test-time iterations (store.metrics.LOOP_COUNTS) is searchable."""
+    text = SPEC_EXAMPLE.replace("[val_loss:min, params:min]", "[val_loss_r4:min, params:min]")
+    assert load_space(write(tmp_path, text)).objectives == (("val_loss_r4", "min"), ("params", "min"))
+    with pytest.raises(SpaceError, match=r"space.yaml:15:13: objectives: 'val_loss_r3' is not one of val_loss, "):
+        load_space(write(tmp_path, text.replace("val_loss_r4:min", "val_loss_r3:min")))
 
 
 def test_defaults_and_fixed_values(tmp_path):
@@ -315,8 +324,9 @@ def test_every_repository_space_plans_within_tolerance_at_its_budget_and_at_2m()
     for path in SPACES:
         space = load_space(path)
         assert space.description, path.name
-        for budget in (None, "2M"):
-            plan = make_plan(space.with_overrides(budget=budget))
+        for budget in (None, "2M"):  # at 2M a paper's warmup in steps outlasts the run: as a fraction
+            small = [Override("budget", budget, "--budget 2M"), Override("training.warmup", 0.05, "--set training.warmup=0.05")]
+            plan = make_plan(load_space(path, small) if budget else space)
             assert plan.candidates, path.name
             for c in plan.candidates:
                 assert abs(c.distance) <= space.tolerance, (path.name, budget, c.values)
@@ -332,6 +342,26 @@ def test_paper_spaces_recover_the_papers_shapes():
     by_family = {c.spec.family: c.spec for c in hyperloop.candidates}
     assert (by_family["hyperloop"].d_model, by_family["hyperloop"].n_heads) == (1024, 16)     # App. A
     assert by_family["hyperloop"].structure() == "2L→4L(×3)→2L" and by_family["transformer"].layers.unique == 16
+
+
+def test_paper_spaces_count_and_quantise_as_their_papers_do():
+    """Hyperloop counts non-embedding + the untied head (App. A) and quantises with GPTQ group 128
+    on 1024 calibration sequences (§4); HC counts every parameter (Table 7); the shape paper
+    non-embedding (§4.1); AbbIE states no rule (non-embedding; tied, so no head)."""
+    from benchmark.trial.config import QuantizeConfig
+
+    papers = {p.name: load_space(p) for p in sorted((ROOT / "search_spaces" / "papers").glob("*.yaml"))}
+    rule = {"hyperloop": "non_embedding_head", "hc": "total", "hourglass": "non_embedding", "abbie": "non_embedding"}
+    assert {name: s.count for name, s in papers.items()} == {name: rule[name.split("-")[0]] for name in papers}
+    for name, s in papers.items():
+        hyperloop = name.startswith("hyperloop")
+        assert s.quantize == ({"group_size": 128, "calib_sequences": 1024} if hyperloop else {}), name
+        assert s.training_value("tokens_per") == s.count, name  # "Nx" tokens per the counted parameters
+    assert QuantizeConfig.from_dict(papers["hyperloop-table1-136m.yaml"].quantize) == QuantizeConfig(calib_sequences=1024)
+    looped = next(c for c in make_plan(papers["hyperloop-table1-136m.yaml"]).candidates if c.spec.family == "looped")
+    p = looped.solution.params   # the paper's model (d_model 1024, 2L -> 4L (x3) -> 2L) over 8192 tokens
+    assert looped.spec.d_model == 1024 and p["non_embedding_head"] == p["non_embedding"] + 8192 * 1024
+    assert abs(p["non_embedding_head"] / 111.2e6 - 1) <= 0.005
 
 
 def test_resolve_points_errors_at_the_axis(tmp_path):

@@ -44,8 +44,8 @@ EXPECTED = {
                         "use `value: 6`)",
     "misspelt_base_value.yaml": "misspelt_base_value.yaml:4:15: base.ffn.kind: 'hourglas' is not one of swiglu, "
                                 "hourglass (did you mean 'hourglass'?)",
-    "misspelt_count.yaml": "misspelt_count.yaml:3:8: count: 'totl' is not one of total, non_embedding "
-                           "(did you mean 'total'?)",
+    "misspelt_count.yaml": "misspelt_count.yaml:3:8: count: 'totl' is not one of total, non_embedding, "
+                           "non_embedding_head (did you mean 'total'?)",
     "misspelt_domain_key.yaml": "misspelt_domain_key.yaml:4:12: axes.family.choise: unknown key "
                                 "(did you mean 'choice'?)",
     "misspelt_family.yaml": f"misspelt_family.yaml:4:25: axes.family[1]: 'hyperlop' is not one of {FAMILIES} "
@@ -61,6 +61,11 @@ EXPECTED = {
     "outside_tolerance.yaml": "outside_tolerance.yaml:2:9: budget: the nearest valid ffn.d_h=4 gives 1.996M (-0.18%), "
                               "outside tolerance 0.1%: one step of ffn.d_h moves 36.86K parameters here; "
                               "widen tolerance",
+    "quantize_group_zero.yaml": "quantize_group_zero.yaml:5:24: quantize.group_size: must be >= 1, got 0",
+    "quantize_not_a_mapping.yaml": "quantize_not_a_mapping.yaml:5:11: quantize: expected a mapping like "
+                                   "{group_size: 128, calib_sequences: 1024}, got 128",
+    "quantize_unknown_key.yaml": "quantize_unknown_key.yaml:7:3: quantize.calib_sequence: unknown key "
+                                 "(did you mean 'calib_sequences'?)",
     "python_tag.yaml": f"python_tag.yaml:3:7: base: YAML tag !!python/object/apply:os.system {NOT_ALLOWED}",
     "section_as_axis.yaml": "section_as_axis.yaml:4:3: axes.ffn: `ffn` is a section; name a key inside it, "
                             "e.g. ffn.kind",

@@ -13,7 +13,7 @@ from benchmark.data import DataConfig, prepare
 from benchmark.space.budget import fmt_count, parse_amount
 from benchmark.store.metrics import TIME_SPLIT
 from benchmark.trial.checkpoint import CheckpointError, load_checkpoint
-from benchmark.trial.config import TrainConfig
+from benchmark.trial.config import QuantizeConfig, TrainConfig
 from benchmark.trial.run import run_trial
 
 WORDS = "the cat dog sat ran on under a mat log hill big small red blue and then".split()
@@ -47,6 +47,9 @@ def test_same_seed_same_losses_different_seed_different(corpus):
     assert a["val_loss"] != c["val_loss"]
     assert a["tokens_trained"] == 79 * 256  # ceil(20K / (8 x 32)) steps of 256 tokens
     assert set(json.loads(a["val_ppl_by_loops"])) == {"1", "2", "3"}
+    # r = 1 and 2 are registry metrics; 3 is no metric (kept in val_ppl_by_loops); 4 and 8 were not evaluated
+    assert a["val_loss_r1"] > 0 and a["val_loss_r2"] == a["val_loss"] and "val_loss_r3" not in a
+    assert a["val_loss_r4"] is None and a["val_loss_r8"] is None
     assert a["val_ppl"] < 0.5 * a["val_ppl_unigram"]  # it learned more than token frequencies
 
 
@@ -196,3 +199,154 @@ def test_evaluation_scores_the_head_in_chunks_and_gets_the_same_loss(monkeypatch
     calls.clear()
     assert evaluate(model, {"one": windows}, None)["val_loss"] == pytest.approx(whole.item(), rel=1e-6)
     assert calls == [64, 64, 22]  # one batch of 3 windows, scored in chunks
+
+
+# --- per-loop metrics: AbbIE evaluates at r = 1, 2, 4, 8 test-time iterations (§4.3, Table 2) -----
+
+ABBIE_D = {"family": "abbie-d", "d_model": 32, "n_heads": 2, "vocab_size": 300,
+           "layers": {"begin": 1, "middle": 1, "end": 1}}  # the preset: trained at 2 loops, eval_loops 1, 2, 4, 8
+LOOP_CLAIM = """\
+claims:
+  - claim: AbbIE-D at its training iterations beats itself at 8
+    source: {paper: AbbIE, where: "§4.3, Fig. 6a"}
+    study: abbie
+    metric: val_loss
+    order: [r2, r8]
+    groups:
+      r2: {family: abbie-d, metric: val_loss_r2}
+      r8: {family: abbie-d, metric: val_loss_r8}
+"""
+
+
+@pytest.fixture(scope="module")
+def abbie_results(corpus, tmp_path_factory):
+    """Three seeds of a tiny AbbIE-D in a results store, as a search writes them."""
+    from benchmark.store.results import write_row
+
+    root = tmp_path_factory.mktemp("results")
+    for seed in range(3):
+        row = run_trial(ABBIE_D, TrainConfig(**{**CFG, "tokens": "10K", "seed": seed}), data=corpus, quantize=False)
+        write_row(root / "abbie", {**row, "study": "abbie", "trial_id": f"t{seed}"})
+    return root
+
+
+def test_abbie_rows_carry_the_loss_at_each_loop_count(abbie_results):
+    from benchmark.store.results import read_study
+
+    rows = read_study(abbie_results / "abbie").sort_values("seed")
+    assert len(rows) == 3 and (rows["status"] == "ok").all()
+    for _, row in rows.iterrows():
+        ppl = json.loads(row["val_ppl_by_loops"])
+        assert set(ppl) == {"1", "2", "4", "8"}
+        for r in (1, 2, 4, 8):
+            assert row[f"val_loss_r{r}"] == pytest.approx(math.log(ppl[str(r)]), rel=1e-9)
+        assert row["val_loss_r2"] == row["val_loss"]  # trained at 2: the final evaluation is r = 2
+        assert len({row[f"val_loss_r{r}"] for r in (1, 2, 4, 8)}) == 4  # each count is its own evaluation
+
+
+def test_a_loop_claim_and_the_leaderboard_read_the_per_loop_losses(abbie_results, tmp_path):
+    """A claim comparing AbbIE-D with itself at r = 2 and r = 8 pairs each seed's two losses; the
+    leaderboard ranks by val_loss_r4 (--y)."""
+    import importlib.util
+    from pathlib import Path
+
+    from benchmark.leaderboard import stats
+    from benchmark.store.results import read_study
+
+    rows = read_study(abbie_results / "abbie").sort_values("seed")
+    per_seed = (rows["val_loss_r2"] - rows["val_loss_r8"]).to_numpy()
+    (tmp_path / "claims.yaml").write_text(LOOP_CLAIM)
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("leaderboard_cli", root / "leaderboard.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    assert cli.main([str(abbie_results), "--x", "params", "--y", "val_loss_r4", "--claims",
+                     str(tmp_path / "claims.yaml"), "--format", "md", "--out", str(tmp_path / "site")]) == 0
+    (claim,) = json.loads((tmp_path / "site" / "claims.json").read_text())["claims"]
+    r2, r8 = claim["groups"]
+    assert (r2["metric"], r8["metric"]) == ("val_loss_r2", "val_loss_r8")
+    assert r2["seeds"] == {str(s): v for s, v in zip(rows["seed"], rows["val_loss_r2"])}
+    assert r8["seeds"] == {str(s): v for s, v in zip(rows["seed"], rows["val_loss_r8"])}
+    d = claim["pairs"][0]["difference"]
+    assert d["method"] == "paired" and d["estimate"] == pytest.approx(per_seed.mean(), rel=1e-9)
+    assert d["se"] == pytest.approx(per_seed.std(ddof=1) / math.sqrt(3), rel=1e-9)
+    assert claim["verdict"] == str(stats.verdict(*d["interval"], -1))
+    md = (tmp_path / "site" / "leaderboard.md").read_text()
+    assert "| val_loss_r2 vs val_loss_r8 (min) |" in md
+    assert "Validation loss at r = 4 (nats/token)" in md
+
+
+# --- what INT4 costs: the perplexity it adds over full precision (Hyperloop §4, Table 1) ----------
+
+QUANT = QuantizeConfig(group_size=16, calib_sequences=20)   # 16 < d_model 32: two groups per row
+TRANSFORMER = {"family": "transformer", "d_model": 32, "n_heads": 2, "vocab_size": 300, "layers": {"n": 3}}
+INT4_CLAIM = """\
+claims:
+  - claim: Looped models lose more perplexity to INT4 than the Transformer
+    source: {paper: Hyperloop Transformers, where: "§4, Table 1"}
+    study: int4
+    metric: int4_cost
+    order: [transformer, looped]
+    groups:
+      transformer: {family: transformer}
+      looped: {family: looped}
+"""
+
+
+@pytest.fixture(scope="module")
+def int4_results(corpus, tmp_path_factory):
+    """Two seeds of a tiny Transformer and a tiny Looped model, quantised per QUANT, in a results
+    store as a search writes them."""
+    from benchmark.store.results import write_row
+
+    root = tmp_path_factory.mktemp("results")
+    for spec in (TRANSFORMER, SPEC):
+        for seed in range(2):
+            row = run_trial(spec, TrainConfig(**{**CFG, "tokens": "5K", "seed": seed}), data=corpus, quantize=QUANT)
+            write_row(root / "int4", {**row, "study": "int4", "trial_id": f"{spec['family']}-{seed}"})
+    return root / "int4"
+
+
+def test_the_row_has_what_int4_costs_under_the_spaces_quantize_settings(int4_results):
+    from benchmark import build_model
+    from benchmark.store.results import read_study
+    from benchmark.trial.quant import QuantConfig, model_bytes
+
+    rows = read_study(int4_results)
+    assert len(rows) == 4 and (rows["status"] == "ok").all()
+    for _, row in rows.iterrows():
+        assert row["int4_ppl_increase"] == row["val_ppl_int4"] / row["val_ppl"] - 1
+        assert row["int4_rtn_ppl_increase"] == row["val_ppl_int4_rtn"] / row["val_ppl"] - 1
+        assert json.loads(row["quantize"]) == {"group_size": 16, "calib_sequences": 20}
+        # the group size reached GPTQ: the packed size has one fp16 scale per row and group of 16
+        model = build_model(json.loads(row["spec"]))
+        assert row["int4_bytes"] == model_bytes(model, QuantConfig(bits=4, group_size=16))
+        assert row["int4_bytes"] > model_bytes(model, QuantConfig(bits=4, group_size=128))
+    assert rows["extra"].isna().all()  # every quantisation column is in the schema
+
+
+def test_the_int4_cost_flows_into_a_claim_verdict(int4_results, tmp_path):
+    from benchmark.leaderboard import claims, stats
+    from benchmark.store.results import read_study
+
+    rows = read_study(int4_results)
+    (tmp_path / "claims.yaml").write_text(INT4_CLAIM)
+    (result,) = claims.evaluate(claims.load(tmp_path / "claims.yaml"), rows)
+    assert result.claim.metric.column == "int4_ppl_increase"   # `int4_cost` is its alias
+    cost = {f: dict(zip(g["seed"], g["val_ppl_int4"] / g["val_ppl"] - 1)) for f, g in rows.groupby("family")}
+    transformer, looped = result.groups
+    assert transformer.values == pytest.approx(cost["transformer"], rel=1e-12)
+    assert looped.values == pytest.approx(cost["looped"], rel=1e-12)
+    (pair,) = result.pairs
+    per_seed = [cost["transformer"][s] - cost["looped"][s] for s in (0, 1)]
+    assert pair.difference.method == "paired" and pair.difference.estimate == pytest.approx(sum(per_seed) / 2)
+    assert result.verdict == pair.verdict == str(stats.verdict(pair.difference.lo, pair.difference.hi, -1))
+    assert result.verdict in ("reproduced", "contradicted", "inconclusive")
+
+
+def test_calibration_takes_exactly_the_sequences_asked_for(corpus):
+    from benchmark.trial.run import calibration
+
+    calib = calibration(corpus, TrainConfig(**CFG), 20)
+    assert [tuple(x.shape) for x in calib] == [(8, 32), (8, 32), (4, 32)]
+    assert [tuple(x.shape) for x in calibration(corpus, TrainConfig(**CFG), 3)] == [(3, 32)]

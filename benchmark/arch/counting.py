@@ -2,10 +2,18 @@
 `param_components(build_model(spec))` exactly, component by component (a test checks it over
 every family and a hypothesis sample of specs).
 
-Components (SPEC.md "Counting"): embedding, head (0 when tied), attention, ffn, norm, hyper,
-loop_embedding, lora, injection (Depth's 2d -> d projection); total counts each tensor once;
-non_embedding = total - embedding - head. The Hyperloop paper's "Params" is non_embedding + head
-(untied head); the hourglass paper's "Attention/FFN size" are `attention` and `ffn`.
+Components (docs/architectures.md "Counting"): embedding, head (0 when tied), attention, ffn, norm, hyper,
+loop_embedding, lora, injection (Depth's 2d -> d projection). The count rules (COUNTS), each
+the parameters one paper counts as a model's size, and what a budget may count (`count:`):
+
+  total                every tensor once (HC Table 7: OLMo-1B's 1.17676442B includes its tied
+                       embedding)
+  non_embedding        total - embedding - head (the hourglass paper, Liao et al. §4.1)
+  non_embedding_head   non_embedding + the untied LM head (Hyperloop App. A: "we use a
+                       weight-untied unembedding matrix and include its number of parameters";
+                       Table 1's 135.5M = 102.8M + 32.8M); equals non_embedding when tied
+
+The hourglass paper's "Attention/FFN size" are `attention` and `ffn`.
 """
 
 from __future__ import annotations
@@ -13,6 +21,14 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from benchmark.arch.spec import ArchSpec, hyper_spans
+from benchmark.store.metrics import COUNTS as COUNTS  # the rules' names, with the row columns they fill
+
+
+def with_counts(components: Mapping[str, int], total: int) -> dict[str, int]:
+    """The components plus every count rule of COUNTS (`total` given: each tensor once)."""
+    non_embedding = total - components["embedding"] - components["head"]
+    return {**components, "total": total, "non_embedding": non_embedding,
+            "non_embedding_head": non_embedding + components["head"]}
 
 
 def _spec(spec: ArchSpec | Mapping[str, Any]) -> ArchSpec:
@@ -58,9 +74,7 @@ def count_params(spec: ArchSpec | Mapping[str, Any]) -> dict[str, int]:
         "lora": lora_per_layer * s.layers.middle * s.loops,
         "injection": 2 * d * d if s.injection == "concat" else 0,
     }
-    c["total"] = sum(c.values())
-    c["non_embedding"] = c["total"] - c["embedding"] - c["head"]
-    return c
+    return with_counts(c, sum(c.values()))
 
 
 def _hyper_flops(s: ArchSpec, loops: int) -> int:

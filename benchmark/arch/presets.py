@@ -1,5 +1,5 @@
 """The paper families: each `family` names a preset, the seed paper's own configuration, that
-fills the keys a spec leaves out (SPEC.md "Presets"). The families are exactly the presets, so a
+fills the keys a spec leaves out (docs/reference.md "Family presets"). The families are exactly the presets, so a
 new family is one entry here (plus its YAML).
 
 ArchSpec's field defaults are the plain Transformer's; a preset lists what its paper sets on top.

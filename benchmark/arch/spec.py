@@ -1,7 +1,7 @@
 """The architecture spec: one plain mapping (YAML or dict) -> a validated, frozen `ArchSpec`.
 
 `family` is a shorthand that fills defaults (presets.py reproduces the seed papers); explicit keys
-override it. Every key of SPEC.md ("One model: the architecture spec") is a field here, declared
+override it. Every key of docs/reference.md ("Architecture spec keys") is a field here, declared
 with its default and the values it takes (`setting`, fields.py); `SPEC_KEYS` lists them as dotted
 keys for the search space. Unknown keys are rejected with a "did you mean".
 
@@ -35,6 +35,10 @@ READS = ("block", "delta")
 # Gate initialisation (models/hyper.py): `home` breaks the symmetry of the n copied streams as the
 # public implementations do; `symmetric` is every stream alike (the collapsed ablation).
 HYPER_INITS = ("home", "symmetric")
+# The n streams' storage precision (models/hyper.py, resolve_stream_dtype): `auto` stores them in
+# bf16 when the steps run under bf16 autocast on CUDA (mHC eq. 10-19: bf16 streams, the gates,
+# Sinkhorn and the accumulations in fp32), in fp32 elsewhere.
+STREAM_DTYPES = ("auto", "bf16", "fp32")
 # Each FFN kind's hidden width, that width's ratio to d_model, and the ratio taken when a spec gives
 # neither: Hyperloop App. A's SwiGLU 2.75, and the hourglass bottleneck's best ratio at K = 4 (0.4,
 # hourglass paper Fig. 3).
@@ -118,6 +122,7 @@ class HyperSpec:
     tanh: bool = True
     read: str = setting("delta", choices=READS)        # whole-layer spans only (a sublayer's F is its branch)
     init: str = setting("home", choices=HYPER_INITS)
+    stream_dtype: str = setting("auto", choices=STREAM_DTYPES)
 
     @property
     def label(self) -> str:
@@ -161,7 +166,7 @@ class ArchSpec:
     # ---- construction -------------------------------------------------------------------
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> "ArchSpec":
-        """Validate a plain mapping (SPEC.md keys; `family` fills defaults) into an ArchSpec."""
+        """Validate a plain mapping (docs/reference.md keys; `family` fills defaults) into an ArchSpec."""
         if isinstance(raw, ArchSpec):
             return raw
         if not isinstance(raw, Mapping):

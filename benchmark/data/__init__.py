@@ -2,12 +2,18 @@
 packages import from here; the modules behind it, lowest first:
 
     packages   data files inside installed packages, found without importing them
-    sources    where text comes from (embedded, hf:, local files), as parts of documents
+    sources    where text comes from (embedded, hf:, local files), as weighted parts of documents
     tokenizer  the `data.tokenizer` forms and the Tokenizer they load
     config     DataConfig (the `data:` settings) and cache_root
-    corpus     the parts of a source split into train/validation by hash; its fingerprint
+    corpus     the parts of a source split into train/validation by hash; its fingerprint and id
     cache      token arrays cached on disk, and `prepare` (corpus -> tokenizer -> tokens)
-    sampling   training batches and fixed evaluation windows
+    sampling   training batches and fixed evaluation windows, both drawn by the parts' weights
+
+One mixture (issue 40): training and validation draw the parts by the same weights, which the
+dataset id records. `embedded` is wiki, bible and poetry at 1/3 each (by tokens, not by size:
+poetry is ~94% of the text); `embedded:wiki,bible` is equal weights over those;
+`embedded:wiki=0.5,bible=0.2,poetry=0.3` chooses (relative weights, normalised). An hf: or file
+source is one part of weight 1.
 """
 
 from benchmark.data.cache import PreparedData, prepare

@@ -35,6 +35,9 @@ class TokenArray:
     tokens: np.ndarray  # (N,) uint16 or uint32, read-only memmap
     spans: dict[str, tuple[int, int]]  # part name -> [start, end) in tokens
     fingerprint: str
+    # part name -> share of the mixture (Corpus.weights), in spans' order, summing to 1. Not part
+    # of the cache key: mixtures of the same parts share one token array.
+    weights: dict[str, float]
 
     def part(self, name: str) -> np.ndarray:
         start, end = self.spans[name]
@@ -44,16 +47,29 @@ class TokenArray:
         return len(self.tokens)
 
     def counts(self, minlength: int = 0) -> np.ndarray:
-        """How often each token id occurs (np.bincount), counted once per process for this array's
-        fingerprint: a worker's trials, and a trial's seeds, read the same split (the unigram
-        baseline of every row, trial/run.py, was a 0.46 s pass over the quickstart's training split)."""
-        key = (self.fingerprint, minlength)
+        """How often each token id occurs in len(self) tokens drawn by the mixture: each part's
+        np.bincount scaled to its weight (float64; one part: its plain counts), so the unigram
+        baseline of every row (trial/run.py) is fitted to the text the model trains on. Counted
+        once per process per array and mixture: a worker's trials, and a trial's seeds, read the
+        same split (a pass over the quickstart's training split took 0.46 s)."""
+        key = (self.fingerprint, minlength, tuple(self.weights.items()))
         if key not in _COUNTS:
-            _COUNTS[key] = np.bincount(np.asarray(self.tokens, dtype=np.int64), minlength=minlength)
+            total = np.zeros(minlength, dtype=np.float64)
+            for name, weight in self.weights.items():
+                part = np.bincount(np.asarray(self.part(name), dtype=np.int64), minlength=minlength)
+                scaled = part * (weight * len(self) / max(len(self.part(name)), 1))
+                total = _padded_sum(total, scaled)
+            _COUNTS[key] = total
         return _COUNTS[key]
 
 
-_COUNTS: dict[tuple[str, int], np.ndarray] = {}  # TokenArray.counts, by (fingerprint, minlength)
+def _padded_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # bincount is as long as the largest id seen when that exceeds minlength.
+    n = max(len(a), len(b))
+    return np.pad(a, (0, n - len(a))) + np.pad(b, (0, n - len(b)))
+
+
+_COUNTS: dict[tuple, np.ndarray] = {}  # TokenArray.counts, by (fingerprint, minlength, weights)
 
 
 @dataclass(frozen=True)
@@ -92,7 +108,7 @@ def tokenized(corpus: Corpus, tokenizer: Tokenizer, split: str) -> TokenArray:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     fingerprint = hash_json([DATA_FORMAT, corpus.fingerprint, split, tokenizer.fingerprint])
     path = corpus.cache_dir / "tokens" / f"{split}-{fingerprint[:24]}.bin"
-    cached = _read_tokens(path, fingerprint)
+    cached = _read_tokens(path, fingerprint, corpus.weights)
     if cached is not None:
         return cached
     start = time.perf_counter()
@@ -101,7 +117,7 @@ def tokenized(corpus: Corpus, tokenizer: Tokenizer, split: str) -> TokenArray:
     return tokens
 
 
-def _read_tokens(path: Path, fingerprint: str) -> TokenArray | None:
+def _read_tokens(path: Path, fingerprint: str, weights: dict[str, float]) -> TokenArray | None:
     """The cached array, or None when there is none or it fails its checks (then with a warning)."""
     sidecar = path.with_suffix(".json")
     if not path.exists() and not sidecar.exists():
@@ -114,7 +130,7 @@ def _read_tokens(path: Path, fingerprint: str) -> TokenArray | None:
     if problem:
         log.warning("token cache %s is invalid (%s); rebuilding it", path, problem)
         return None
-    return _open_tokens(path, meta)
+    return _open_tokens(path, meta, weights)
 
 
 def _encode(docs: Iterable[Document], tokenizer: Tokenizer, dtype: np.dtype) -> Iterator[np.ndarray]:
@@ -156,7 +172,7 @@ def _write_tokens(path: Path, fingerprint: str, corpus: Corpus, tokenizer: Token
     # The sidecar goes last: an array without one is treated as unfinished and rebuilt.
     with atomic_open(path.with_suffix(".json")) as f:
         json.dump(meta, f, indent=1)
-    return _open_tokens(path, meta)
+    return _open_tokens(path, meta, corpus.weights)
 
 
 def _cache_problem(path: Path, meta: dict, fingerprint: str) -> str | None:
@@ -179,7 +195,7 @@ def _file_checksum(path: Path) -> str:
     return checksum.hexdigest()
 
 
-def _open_tokens(path: Path, meta: dict) -> TokenArray:
+def _open_tokens(path: Path, meta: dict, weights: dict[str, float]) -> TokenArray:
     tokens = np.memmap(path, dtype=np.dtype(meta["dtype"]), mode="r", shape=(meta["length"],))
     spans = {name: (int(start), int(end)) for name, (start, end) in meta["spans"].items()}
-    return TokenArray(tokens=tokens, spans=spans, fingerprint=meta["fingerprint"])
+    return TokenArray(tokens=tokens, spans=spans, fingerprint=meta["fingerprint"], weights=weights)

@@ -1,7 +1,8 @@
 """A corpus: the parts a `data.source` names, each split into training and validation documents
 by a hash of (part, stable id), so the split never depends on reading order and a corpus that
-grows keeps its old documents where they were. Its fingerprint (identity of the text, split rule
-and reader version) is the key every cache below it builds on."""
+grows keeps its old documents where they were, and each weighted in the corpus's mixture. Its
+fingerprint (identity of the text, split rule and reader version) is the key every cache below it
+builds on; its dataset_id adds the weights."""
 
 from __future__ import annotations
 
@@ -25,6 +26,12 @@ from benchmark.data.sources import (
 
 # Bumped when documents, ids or the split rule change, so caches built by older code are unused.
 DATA_FORMAT = "shapebench-data-v1"
+# Bumped when the rule that mixes a corpus's parts changes: v1 trained on the parts concatenated
+# (embedded: ~94% poetry) and validated on them equally weighted; v2 draws both by the weights
+# (issue 40). Only a corpus of several parts carries it: one part (hf:, files, embedded:wiki)
+# reads the same under either rule, so its token caches and tokenizer stay valid (and an hf: or
+# file source keeps its dataset_id).
+MIXTURE_FORMAT = "weighted-mixture-v2"
 SPLITS = ("train", "validation")
 # BPE sees at most this much training text per part: ~10 s to train on two cores, and plenty of
 # text for an 8k-64k vocabulary.
@@ -41,8 +48,19 @@ class Corpus:
     cache_dir: Path
 
     @property
+    def weights(self) -> dict[str, float]:
+        """Each part's share of the mixture, in part order; they sum to 1."""
+        return {part.name: part.weight for part in self.parts}
+
+    @property
     def dataset_id(self) -> str:
-        return f"{self.source}@{self.fingerprint[:12]}"
+        """The source with its mixture, then the text's fingerprint: an embedded corpus records its
+        weights (4 significant digits, finer than any batch can tell apart), e.g.
+        embedded:wiki=0.3333,bible=0.3333,poetry=0.3333@<hash>; hf: and files are one part, weight 1."""
+        if source_kind(self.source) != "embedded":
+            return f"{self.source}@{self.fingerprint[:12]}"
+        mixture = ",".join(f"{name}={weight:.4g}" for name, weight in self.weights.items())
+        return f"embedded:{mixture}@{self.fingerprint[:12]}"
 
     def documents(self, part: Part, split: str) -> Iterator[Document]:
         """The non-empty documents of one split of one part, in reading order."""
@@ -77,7 +95,8 @@ def load_corpus(cfg: DataConfig) -> Corpus:
     max_docs = cfg.max_docs
     if kind == "hf":
         max_docs = max_docs or HF_DEFAULT_MAX_DOCS
-    fingerprint = hash_json([DATA_FORMAT, kind, identity, cfg.val_fraction, max_docs])
+    mixture = [MIXTURE_FORMAT] if len(parts) > 1 else []
+    fingerprint = hash_json([DATA_FORMAT, kind, identity, cfg.val_fraction, max_docs, *mixture])
     return Corpus(
         source=cfg.source,
         fingerprint=fingerprint,

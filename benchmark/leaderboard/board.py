@@ -59,6 +59,7 @@ class Board:
     hypervolumes: pd.DataFrame  # objectives, study, family ('all' = whole study), points, hypervolume, reference
     pairs: tuple[tuple[Objective, ...], ...]  # objective sets reported, primary first
     notes: tuple[str, ...] = field(default=())
+    defaulted: bool = False  # the objectives are objectives.DEFAULT: none given, none declared
 
     @property
     def studies(self) -> list[str]:
@@ -74,7 +75,7 @@ def build(trials: pd.DataFrame, settings: Settings = Settings(), declared: Mappi
     """`declared`: each study's declaration (studies.read_declarations), whose objectives the board
     takes when the settings name none; None when the trials come from no study folder. `notes`:
     what reading the studies left out (studies.skipped_notes), said first among the board's notes."""
-    objs, said = _objectives(settings, declared)
+    objs, said, defaulted = _objectives(settings, declared)
     missing = [o.column for o in objs if o.column not in trials]
     if "status" not in trials or missing:
         raise LeaderboardError(f"results lack column(s): {', '.join(missing or ['status'])}")
@@ -88,7 +89,7 @@ def build(trials: pd.DataFrame, settings: Settings = Settings(), declared: Mappi
     lean = [c for c in trials if c not in ("spec", "val_ppl_by_loops", "error")]  # skip copying long strings
     candidates = _candidates(trials.loc[usable, lean], objs, settings.tolerance)
     candidates["spec"] = specs[candidates["candidate"].to_numpy()]
-    pairs, skipped = _pairs(candidates, objs)
+    pairs, skipped = _pairs(candidates, objs, _budget_tolerance(declared, settings.tolerance))
     return Board(
         settings=settings,
         objectives=objs,
@@ -98,18 +99,20 @@ def build(trials: pd.DataFrame, settings: Settings = Settings(), declared: Mappi
         hypervolumes=_hypervolumes(candidates, pairs, settings.ref),
         pairs=pairs,
         notes=(*notes, *said, *spec_notes, *skipped),
+        defaulted=defaulted,
     )
 
 
-def _objectives(settings: Settings, declared: Mapping[str, dict] | None) -> tuple[tuple[Objective, ...], list[str]]:
-    """The settings' objectives, else the studies' declared ones, else the default; and notes."""
+def _objectives(settings: Settings,
+                declared: Mapping[str, dict] | None) -> tuple[tuple[Objective, ...], list[str], bool]:
+    """The settings' objectives, else the studies' declared ones, else the default; notes; and
+    whether it is the default."""
     notes = objectives.counted(declared)[1] if declared else []
     if settings.objectives is not None:
-        return settings.objectives, notes
+        return settings.objectives, notes, False
     objs, said = objectives.declared(declared) if declared is not None else (None, [])
-    objs = objs or objectives.DEFAULT
-    _check(objs, settings.ref)
-    return objs, notes + said
+    _check(objs or objectives.DEFAULT, settings.ref)
+    return objs or objectives.DEFAULT, notes + said, objs is None
 
 
 def _with_candidates(trials: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, list[str]]:
@@ -182,17 +185,43 @@ def _excluded(bad: pd.DataFrame, objs) -> pd.DataFrame:
     return bad[cols].assign(reason=reason, error=error.fillna("").astype(str).str.split("\n").str[0])
 
 
-def _pairs(cands: pd.DataFrame, primary) -> tuple[tuple, list[str]]:
-    pairs, skipped = [tuple(primary)], []
+def _pairs(cands: pd.DataFrame, primary, tolerance: float) -> tuple[tuple, list[str]]:
+    """The primary objectives (as asked or declared: kept, with a note where one is flat), then the
+    secondary frontiers whose columns exist and vary by more than the budget `tolerance`: an
+    objective that varies less over the whole board varies by the budget's rounding, and a frontier
+    over it orders rounding, not architectures."""
+    pairs = [tuple(primary)]
+    skipped = [f"{o.column} varies by {spread:.2%} only, within the budget tolerance {tolerance:.1%}: its "
+               "frontier orders the budget's rounding (declare other objectives in the space)"
+               for o in primary if (spread := _spread(cands, o.column)) <= tolerance]
     for pair in objectives.secondary(primary):
         if pair in pairs:
             continue
         absent = [o.column for o in pair if o.column not in cands or cands[o.column].isna().all()]
+        flat = [(o.column, spread) for o in pair if not absent and (spread := _spread(cands, o.column)) <= tolerance]
         if absent:
             skipped.append(f"frontier {pair[0].column} vs {pair[1].column} skipped: no {', '.join(absent)}")
+        elif flat:
+            skipped.append(f"frontier {pair[0].column} vs {pair[1].column} skipped: {flat[0][0]} varies by "
+                           f"{flat[0][1]:.2%} only, within the budget tolerance {tolerance:.1%}")
         else:
             pairs.append(pair)
     return tuple(pairs), skipped
+
+
+def _spread(cands: pd.DataFrame, column: str) -> float:
+    """(max - min) / max |value| of a column over the candidates: 0 for a constant, inf for none."""
+    values = cands[column].to_numpy(dtype=float)
+    values = values[np.isfinite(values)]
+    scale = np.abs(values).max() if len(values) else 0.0
+    return float((values.max() - values.min()) / scale) if scale > 0 else (0.0 if len(values) else np.inf)
+
+
+def _budget_tolerance(declared: Mapping[str, dict] | None, default: float) -> float:
+    """How far the studies let a candidate's parameters sit from its budget: the largest `tolerance`
+    they declare, else `default` (the board's banding tolerance)."""
+    found = [t for info in (declared or {}).values() if isinstance(t := info.get("tolerance"), (int, float))]
+    return float(max(found, default=default))
 
 
 def _hypervolumes(cands: pd.DataFrame, pairs, ref) -> pd.DataFrame:

@@ -15,6 +15,21 @@ it expects them in, best first (under the metric's direction):
 
 `study` may be left out: the claim is then checked in every study read, one result each.
 
+A filter names a results column (`family`, `budget`, `streams`, ...) or, as `axes.KEY`, the value
+the trial's search point gave an axis (`axes.hyper.mixing: diagonal`, `axes.variant: K4-L12`), so
+candidates that differ in any axis can be told apart.
+
+A group may name its own `metric`, which overrides the claim's for that group, so a claim can
+compare one model with itself at two loop counts (AbbIE §4.3: AbbIE-D at r = 4 against r = 2) or
+AbbIE-D at r = 2 against a Transformer's val_loss:
+
+        metric: val_loss
+        order: [r4, r2]
+        groups: {r4: {family: abbie-d, metric: val_loss_r4}, r2: {family: abbie-d, metric: val_loss_r2}}
+
+A group's metric shares the claim's kind, unit and direction (a loss with a loss), so that their
+difference means something; the rows of both groups may be the same ones, and still pair by seed.
+
 A group may hold several candidates (the quickstart's two depths): its rows are averaged per seed,
 so each seed counts once and the groups pair by seed (a seed that lost one of them to a failure is
 averaged over those it has). Each adjacent pair of the order gets the difference (first - second)
@@ -25,10 +40,11 @@ seed a side gives no interval: "inconclusive (1 seed)", never a verdict.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -48,6 +64,8 @@ from benchmark.store.metrics import MetricError
 TOP_KEYS = ("description", "claims")
 CLAIM_KEYS = ("claim", "source", "study", "metric", "order", "groups", "where", "note")
 SOURCE_KEYS = ("paper", "where")
+AXES_PREFIX = "axes."                # a filter on a search axis: `axes.hyper.mixing: diagonal`
+GROUP_METRIC = "metric"              # in a group's mapping: its metric, not a column filter
 ONE_SEED, NO_DATA = "inconclusive (1 seed)", "no data"
 
 
@@ -69,6 +87,16 @@ class Claim:
     groups: Mapping[str, Filters]
     where: Filters
     note: str = ""
+    group_metrics: Mapping[str, Objective] = field(default_factory=dict)  # a group's own metric
+
+    def metric_of(self, group: str) -> Objective:
+        return self.group_metrics.get(group, self.metric)
+
+    def metric_text(self) -> str:
+        """'val_loss:min', or 'val_loss_r4 vs val_loss_r2 (min)' when groups name their own."""
+        if not self.group_metrics:
+            return str(self.metric)
+        return f"{' vs '.join(self.metric_of(g).column for g in self.order)} ({self.metric.direction})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,10 +154,7 @@ def _claim(src: Source, i: int, raw: Any) -> Claim:
     for key in ("claim", "source", "metric", "order", "groups"):
         if key not in raw:
             raise _error(src, at, f"missing key {key!r}")
-    try:
-        metric = Objective.parse(_text(src, (*at, "metric"), raw["metric"]))
-    except MetricError as err:
-        raise _error(src, (*at, "metric"), str(err)) from None
+    metric = _metric(src, (*at, "metric"), raw["metric"])
     groups = raw["groups"]
     if not isinstance(groups, dict) or len(groups) < 2:
         raise _error(src, (*at, "groups"), "expected a mapping of 2 or more group names to column filters")
@@ -142,12 +167,34 @@ def _claim(src: Source, i: int, raw: Any) -> Claim:
     for name in groups:
         if name not in order:
             raise ClaimsError(str(src.error((*at, "groups", name), "group not in `order`", value=False)))
+    own = {g: _group_metric(src, (*at, "groups", g, GROUP_METRIC), f[GROUP_METRIC], metric)
+           for g, f in groups.items() if isinstance(f, dict) and GROUP_METRIC in f}
+    filters = {g: {k: v for k, v in f.items() if k != GROUP_METRIC} if isinstance(f, dict) else f
+               for g, f in groups.items()}
     return Claim(index=i, claim=_text(src, (*at, "claim"), raw["claim"]), source=_source(src, at, raw["source"]),
                  study=_text(src, (*at, "study"), raw["study"]) if "study" in raw else None, metric=metric,
                  order=tuple(order),
-                 groups={g: _filters(src, (*at, "groups", g), f, empty=False) for g, f in groups.items()},
+                 groups={g: _filters(src, (*at, "groups", g), f, empty=g in own) for g, f in filters.items()},
                  where=_filters(src, (*at, "where"), raw.get("where") or {}, empty=True),
-                 note=str(raw.get("note") or "").strip())
+                 note=str(raw.get("note") or "").strip(), group_metrics=own)
+
+
+def _metric(src: Source, at: tuple, raw: Any) -> Objective:
+    try:
+        return Objective.parse(_text(src, at, raw))
+    except MetricError as err:
+        raise _error(src, at, str(err)) from None
+
+
+def _group_metric(src: Source, at: tuple, raw: Any, claim: Objective) -> Objective:
+    """A group's own metric: one the claim's difference can be taken with (same kind, unit and
+    direction as the claim's metric)."""
+    own = _metric(src, at, raw)
+    a, b = own.metric, claim.metric
+    if (a.kind, a.unit, own.maximize) != (b.kind, b.unit, claim.maximize):
+        raise _error(src, at, f"{own} cannot be compared with the claim's metric {claim}: a group's metric shares "
+                              "its kind, unit and direction (val_loss_r4 with val_loss, val_ppl_int4 with val_ppl)")
+    return own
 
 
 def _source(src: Source, at: tuple, raw: Any) -> str:
@@ -175,6 +222,7 @@ def _filters(src: Source, at: tuple, raw: Any, empty: bool) -> dict[str, tuple]:
 class Group:
     name: str
     filters: str                     # "family=hyperloop"
+    metric: str                      # the column its values are read from
     values: dict[int, float]         # seed -> the group's mean over its candidates with that seed
     mean: float
     se: float
@@ -214,18 +262,21 @@ def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame) -> Re
         return Result(claim=claim, study=study, groups=(), pairs=(), verdict=NO_DATA,
                       why=f"no study {study} here ({found})")
     at = ("claims", claim.index)
-    col = claim.metric.column
-    if col not in rows:
-        raise _error(src, (*at, "metric"), f"the results have no column {col}")
-    values = rows[col].to_numpy(dtype=float)
-    ok = rows[(rows["status"] == "ok").to_numpy() & np.isfinite(values)]
+    for name in claim.order:
+        if (col := claim.metric_of(name).column) not in rows:
+            key = (*at, "groups", name, GROUP_METRIC) if name in claim.group_metrics else (*at, "metric")
+            raise _error(src, key, f"the results have no column {col}")
+    ok = rows[(rows["status"] == "ok").to_numpy()]
     ok = ok[_match(src, (*at, "where"), ok, claim.where)]
     groups = tuple(_group(name, ok[_match(src, (*at, "groups", name), ok, claim.groups[name])], claim)
                    for name in claim.order)
     sign = 1 if claim.metric.maximize else -1
     pairs = tuple(_pair(a, b, sign) for a, b in zip(groups, groups[1:]))
-    empty = [g.name for g in groups if not g.values]
-    why = f"no ok rows with a finite {col} in group {', '.join(empty)}" if empty else ""
+    empty: dict[str, list[str]] = {}
+    for g in groups:
+        if not g.values:
+            empty.setdefault(g.metric, []).append(g.name)
+    why = "; ".join(f"no ok rows with a finite {col} in group {', '.join(names)}" for col, names in empty.items())
     return Result(claim=claim, study=study, groups=groups, pairs=pairs, verdict=_overall([p.verdict for p in pairs]),
                   why=why)
 
@@ -233,15 +284,27 @@ def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame) -> Re
 def _match(src: Source, at: tuple, rows: pd.DataFrame, filters: Filters) -> np.ndarray:
     keep = np.ones(len(rows), dtype=bool)
     for column, wanted in filters.items():
-        if column not in rows:
+        if column.startswith(AXES_PREFIX) and column not in rows and "axes" in rows:
+            values = _axis_values(rows["axes"], column[len(AXES_PREFIX):])
+        elif column not in rows:
             hint = did_you_mean(column, rows.columns)
             raise ClaimsError(str(src.error((*at, column), f"no column {column!r} in the results{hint}", value=False)))
-        values = rows[column]
+        else:
+            values = rows[column]
         if pd.api.types.is_numeric_dtype(values):
             keep &= values.isin([_number(src, (*at, column), w) for w in wanted]).to_numpy()
         else:
             keep &= values.astype(str).isin([str(w) for w in wanted]).to_numpy()
     return keep
+
+
+def _axis_values(axes: pd.Series, key: str) -> pd.Series:
+    """The value each row's search point gave `key` (the row's `axes` JSON: `hyper.mixing`,
+    `variant`, ...), as text; None where the point did not decide it."""
+    def value(text):
+        point = json.loads(text) if isinstance(text, str) and text else {}
+        return None if point.get(key) is None else str(point[key])
+    return axes.map(value).astype(object)
 
 
 def _number(src: Source, at: tuple, value: Any) -> float:
@@ -255,7 +318,8 @@ def _number(src: Source, at: tuple, value: Any) -> float:
 
 
 def _group(name: str, rows: pd.DataFrame, claim: Claim) -> Group:
-    col = claim.metric.column
+    col = claim.metric_of(name).column
+    rows = rows[np.isfinite(rows[col].to_numpy(dtype=float))]
     if "seed" in rows and rows["seed"].notna().all():
         per_seed = rows.groupby("seed")[col].mean()
         values = {int(s): float(v) for s, v in per_seed.items()}
@@ -263,7 +327,7 @@ def _group(name: str, rows: pd.DataFrame, claim: Claim) -> Group:
         values = {-1 - i: float(v) for i, v in enumerate(rows[col])}
     mean, se, _ = stats.mean_se(list(values.values()))
     filters = " ".join(f"{k}={'|'.join(map(str, v))}" for k, v in claim.groups[name].items())
-    return Group(name=name, filters=filters, values=values, mean=float(mean), se=float(se))
+    return Group(name=name, filters=filters, metric=col, values=values, mean=float(mean), se=float(se))
 
 
 def _pair(a: Group, b: Group, sign: int) -> Pair:
@@ -310,7 +374,7 @@ def table(claims: ClaimsFile, results: list[Result]) -> Table:
         for p in r.pairs or (None,):
             d = p.difference if p is not None else None
             interval = (f" [{_num(d.lo, digits)}, {_num(d.hi, digits)}]" if math.isfinite(d.lo) else "") if d else ""
-            row = {"claim": r.claim.claim, "source": r.claim.source, "study": r.study, "metric": str(r.claim.metric),
+            row = {"claim": r.claim.claim, "source": r.claim.source, "study": r.study, "metric": r.claim.metric_text(),
                    "a": _group_cell(groups[p.better], digits) if p else MISSING,
                    "b": _group_cell(groups[p.worse], digits) if p else MISSING,
                    "diff": f"{_num(d.estimate, digits)}{interval} ({d.method})" if d else MISSING,
@@ -347,7 +411,8 @@ def to_json(claims: ClaimsFile, results: list[Result]) -> dict:
         "claim": r.claim.claim, "source": r.claim.source, "study": r.study, "note": r.claim.note,
         "metric": r.claim.metric.column, "direction": r.claim.metric.direction, "order": list(r.claim.order),
         "verdict": r.verdict, "why": r.why,
-        "groups": [{"name": g.name, "filters": g.filters, "seeds": {str(s): v for s, v in g.values.items()},
+        "groups": [{"name": g.name, "filters": g.filters, "metric": g.metric,
+                    "seeds": {str(s): v for s, v in g.values.items()},
                     "n": len(g.values), "mean": _finite(g.mean), "se": _finite(g.se)} for g in r.groups],
         "pairs": [{"better": p.better, "worse": p.worse, "expected": p.expected, "verdict": p.verdict,
                    "difference": difference(p.difference)} for p in r.pairs],

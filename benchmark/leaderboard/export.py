@@ -39,12 +39,12 @@ import pandas as pd
 from benchmark.arch import describe
 from benchmark.leaderboard.board import Board
 from benchmark.leaderboard.studies import LeaderboardError
-from benchmark.store.metrics import METRICS
+from benchmark.store.metrics import METRICS, PARAM_COLUMNS
 
 FIDELITY = "hp_tokens"
 # What the search adds to a sampled point (candidates.Candidate.config): results of the budget
 # solver, not axes.
-DERIVED = ("params_total", "params_non_embedding", "budget", "count", "budget_distance", "infeasible")
+DERIVED = (*PARAM_COLUMNS, "budget", "count", "budget_distance", "infeasible")
 # Per-run measurements that hold at every fidelity the run reached.
 STATIC = ("cost",)
 MAX_VALUES = 100_000_000  # 800 MB of float64: beyond it the dense array is no way to hand a study over
@@ -57,7 +57,7 @@ def write(board: Board, folder: str | Path) -> list[Path]:
 
 def _objectives(rows: pd.DataFrame) -> list:
     """The registry's searchable metrics this study measured (params, whose column depends on the
-    study, is there as params_total and params_non_embedding)."""
+    study, is there under each count rule: PARAM_COLUMNS)."""
     return [m for m in METRICS if m.searchable and "{" not in m.column and m.column in rows
             and np.isfinite(pd.to_numeric(rows[m.column], errors="coerce").to_numpy(float)).any()]
 
@@ -174,7 +174,7 @@ def _domain(column: pd.Series) -> dict:
 def _architectures(board: Board, study: str, configs: np.ndarray) -> pd.DataFrame:
     c = board.candidates
     ours = c[c["study"] == study].set_index("candidate").reindex(configs)
-    cols = [k for k in ("family", *describe.COLUMNS, "params_total", "params_non_embedding", "band", "spec") if k in ours]
+    cols = [k for k in ("family", *describe.COLUMNS, *PARAM_COLUMNS, "band", "spec") if k in ours]
     return ours[cols].rename(columns={"band": "budget"}).reset_index(names="candidate").assign(config=np.arange(len(configs)))
 
 

@@ -30,6 +30,8 @@ figure { margin: 0; } figure.wide { grid-column: 1 / -1; }
 figure img { width: 100%; max-width: 1100px; border: 1px solid #eee; }
 .caption, .notes { color: #555; font-size: 12px; }
 .scroll { max-height: 36em; overflow: auto; }
+.fit { overflow-x: auto; }
+details { margin: -0.6em 0 1.2em; } summary { cursor: pointer; color: #555; font-size: 13px; }
 """
 
 # Each table's rows arrive as JSON beside it (formats.html_table); build them, then sort on a
@@ -77,25 +79,29 @@ for (const table of document.querySelectorAll("table.sortable")) {
 
 
 def page(board: Board, doc: tables.Document, plots: list[Plot], notes: list[str]) -> str:
-    """The page with its figures linked, not yet embedded (see embed)."""
+    """The page with its figures linked, not yet embedded (see embed). What a reader came for comes
+    first: the ranking and the claims' verdicts, then the frontiers, then the rest."""
     sections = [
         f"<h1>Leaderboard: {html.escape(', '.join(board.studies))}</h1>",
         "<noscript>The tables are filled in by the page's script: enable JavaScript.</noscript>",
         f'<p class="caption">{html.escape(tables.objectives_line(board))}</p>',
-        "<h2>Studies</h2>", formats.html_table(doc.studies, titled=False),
+        "<h2>Leaderboard</h2>", *(_ranked(board, t) for t in doc.ranked),
         *([f"<h2>{html.escape(doc.claims.title)}</h2>", _table_with_caption(doc.claims, titled=False)]
           if doc.claims is not None else []),
+        *(["<h2>Frontiers</h2>", '<div class="plots">', *(_figure(p) for p in plots), "</div>"] if plots else []),
         "<h2>Hypervolume</h2>", _table_with_caption(doc.hypervolume, titled=False),
-        "<h2>Plots</h2>", '<div class="plots">', *(_figure(p) for p in plots), "</div>",
-        "<h2>Leaderboard</h2>", *(_table_with_caption(t) for t in doc.ranked),
         *(["<h2>Scaling fits</h2>", _table_with_caption(doc.scaling, titled=False)] if doc.scaling is not None else []),
+        *(["<h2>Decision accuracy</h2>", *(_table_with_caption(t) for t in doc.decision)] if doc.decision is not None
+          else []),
         *(["<h2>Hyper-connection diagnostics</h2>", _table_with_caption(doc.diagnostics, titled=False)]
           if len(doc.diagnostics) else []),
+        "<h2>Studies</h2>", _fit(formats.html_table(doc.studies, titled=False)),
         "<h2>All trials</h2>",
         f'<div class="scroll">{formats.html_table(tables.trials(board), "trials", titled=False)}</div>',
     ]
     if len(doc.excluded):
-        sections += ["<h2>Kept off the frontiers</h2>", formats.html_table(doc.excluded, "excluded", titled=False)]
+        sections += ["<h2>Kept off the frontiers</h2>",
+                     _fit(formats.html_table(doc.excluded, "excluded", titled=False))]
     if notes:
         sections += ["<h2>Notes</h2>", '<ul class="notes">', *(f"<li>{html.escape(n)}</li>" for n in notes), "</ul>"]
     body = "\n".join(sections)
@@ -105,9 +111,22 @@ def page(board: Board, doc: tables.Document, plots: list[Plot], notes: list[str]
             f"<style>{CSS}</style></head>\n<body>\n{body}\n<script>{SCRIPT}</script>\n</body></html>\n")
 
 
+def _ranked(board: Board, table: formats.Table) -> str:
+    """A band's ranked table at a glance, and every column behind a toggle below it."""
+    glance = tables.at_a_glance(board, table)
+    full = (f"<details><summary>All {len(table.columns)} columns</summary>"
+            f"{_fit(formats.html_table(table, titled=False))}</details>")
+    return _table_with_caption(glance) + (full if len(glance.columns) < len(table.columns) else "")
+
+
 def _table_with_caption(table: formats.Table, titled: bool = True) -> str:
     caption = f'<p class="caption">{html.escape(table.caption)}</p>' if table.caption else ""
-    return formats.html_table(table, titled=titled) + caption
+    return _fit(formats.html_table(table, titled=titled)) + caption
+
+
+def _fit(table: str) -> str:
+    """A table wider than the window scrolls in its own box; the page itself never scrolls sideways."""
+    return f'<div class="fit">{table}</div>'
 
 
 def _figure(plot: Plot) -> str:
@@ -123,6 +142,6 @@ def embed(text: str, images: dict[str, dict[str, bytes]]) -> str:
     """The page with each linked figure replaced by its SVG as a data: URI (images: plots.render_all)."""
     for name, files in images.items():
         data = base64.b64encode(files["svg"]).decode("ascii")
-        # Once, and from the front: the figures come before the tables, which are most of the page.
+        # Once, and from the front: the figures come before the large tables (every trial).
         text = text.replace(f'src="{_link(name)}"', f'src="data:image/svg+xml;base64,{data}"', 1)
     return text

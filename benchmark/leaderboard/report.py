@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import json
 import multiprocessing
 import os
 import sys
@@ -16,13 +15,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+import orjson
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 from rich.console import Console
 
 from benchmark.arch import describe
 from benchmark.console import console as wide_console
-from benchmark.leaderboard import claims, formats, page, plots, scaling, tables
+from benchmark.leaderboard import claims, decision, formats, page, plots, scaling, tables
 from benchmark.leaderboard.board import Board, aggregated
 
 FORMATS = ("terminal", "md", "csv", "latex", "html")
@@ -38,7 +38,8 @@ def publish(board: Board, outputs: Sequence[str], out: Path | None = None, top: 
     What had to be left out (a plot, a column) is said in each document, and on stderr.
     Scaling fits are made for every budget ladder (by family or structure: `fit_by`), predicted at
     `predict` parameters; `checked`: a claims file and its results (claims.evaluate), shown in
-    every document and written to <out>/claims.json."""
+    every document and written to <out>/claims.json. Ladders also get their decision accuracy
+    (decision.measure), shown in every document and written to <out>/decision.json."""
     console = console or wide_console()
     figures = out is not None or "html" in outputs
     planned, plot_notes = plots.plan(board) if figures else ([], [])
@@ -55,8 +56,10 @@ def publish(board: Board, outputs: Sequence[str], out: Path | None = None, top: 
         def images() -> dict[str, dict[str, bytes]]:
             return {**drawn(), **fitted_images}
 
-        doc = tables.document(board, top, scaling.table(fits), claims.table(*checked) if checked else None)
-        notes = [*board.notes, *fits.notes, *plot_notes, *doc.ranked[0].notes]
+        decided = decision.measure(board)
+        doc = tables.document(board, top, scaling.table(fits), claims.table(*checked) if checked else None,
+                              decision.tables(decided))
+        notes = [*board.notes, *fits.notes, *decided.notes, *plot_notes, *doc.ranked[0].notes]
         for fmt in outputs:
             if fmt == "terminal":
                 terminal(board, doc, notes, console)
@@ -80,6 +83,8 @@ def publish(board: Board, outputs: Sequence[str], out: Path | None = None, top: 
             written += _write_plots(images(), out / "plots")
         if out is not None and checked:
             written.append(_write_claims(checked, out / "claims.json"))
+        if out is not None and doc.decision is not None:
+            written.append(_write_json(decision.to_json(decided), out / "decision.json"))
     if "terminal" not in outputs:
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
@@ -155,8 +160,13 @@ def _write_plots(images: dict[str, dict[str, bytes]], folder: Path) -> list[Path
 
 
 def _write_claims(checked: tuple[claims.ClaimsFile, list[claims.Result]], path: Path) -> Path:
+    return _write_json(claims.to_json(*checked), path)
+
+
+def _write_json(data: dict, path: Path) -> Path:
+    """orjson: a grid ladder's decision.json holds 100,000 pairs, which json.dumps is slow to indent."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(claims.to_json(*checked), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
     return path
 
 
@@ -182,19 +192,21 @@ def csv(board: Board) -> str:
 
 
 def markdown(board: Board, doc: tables.Document, notes: list[str], plotted: list[plots.Plot]) -> str:
-    parts = [f"# Leaderboard: {', '.join(board.studies)}",
-             tables.objectives_line(board),
-             "## Studies", formats.markdown(doc.studies)]
+    """In the page's order: the ranking and the claims' verdicts, the frontiers, then the rest."""
+    parts = [f"# Leaderboard: {', '.join(board.studies)}", tables.objectives_line(board),
+             *(f"## {t.title}\n\n{_md(t)}" for t in doc.ranked)]
     if doc.claims is not None:
         parts += [f"## {doc.claims.title}", _md(doc.claims)]
-    parts += ["## Hypervolume", _md(doc.hypervolume)]
     if plotted:
-        parts += ["## Plots", *(f"![{p.title}](plots/{p.name}.png)" for p in plotted)]
-    parts += [f"## {t.title}\n\n{_md(t)}" for t in doc.ranked]
+        parts += ["## Frontiers", *(f"![{p.title}](plots/{p.name}.png)" for p in plotted)]
+    parts += ["## Hypervolume", _md(doc.hypervolume)]
     if doc.scaling is not None:
         parts += [f"## {doc.scaling.title}", _md(doc.scaling)]
+    if doc.decision is not None:
+        parts += ["## Decision accuracy", *(f"### {t.title}\n\n{_md(t)}" for t in doc.decision)]
     if len(doc.diagnostics):
         parts += [f"## {doc.diagnostics.title}\n\n{_md(doc.diagnostics)}"]
+    parts += ["## Studies", formats.markdown(doc.studies)]
     if len(doc.excluded):
         parts += [f"## {doc.excluded.title}", formats.markdown(doc.excluded)]
     if notes:
@@ -208,14 +220,14 @@ def _md(table: formats.Table) -> str:
 
 def latex(board: Board, doc: tables.Document) -> str:
     head = [f"% shapebench leaderboard: {', '.join(board.studies)}", r"% needs \usepackage{booktabs}"]
-    extra = [t for t in (doc.scaling, doc.claims) if t is not None]
+    extra = [t for t in (doc.scaling, *(doc.decision or ()), doc.claims) if t is not None]
     body = [formats.latex(t, label="tab:" + t.title.split(" (")[0].lower().replace(" ", "-"))
             for t in (*doc.ranked, *extra)]
     return "\n\n".join([*head, formats.latex(doc.hypervolume, label="tab:hypervolume"), *body]) + "\n"
 
 
 def terminal(board: Board, doc: tables.Document, notes: list[str], console: Console) -> None:
-    for table in (doc.studies, doc.hypervolume, *doc.ranked, doc.scaling, doc.claims):
+    for table in (doc.studies, doc.hypervolume, *doc.ranked, doc.scaling, *(doc.decision or ()), doc.claims):
         if table is not None:
             console.print(formats.rich_table(table))
     if len(board.excluded):

@@ -131,8 +131,8 @@ def fit(board: Board, by: str = "family", target: float | None = None, draws: in
                        notes=(f"no scaling fit: the results have no {METRIC if METRIC not in t else params}",))
     usable = (t["status"] == "ok").to_numpy() & np.isfinite(t[METRIC].to_numpy(float)) & \
         np.isfinite(t[params].to_numpy(float))
-    # The columns first: the trials hold every column of every row (copying them all costs ~0.3 s
-    # on a 100,000-row study).
+    # The columns first: the trials hold every column of every row, and copying them all is most
+    # of this function's time on a large study.
     ok = t[[*KEY, *BY[by], params, METRIC]][usable].merge(board.candidates[[*KEY, "band"]], on=KEY)
     ladder = (ok.groupby("study", sort=False)["band"].transform("nunique") >= MIN_BUDGETS).to_numpy()
     notes = [_short_note(study, rows, [], False) for study, rows in ok[~ladder].groupby("study", sort=False)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -78,15 +78,17 @@ def mean_se(frame: pd.DataFrame, col: str, header: str, digits: int = 2) -> Colu
 # Column headings as short as the papers' (Hyperloop Table 1, hourglass Table 3), for the wide
 # ranked tables; any other metric is headed by its registry label (heading()).
 SHORT = {
-    "params_total": "Params", "params_non_embedding": "Non-emb. params", "val_ppl": "PPL",
+    "params_total": "Params", "params_non_embedding": "Non-emb. params",
+    "params_non_embedding_head": "Non-emb. + head params", "val_ppl": "PPL",
     "val_ppl_int4": "PPL (INT4)", "val_loss": "Loss", "tokens_per_s": "Tok/s",
     "flops_per_token_train": "Train FLOPs/tok", "flops_per_token_infer": "Infer FLOPs/tok",
     "int4_bytes": "INT4 size (B)", "peak_mem_bytes": "Peak mem (B)", "wall_s": "Wall (s)",
     "params_attention": "Attn params", "params_ffn": "FFN params",
 }
 # Quality metrics vary over seeds, so they carry an error bar (a loss in nats needs 4 decimals to
-# tell candidates apart, a perplexity 2); the rest are properties of the architecture.
-WITH_SE = {m.column: 4 if m.name == "val_loss" else 2 for m in METRICS if m.kind == "quality"}
+# tell candidates apart, as does a relative increase such as INT4's +0.022, a perplexity 2); the rest
+# are properties of the architecture.
+WITH_SE = {m.column: 4 if m.unit in ("nats/token", "fraction") else 2 for m in METRICS if m.kind == "quality"}
 # Shown after the objectives when the study has them, in this order: perplexity, the papers'
 # number, beside a loss objective.
 OPTIONAL = ("val_ppl", "val_ppl_int4", "tokens_per_s", "params_attention", "params_ffn")
@@ -138,6 +140,15 @@ def leaderboard(board: Board, top: int | None = None) -> list[Table]:
             f"★ on its study's {' / '.join(objs)} frontier, ☆ on its family's only"
             + (f"; {TIE_NOTE}" if rows["_tie"].any() else ""))))
     return tables
+
+
+def at_a_glance(board: Board, table: Table) -> Table:
+    """A ranked table cut to what a reader compares first, narrow enough for a laptop's window: the
+    rank, the model, the objectives, perplexity, seeds and the frontier marks (the page shows the
+    whole table below it)."""
+    keep = {"#", "Study", "Family", "Structure", "Variant", *(heading(o.column) for o in board.objectives),
+            heading("val_ppl"), "Seeds", "Pareto"}
+    return replace(table, columns=[c for c in table.columns if c.header in keep])
 
 
 TIE_NOTE = "=: tied with an adjacent rank (their 95% intervals over seeds overlap)"
@@ -297,9 +308,11 @@ class Document:
     diagnostics: Table   # empty without hyper-connections
     scaling: Table | None = None  # scaling fits over budget ladders (scaling.table)
     claims: Table | None = None   # claims checked (claims.table), with --claims
+    decision: tuple[Table, Table] | None = None  # decision accuracy over ladders: summary, pairs (decision.tables)
 
 
 def document(board: Board, top: int | None = None, scaling: Table | None = None,
-             claims: Table | None = None) -> Document:
+             claims: Table | None = None, decision: tuple[Table, Table] | None = None) -> Document:
     return Document(ranked=leaderboard(board, top), studies=provenance(board), hypervolume=hypervolumes(board),
-                    excluded=excluded(board), diagnostics=diagnostics(board), scaling=scaling, claims=claims)
+                    excluded=excluded(board), diagnostics=diagnostics(board), scaling=scaling, claims=claims,
+                    decision=decision)

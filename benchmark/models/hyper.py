@@ -31,12 +31,46 @@ GATE_SCALE_INIT = 0.01  # mHC App. A.1: the gating factors α start at 0.01 (HC:
 DIAGONAL_BIAS_INIT = {"delta": 3.0, "block": 0.0}
 # Sinkhorn H_res logits at initialisation: 0 on the diagonal, -3 off it, so H_res leans to the
 # identity (diagonal 0.87 after Sinkhorn for n = 4) as in MindSpore MindFormers (0 / -5) and
-# FFTYYY/mhc-lite (0 / -8); ../shared/research/hyper-connections-and-search.md §1. Not further:
+# FFTYYY/mhc-lite (0 / -8) (docs/architectures.md, "How the n streams start"). Not further:
 # near a permutation Sinkhorn converges slowly, and with -5 twenty iterations (mHC's t_max) left
 # column sums off by up to 5e-3 under gate noise of 0.15 (2e-4 at -3); logits of -8/0.05
 # underflow and never learn (tokenbender's mHC, its issue #2).
 SINKHORN_OFF_DIAGONAL_INIT = -3.0
 SINKHORN_FLOOR = 1e-30  # smallest row or column sum Sinkhorn divides by (see sinkhorn)
+STREAM_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def resolve_stream_dtype(setting: str, device_type: str, autocast_dtype: torch.dtype | None) -> torch.dtype:
+    """The streams' storage dtype for `hyper.stream_dtype`: `auto` is mHC's recipe (eq. 10-19:
+    bf16 streams, gates, Sinkhorn and accumulations in fp32) where the steps run under bf16
+    autocast on CUDA, and fp32 elsewhere, the precision of the plain model's residual stream."""
+    if setting == "auto":
+        return torch.bfloat16 if device_type == "cuda" and autocast_dtype == torch.bfloat16 else torch.float32
+    return STREAM_DTYPES[setting]
+
+
+def stream_record(hyper, device_type: str, precision: str) -> dict[str, str]:
+    """A results row's `stream_dtype` (`bf16` | `fp32`, kept in its `extra` column), what the
+    streams of a model with the spec's hyper section (None: no streams) were stored in, given
+    the row's `precision` column."""
+    if hyper is None:
+        return {}
+    dtype = resolve_stream_dtype(hyper.stream_dtype, device_type, torch.bfloat16 if precision == "bf16" else None)
+    return {"stream_dtype": next(name for name, d in STREAM_DTYPES.items() if d == dtype)}
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """What the gates and sums over streams of `dtype` compute in: float32 for bf16 streams."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def fused(t: torch.Tensor) -> bool:
+    """Whether the connections' hot path runs the Triton kernels (models/kernels): CUDA tensors
+    only, when triton imports. The CPU path is the PyTorch code below."""
+    if not t.is_cuda:
+        return False
+    from benchmark.models import kernels
+    return kernels.available()
 
 
 def home_stream_logits(n: int, index: int) -> torch.Tensor:
@@ -66,9 +100,11 @@ def sinkhorn(logits: torch.Tensor, iters: int) -> torch.Tensor:
     normalisations divide by sums that only underflow if a whole row lies ~87 nats below the rest,
     and the floor keeps even that finite. Not in log space: the iterates are the same (within 1e-6,
     tests/test_models.py) but each of the 2 x iters normalisations is then a logsumexp, an exp and
-    a log per entry, and at the reference size the 20 log-space iterations, forward and backward,
-    took 19 ms per connection on a 2-core CPU where these take 8 (Megatron-LM's native mHC
-    Sinkhorn also normalises in linear space after a softmax)."""
+    a log per entry, more than twice the time of these (benchmarks/2026-11-24-perf-cpu-epyc.md);
+    Megatron-LM's native mHC Sinkhorn also normalises in linear space after a softmax."""
+    if fused(logits):
+        from benchmark.models.kernels import sinkhorn as fused_sinkhorn
+        return fused_sinkhorn.sinkhorn(logits.float(), iters, SINKHORN_FLOOR)
     with float32_region(logits.device.type):
         m = torch.softmax(logits.float(), dim=-2)                       # columns sum to 1
         m = m / m.sum(-1, keepdim=True).clamp_min(SINKHORN_FLOOR)       # rows sum to 1
@@ -79,39 +115,56 @@ def sinkhorn(logits: torch.Tensor, iters: int) -> torch.Tensor:
 
 
 def normed_linear(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """F.linear(RMSNorm(x), weight) for a norm without affine weight, in x's precision, dividing
-    by x's RMS after the projection rather than before (mHC §4.3.1, kernel fusion, reorders its
-    gates' norm the same way): the same numbers without a normalised copy of the streams written
-    and read back, forward and backward."""
-    return F.linear(x, weight).to(x.dtype) * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    """F.linear(RMSNorm(x), weight) for a norm without affine weight, in float32 for bf16 x
+    (compute_dtype; mHC eq. 14-15), dividing by x's RMS after the projection rather than before
+    (mHC §4.3.1, kernel fusion, reorders its gates' norm the same way): the same numbers without
+    a normalised copy of the streams written and read back, forward and backward."""
+    if fused(x):
+        from benchmark.models.kernels import hc
+        return hc.normed_linear(x, weight, eps)
+    dt = compute_dtype(x.dtype)   # bf16 x: the projection in bf16, as autocast runs it
+    return F.linear(x, weight.to(x.dtype)).to(dt) * torch.rsqrt(x.to(dt).pow(2).mean(-1, keepdim=True) + eps)
 
 
 class Connection(nn.Module):
     """What every gate does around its span (hyper_connect): `read` the span's input u = H_pre Y
     with the gates, `write` the streams back. Two methods, so that a compiler fuses each with its
     gate arithmetic (trial/step.py compiles them once for every connection, LanguageModel.regions).
-    Subclasses' forward(Y) returns (H_pre, H_post, H_res)."""
+    Subclasses' forward(Y) returns (H_pre, H_post, H_res); `stream_dtype` is hyper.stream_dtype."""
+
+    stream_dtype = "auto"
 
     def read(self, Y: torch.Tensor):
         pre, post, res = self(Y)
-        # The streams are the residual stream: read and mixed in its own precision (float32), not
-        # in bf16, which autocast would pick for these matmuls. Otherwise u, and with the block read
-        # the whole middle block's residual, would run in bf16 where the Transformer's stays in
-        # float32 (seen on an H100: bf16 u reaching RMSNorm's float32 weight, and its slow unfused
-        # path). u as a weighted sum, not a (1 x n) @ (n x d) matmul: a compiler fuses it into one
+        # The streams are the residual stream: read and mixed in float32 (compute_dtype), even
+        # where they are stored in bf16, not in bf16, which autocast would pick for these matmuls.
+        # Otherwise u, and with the block read the whole middle block's residual, would run in
+        # bf16 where the Transformer's stays in float32 (seen on an H100: bf16 u reaching
+        # RMSNorm's float32 weight, and its slow unfused path). u as a weighted sum, not a (1 x n) @ (n x d) matmul: a compiler fuses it into one
         # pass over the streams, where a batched matmul of B*T tiny products is slow on a GPU.
         return weigh(pre, Y), post, res
 
     def write(self, Y: torch.Tensor, out: torch.Tensor, post: torch.Tensor, res: torch.Tensor | None) -> torch.Tensor:
-        with float32_region(Y.device.type):
-            out, post = out.to(Y.dtype), post.to(Y.dtype)
+        """Y' = H_res Y + H_post ⊗ out, summed in float32 and stored in the streams' dtype
+        (resolve_stream_dtype; the first connection's Y is the embedding's float32 copy)."""
+        device = Y.device.type
+        autocast = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+        stored = resolve_stream_dtype(self.stream_dtype, device, autocast)
+        if stored == torch.float32:   # fp32 or wider: float64 streams (gradcheck) stay float64
+            stored = compute_dtype(Y.dtype)
+        if fused(Y):
+            from benchmark.models.kernels import hc
+            return hc.write(Y, out, post, res, stored)
+        dt = compute_dtype(Y.dtype)
+        with float32_region(device):
+            out, post = out.to(dt), post.to(dt)
             if res is None:
-                return Y + post.unsqueeze(-1) * out.unsqueeze(-2)
-            res = res.to(Y.dtype)
+                return (Y + post.unsqueeze(-1) * out.unsqueeze(-2)).to(stored)
+            res = res.to(dt)
             if torch.compiler.is_compiling():
-                return StreamWrite.apply(Y, out, post, res)
-            mixed = Y * res.unsqueeze(-1) if res.dim() == Y.dim() - 1 else res @ Y  # diagonal | (.., n, n) @ (.., n, d)
-            return mixed + post.unsqueeze(-1) * out.unsqueeze(-2)
+                return StreamWrite.apply(Y, out, post, res).to(stored)
+            mixed = Y * res.unsqueeze(-1) if res.dim() == Y.dim() - 1 else res @ Y.to(dt)  # diagonal | (.., n, n) @ (.., n, d)
+            return (mixed + post.unsqueeze(-1) * out.unsqueeze(-2)).to(stored)
 
 
 class StreamWrite(torch.autograd.Function):
@@ -120,12 +173,11 @@ class StreamWrite(torch.autograd.Function):
 
     H_res Y as a broadcast sum, not B*T tiny batched matmuls: Inductor unrolls the n terms into
     the write's one pass over the streams (eager, the broadcast would first write a (B, T, n, n, d)
-    product, so eager code keeps the matmul: 4 ms against 44 at the reference size). The gradients
-    of H_res and H_post are sums over d of (B, T, n) shapes, stream j's and stream i's, that
-    Inductor fuses with the streams' gradient, where autograd's own (a (B, T, n, n) sum, and
-    H_res^T G and G Y^T as batched matmuls) each took a pass of their own. Measured at the
-    reference size on a 2-core CPU, a connection forward and backward (write and read): HC's
-    ~20 ms less than with batched matmuls, mHC's ~8 ms, Hyperloop's (diagonal) 1-1.5 ms."""
+    product, ten times the matmul's time at the reference size, so eager code keeps the matmul).
+    The gradients of H_res and H_post are sums over d of (B, T, n) shapes, stream j's and stream
+    i's, that Inductor fuses with the streams' gradient, where autograd's own (a (B, T, n, n) sum,
+    and H_res^T G and G Y^T as batched matmuls) each took a pass of their own; the gains are in
+    benchmarks/2026-11-24-perf-cpu-epyc.md."""
 
     @staticmethod
     def forward(ctx, Y, out, post, res):
@@ -188,7 +240,7 @@ class SigmoidGate(Connection):
         """The pre-activations α W z + b of H_pre, H_post and H_res: (B, T, n) x 2 and (B, T, n_res)."""
         B, T, n, d = Y.shape
         # The projection may run in bf16 under autocast; the gates (sigmoid, Sinkhorn's 20
-        # normalisations) run in the streams' precision (float32), as the streams they weigh do (hyper_connect).
+        # normalisations) run in float32 whatever the streams' storage (mHC eq. 16-19).
         proj = normed_linear(Y.reshape(B, T, n * d), self.weight, self.eps)   # W z: (B, T, 2n + n_res)
         pre = self.alpha[0] * proj[..., :n] + self.bias[:n]
         post = self.alpha[1] * proj[..., n:2 * n] + self.bias[n:2 * n]
@@ -236,7 +288,7 @@ class ZhuGate(Connection):
     def forward(self, Y: torch.Tensor):
         if not self.dynamic:
             return self.static_am, self.static_beta, self.static_ar.t()
-        dyn = normed_linear(Y, self.weight, self.eps)               # (B, T, n, n + 2); gates in the stream dtype
+        dyn = normed_linear(Y, self.weight, self.eps)               # (B, T, n, n + 2), float32
         if self.tanh:
             dyn = torch.tanh(dyn)
         beta = self.scale[1] * dyn[..., 0] + self.static_beta       # (B, T, n)
@@ -247,16 +299,19 @@ class ZhuGate(Connection):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         w = state_dict.get(prefix + "weight")
         if self.dynamic and w is not None and tuple(w.shape) == (self.weight.shape[1], self.n + 2):
-            state_dict[prefix + "weight"] = w.t()  # saved before 2026-11-23 as (d, n + 2)
+            state_dict[prefix + "weight"] = w.t()  # checkpoints of the earlier (d, n + 2) layout
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
 def make_gate(hyper, d: int, index: int) -> nn.Module:
     """The gate for the index-th connection of a model (HC's A_m depends on the index)."""
     if hyper.mixing in ("static", "dynamic"):
-        return ZhuGate(d, hyper.streams, index, hyper.mixing == "dynamic", hyper.tanh, hyper.init)
-    return SigmoidGate(d, hyper.streams, hyper.mixing, hyper.sinkhorn_iters, index=index,
-                       init=hyper.init, read=hyper.read)
+        gate = ZhuGate(d, hyper.streams, index, hyper.mixing == "dynamic", hyper.tanh, hyper.init)
+    else:
+        gate = SigmoidGate(d, hyper.streams, hyper.mixing, hyper.sinkhorn_iters, index=index,
+                           init=hyper.init, read=hyper.read)
+    gate.stream_dtype = hyper.stream_dtype
+    return gate
 
 
 def res_matrix(gate: nn.Module, res: torch.Tensor | None) -> torch.Tensor:
@@ -268,8 +323,12 @@ def res_matrix(gate: nn.Module, res: torch.Tensor | None) -> torch.Tensor:
 
 
 def weigh(pre: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
-    """u = H_pre Y: (B, T, n) read weights over (B, T, n, d) streams -> (B, T, d)."""
-    return (pre.unsqueeze(-1).to(Y.dtype) * Y).sum(-2)
+    """u = H_pre Y: (B, T, n) read weights over (B, T, n, d) streams -> (B, T, d), summed in
+    float32 for bf16 streams (compute_dtype)."""
+    if fused(Y):
+        from benchmark.models.kernels import hc
+        return hc.read(Y, pre)
+    return (pre.unsqueeze(-1).to(compute_dtype(Y.dtype)) * Y).sum(-2)
 
 
 def hyper_connect(gate: "Connection", Y: torch.Tensor, span, extra: torch.Tensor | None = None,

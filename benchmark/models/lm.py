@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from benchmark.arch.counting import with_counts
 from benchmark.arch.spec import ArchSpec, hyper_spans
 from benchmark.models.hyper import hyper_connect, make_gate
 from benchmark.models.layers import INIT_STD, Block, Proj, RMSNorm, Rotary
@@ -93,9 +94,9 @@ class LanguageModel(nn.Module):
         sublayer hyper-connections (mHC, HC, a looped model's middle with `every: sublayer`), each
         sublayer's branch, which is what those call; and every gate's read and write. Same-class
         modules share one compiled graph, so compiling takes the time of one layer whatever the
-        depth or loop count (issue 12: a whole-model graph unrolls every loop and took 327 s for
-        mHC's first step on a 2-core CPU). LoRA-looped layers too: their adapter's index comes
-        in as a tensor (_loop)."""
+        depth or loop count (a whole-model graph unrolls every loop, and its first step took
+        minutes: benchmarks/2026-11-24-perf-cpu-epyc.md, "First step"). LoRA-looped layers
+        too: their adapter's index comes in as a tensor (_loop)."""
         blocks = [*self.begin, *self.middle, *self.end]
         connected = []  # layers whose sublayers the hyper-connections call one by one
         if self.spec.hyper is not None and any(sub is not None for _, _, sub in hyper_spans(self.spec)):
@@ -113,8 +114,8 @@ class LanguageModel(nn.Module):
         """A loop index as the layers take it. A LoRA model's middle layers get their adapter's
         index as a 0-dim tensor (the last adapter past the trained loops): an int would be a
         constant to the compiler, one graph per loop, and past dynamo's 8 graphs a layer would run
-        eager. At the reference size and 3 loops, with an empty compile cache on the 2-core AMD
-        EPYC, the first step took 34 s with the int, 22 s with the tensor."""
+        eager; the tensor also makes a cold first step shorter
+        (benchmarks/2026-11-24-perf-cpu-epyc.md, "First step")."""
         if loop is None or not self.spec.lora_rank:
             return loop
         return self.loop_ids[min(loop, self.spec.loops - 1)]
@@ -187,7 +188,9 @@ class LanguageModel(nn.Module):
             Y = hyper_connect(gate, Y, self._span_fn(span, sub, rope, self.spec.hyper.read), extra)
             if trace is not None and (sub is None or sub == 1):
                 trace.append((f"hyper.{first + k - 1}", Y))
-        return Y.mean(dim=-2)  # average the streams before the end block (Hyperloop §3)
+        # average the streams before the end block (Hyperloop §3), in the residual's dtype: bf16
+        # streams (hyper.stream_dtype) must not hand the end block and the head a bf16 residual
+        return Y.mean(dim=-2, dtype=x.dtype)
 
     @staticmethod
     def _span_fn(span, sub, rope, read: str):
@@ -229,15 +232,13 @@ def build_model(spec: ArchSpec | dict) -> LanguageModel:
 
 
 def param_components(model: LanguageModel) -> dict[str, int]:
-    """Parameter count per SPEC.md component, read off the built model (tests compare it with
+    """Parameter count per component (docs/architectures.md "Counting"), read off the built model (tests compare it with
     the analytic `count_params`)."""
     counts = dict.fromkeys(("embedding", "head", "attention", "ffn", "norm", "hyper",
                             "loop_embedding", "lora", "injection"), 0)
     for name, p in model.named_parameters():
         counts[_component(name)] += p.numel()
-    counts["total"] = sum(p.numel() for p in model.parameters())
-    counts["non_embedding"] = counts["total"] - counts["embedding"] - counts["head"]
-    return counts
+    return with_counts(counts, sum(p.numel() for p in model.parameters()))
 
 
 def _component(name: str) -> str:

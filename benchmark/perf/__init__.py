@@ -10,7 +10,7 @@ comparison, and prints tokens/s, achieved FLOP/s and the ratio to this machine's
 matmul peak, all measured in one run. Timings are noisy on a shared CPU, so the families compared
 with each other (HYPER_TARGETS) and the paths of one family are timed in interleaved rounds
 (measure_together), and the ratios printed come from those rounds. The run fits in --minutes
-(issue 12 asks for ten on the slowest machines seen): families without a target take three
+(ten by default, so that the slowest machines finish it): families without a target take three
 rounds, the compared groups share the rest, up to --steps rounds; after three they go on with
 the paths their ratios read (the default paths, and the first family's precisions). One run's
 interval covers its rounds; each run's estimates are also kept on this machine (per hash of the
@@ -19,7 +19,7 @@ model code), and from the third run a target is judged between runs, as a shared
 `scale` measures one training step of each family as a space solves it at its budget (default:
 the default space at 113M, with its sequence length and micro-batch): tokens/s, model-FLOPs
 utilisation against the bf16 matmul peak measured in the same run, and peak memory. It is the
-GPU-sized check (issue 17); on a CPU a 113M step takes minutes.
+GPU-sized check; on a CPU a 113M step takes minutes.
 
 `machine_flops()` is the throughput time estimates fall back on before any trial has run here
 (`run_search.py --plan`): a short probe's, measured once and cached on disk.

@@ -6,6 +6,10 @@ import argparse
 
 import benchmark.perf as perf
 from benchmark.arch.spec import FAMILIES
+from benchmark.trial.config import PRECISIONS
+
+# `scale` times each path at the execution policy's own choice ("default") or at a fixed precision.
+SCALE_PRECISIONS = ("default", *(p for p in PRECISIONS if p != "auto"))
 
 
 def _setting(text: str) -> tuple[str, object]:
@@ -17,8 +21,8 @@ def _setting(text: str) -> tuple[str, object]:
     return key.strip(), yaml.safe_load(value)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmark.perf", description=perf.__doc__,
+def main(argv: list[str] | None = None, prog: str = "python -m benchmark.perf") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=perf.__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["models", "scale"])
     ap.add_argument("space", nargs="?", default="search_spaces/default.yaml", help="scale: the space (default: %(default)s)")
@@ -28,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", help="scale: the budget (default: the space's)")
     ap.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
                     help="scale: an axis value, e.g. shape.layers=12 (default: each range's middle, each choice's first)")
-    ap.add_argument("--precisions", default="default", help="scale: comma-separated: default, bf16, fp32")
+    ap.add_argument("--precisions", default="default", help=f"scale: comma-separated: {', '.join(SCALE_PRECISIONS)}")
     ap.add_argument("--seq-len", type=int, help="scale: sequence length (default: the space's)")
     ap.add_argument("--batch-size", type=int, help="scale: micro-batch (default: the space's)")
     args = ap.parse_args(argv)
@@ -41,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         perf.run_models(families, args.steps or 60, args.minutes)
         return 0
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
-    bad = set(precisions) - {"default", "bf16", "fp32"}
+    bad = set(precisions) - set(SCALE_PRECISIONS)
     if bad:
-        ap.error(f"unknown precisions: {', '.join(sorted(bad))} (default, bf16, fp32)")
+        ap.error(f"unknown precisions: {', '.join(sorted(bad))} ({', '.join(SCALE_PRECISIONS)})")
     perf.run_scale(args.space, args.budget, families, dict(args.set), precisions, args.steps or 8, args.seq_len,
               args.batch_size)
     return 0

@@ -1,6 +1,6 @@
 """`python -m benchmark.perf models`: every family's training step at a reference size, its
-paths (default, eager fp32, the other precisions) side by side, and issue 12's targets judged
-with paired intervals."""
+paths (default, eager fp32, the other precisions) side by side, and the hyper families' speed
+targets (HYPER_TARGETS) judged with paired intervals."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ LOOPED_SPLIT = {"begin": 2, "middle": 2, "end": 2}  # 6 unique layers, like the 
 SEQ_LEN, BATCH = 256, 16  # the reference step's tokens
 MIN_RUNS = 3  # runs of the same code before a target is judged between runs (across_runs)
 # Paired rounds a run needs to join them: the interval between runs weighs every run alike, so a
-# run's own noise must be small beside the spread between hours (a full run gives 24-32 rounds on
-# the 2-core AMD EPYC, a 1-minute run of two families a handful).
+# run's own noise must be small beside the spread between hours: a full run gives a few dozen
+# rounds on a 2-core CPU, a 1-minute run of two families a handful (benchmarks/2026-11-24-perf-cpu-epyc.md).
 RUN_ROUNDS = 10
 
 
@@ -55,11 +55,11 @@ def comparison_groups(families: list[str]) -> list[list[str]]:
 
 
 def run_models(families: list[str], steps: int, minutes: float | None = None) -> dict:
-    """The `models` table and ratios. With `minutes`, the run ends within about that time from
-    here (issue 12: ten minutes): the groups without a target of HYPER_TARGETS time MIN_ROUNDS
-    rounds, then each group with one gets the time left in proportion to the training FLOPs of
-    the paths it goes on timing after those (`read`, `cost` below) and times up to `steps` rounds
-    in it (at least MIN_ROUNDS)."""
+    """The `models` table and ratios. With `minutes`, the run ends within about that time from here (ten
+    minutes by default, so the slowest machines still finish it): the groups without a target of
+    HYPER_TARGETS time MIN_ROUNDS rounds, then each group with one gets the time left in proportion
+    to the training FLOPs of the paths it goes on timing after those (`read`, `cost` below) and
+    times up to `steps` rounds in it (at least MIN_ROUNDS)."""
     end = time.perf_counter() + 60 * minutes if minutes else None
     import torch
     from rich.table import Table
@@ -97,7 +97,7 @@ def run_models(families: list[str], steps: int, minutes: float | None = None) ->
     targeted = [len(group) > 1 for group in groups]  # a group joins only a baseline and its targets
     # With a time budget, after MIN_ROUNDS rounds a group times only the paths that a ratio reads
     # from its rounds (the default paths) or that the precision comparison reads (the first
-    # family's): the other families' eager steps, a 2-core VM's slowest, took half of each round.
+    # family's): the other families' eager steps are the slowest paths, and nothing reads them.
     read = [[i for i, (fam, name, _) in enumerate(paths) if name == "default" or fam == families[0]]
             for paths in plans]
     # A round's time, forecast by its FLOPs, so the compared groups get about as many rounds each
@@ -144,9 +144,9 @@ def paired_ratio(a: Measurement, b: Measurement) -> tuple[float, float, float, i
     back to back so that the shared CPU's drift mostly cancels: the estimate of a / b - 1 (the
     rounds' geometric mean ratio, the interval's centre), (lo, hi) of its 95% interval
     (stats.ratio_interval) and the number of rounds. A target is `met` or `missed` only where this
-    interval says so. The interval is this run's: on the 2-core VM two 9-minute runs ten minutes
-    apart put Hyperloop over Looped at +0.5% to +3.6% (20 rounds) and +4.3% to +11.9% (24 rounds),
-    so a shared machine's hours differ by more than the rounds of one run do."""
+    interval says so. The interval is this run's: on a shared machine two runs an hour apart can
+    give disjoint intervals, as the hours differ by more than one run's rounds do
+    (benchmarks/2026-11-24-perf-cpu-epyc.md)."""
     from benchmark.leaderboard.stats import ratio_interval
 
     rounds = min(len(a.step_times), len(b.step_times))  # below 2 the interval is NaN

@@ -37,15 +37,14 @@ MIN_ROUNDS = 3  # the fewest rounds a time budget leaves a group: a paired inter
 def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmup: int = 2,
                      seq_len: int = 256, batch_size: int = 16, seed: int = 0,
                      until: float | None = None, focus: Collection[int] | None = None) -> list[Measurement]:
-    """Several (spec, policy) paths measured side by side: each is built and warmed up in turn,
-    then the timed steps go round the paths, one step each per round, so that a slow stretch of a
-    shared CPU slows every path alike. Measured one after another, the same two families' ratio
-    moved by 20 points between runs on a 2-core VM (Hyperloop over Looped: +24% in one run, +4%
-    with interleaved steps the same day); their ratios are what `_ratios` reports. Up to `steps`
-    rounds, fewer (never under MIN_ROUNDS) where the next would end after `until`, a
-    time.perf_counter() deadline. `focus`, indices into `paths`: only these go on after
-    MIN_ROUNDS rounds (the others' medians need no interval), so the rounds that an interval is
-    read from come faster. Peak memory is that of all the paths together."""
+    """Several (spec, policy) paths measured side by side: each is built and warmed up in turn, then the
+    timed steps go round the paths, one step each per round, so that a slow stretch of a shared CPU
+    slows every path alike (measured one after another, two families' ratio moved by tens of points
+    between runs: benchmarks/2026-11-24-perf-cpu-epyc.md); their ratios are what `_ratios` reports.
+    Up to `steps` rounds, fewer (never under MIN_ROUNDS) where the next would end after `until`, a
+    time.perf_counter() deadline. `focus`, indices into `paths`: only these go on after MIN_ROUNDS
+    rounds (the others' medians need no interval), so the rounds that an interval is read from come
+    faster. Peak memory is that of all the paths together."""
     import torch
 
     from benchmark.models import build_model
@@ -123,10 +122,9 @@ def speeds_file() -> Path:
 
 def machine_flops(probe: bool = True) -> float:
     """This machine's training FLOP/s when no trial has measured better: an earlier probe's, else
-    a short eager probe (a few seconds). Not `benchmark.perf models`' reference size: compiled at
-    4.8M non-embedding it read 78 GFLOP/s on the 2-core AMD EPYC, where the quickstart's 0.6-0.7M
-    models then trained at 38-50 and the probe read 43-56, so a plan from it said 8.7 minutes of
-    training for an 18-minute run (2026-11-23)."""
+    a short eager probe (a few seconds). Not `benchmark.perf models`' reference size: a compiled
+    4.8M model runs faster per FLOP than the small models a first search trains, and a plan from
+    it said half the real time (benchmarks/2026-11-24-quickstart-timings.md, "The plan's estimate")."""
     cached = speeds.machine_fallback(speeds_file())
     if cached is not None:
         return cached

@@ -1,11 +1,14 @@
 """The Ray Tune callback of a search: it tells the live view what happened, writes the row of a
 trial that ended without writing its own (stopped early by ASHA: `pruned`; its worker died after
-every retry: `failed`), and decides when the whole search must stop (`Halt`):
+every retry: `failed`), and decides when the whole search must stop (`StopAll`):
 
 - the results disk is full (a trial or this callback could not write a row): stop scheduling,
   keep what is written, tell the user how to resume (issue 18);
 - no trial has started for `pending_timeout_s` while trials wait: the cluster cannot hold one (a
-  node was lost, or resources were asked that no node has): say which (issue 11), never hang."""
+  node was lost, or resources were asked that no node has): say which (issue 11), never hang.
+
+Each decision is a `Halt` (search/halt.py), the first one kept. On each step it also refreshes
+this driver's entry in the study's registry (search/drivers.py)."""
 
 from __future__ import annotations
 
@@ -17,20 +20,27 @@ from ray.tune.stopper import Stopper
 
 from benchmark.search import rows
 from benchmark.search.context import TrialContext
+from benchmark.search.halt import Halt
 from benchmark.search.live import LiveView
 from benchmark.store.results import StoreFull
 
 
 class SearchCallback(Callback):
     def __init__(self, view: LiveView, ctx: TrialContext, pending_timeout_s: float | None = None,
-                 asks: str = "", searcher=None, poll=None):
-        self.view, self.ctx, self.searcher, self.poll = view, ctx, searcher, poll
+                 asks: str = "", searcher=None, poll=None, beat=None):
+        self.view, self.ctx, self.searcher, self.poll, self.beat = view, ctx, searcher, poll, beat
         self.metric = view.metric
         self.pending_timeout_s, self.asks = pending_timeout_s, asks
-        self.halt: tuple[str, str] | None = None   # (kind, message): "store_full" or "resources"
+        self.halt: Halt | None = None
         self._progress = time.monotonic()
 
+    def stop(self, halt: Halt) -> None:
+        """Ask the search to stop; the first reason given is the one reported."""
+        self.halt = self.halt or halt
+
     def on_step_begin(self, iteration, trials, **info):
+        if self.beat is not None:
+            self.beat()
         if self.poll is not None and (state := self.poll()):
             self.view.progress(state)
         statuses = [t.status for t in trials]
@@ -41,9 +51,9 @@ class SearchCallback(Callback):
         if waited > self.pending_timeout_s and self.halt is None:
             from benchmark.search.ray_session import free_resources
 
-            self.halt = ("resources", f"no trial has started for {waited:.0f} s: each asks for {self.asks}, "
+            self.stop(Halt("resources", f"no trial has started for {waited:.0f} s: each asks for {self.asks}, "
                                       f"and the cluster has {free_resources()}. Lower --cpus-per-trial / "
-                                      "--gpus-per-trial, or add a node that has them")
+                                      "--gpus-per-trial, or add a node that has them"))
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.view.trial_started(trial.trial_id)
@@ -64,7 +74,7 @@ class SearchCallback(Callback):
         last = trial.last_result or {}
         self.view.forget(f"t{int(trial.config['optuna_trial']):04d}")  # its rows' names (TrialContext.trial_id)
         if last.get("store_full"):
-            self.halt = self.halt or ("store_full", last["store_full"])
+            self.stop(Halt("store_full", last["store_full"]))
         if last.get("row_written"):
             self.view.trial_done(trial.trial_id, last.get("status", "ok"), float(last.get("trial_wall_s") or 0.0))
             return
@@ -75,11 +85,11 @@ class SearchCallback(Callback):
                 reason = None if status == "pruned" else str(getattr(trial, "error_msg", None) or "the trial's worker died")
                 rows.write(self.ctx, rows.unfinished(self.ctx, trial.config, last, status, reason))
         except StoreFull as e:
-            self.halt = self.halt or ("store_full", str(e))
+            self.stop(Halt("store_full", str(e)))
         self.view.trial_done(trial.trial_id, status, None)
 
 
-class Halt(Stopper):
+class StopAll(Stopper):
     """Stops every trial once the callback says the search must stop."""
 
     def __init__(self, callback: SearchCallback):
@@ -90,6 +100,6 @@ class Halt(Stopper):
 
     def stop_all(self) -> bool:
         searcher = self.callback.searcher
-        if self.callback.halt is None and searcher is not None and searcher.full:
-            self.callback.halt = ("store_full", searcher.full)  # the study database could not be written
+        if searcher is not None and searcher.full:
+            self.callback.stop(searcher.full)  # the study database could not be written
         return self.callback.halt is not None

@@ -19,12 +19,14 @@ class TrialContext:
     fallback_dir: str | None = None      # rows go here when the results disk is full (rows.write)
     data: DataConfig
     training: Mapping[str, Any]          # the space's `training:` section (plus eval_every for ASHA)
+    quantize: Mapping[str, Any] = field(default_factory=dict)  # the space's `quantize:` section
     count: str                           # the budget's count rule: which column `params` is
     objectives: tuple[str, ...]          # metric names, as declared (store/metrics.py)
     seed: int = 0
     seeds: int = 1                       # every candidate is trained with seeds seed .. seed+seeds-1
     retries: int = 1
     threads: int = 1                     # torch threads per trial
+    workers: Any = None                  # a Train job's workers (trial/distributed.py Workers); None: one process
     checkpoints: bool = False
     policy: Mapping[str, Any] = field(default_factory=dict)  # precision / compile / device overrides
     progress: Any = None                 # the progress board's actor handle (search/progress.py)
@@ -40,7 +42,13 @@ class TrialContext:
     def train_config(self, seed: int):
         from benchmark.trial.config import TrainConfig
 
-        return TrainConfig.from_dict({**self.training, "tokens_per": self.count, "seed": seed, **self.policy})
+        # as SearchSpace.trial_training: `tokens_per` defaults to the budget's count, the space may set it
+        return TrainConfig.from_dict({"tokens_per": self.count, **self.training, "seed": seed, **self.policy})
+
+    def quantize_config(self):
+        from benchmark.trial.config import QuantizeConfig
+
+        return QuantizeConfig.from_dict(self.quantize)
 
     def checkpoint_dir(self, trial_id: str) -> Path | None:
         """Local folder the trial saves its weights to: in the study, or, for results on a URI, a

@@ -12,10 +12,19 @@ Resume: the same --name continues a study. Rows in Parquet are the truth: finish
 never re-run, the Optuna study remembers them for the sampler, and trials left RUNNING by a
 killed driver are closed (from their Parquet row if they finished) or failed and re-enqueued.
 Damaged row files are set aside and their trials run again; rows kept aside when the disk was full
-come back. Processes of a killed local Ray instance are found by their session directory and ended.
+come back. Processes of a killed local Ray instance are found by their session directory and ended
+(ray_session.claim: only a dead driver's).
 
-The search stops early (SearchHalted) when the results disk is full or no trial can start on the
-cluster; what is finished is kept, and the message says how to go on (issues 11, 18).
+Several drivers may run one study together, on one machine or several: each registers in the study
+(drivers.py), starts its own Ray, asks trials until the study's `trials:` are taken by all of
+them (study.Quota), and closes only a dead driver's RUNNING trials. They share the Optuna study
+through `--storage` (an RDB), or through the SQLite file beside rows in a local folder on one
+machine (SQLite's file locks serialise its writers there). A study on a URI keeps its SQLite copy
+per driver, which a second driver would overwrite: that one is refused, in one line.
+
+The search stops early (SearchHalted, carrying a halt.Halt) when the results disk is full, no trial
+can start on the cluster, or Ray cannot start or loses its head; what is finished is kept, and the
+message says how to go on (issues 11, 18).
 """
 
 from __future__ import annotations
@@ -27,9 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.data import DataConfig
-from benchmark.search import ray_session
+from benchmark.search import drivers, ray_session
 from benchmark.search import study as studies
 from benchmark.search.context import TrialContext
+from benchmark.search.halt import Halt, SearchHalted  # noqa: F401  (SearchHalted re-exported)
 from benchmark.search.study import OPTUNA_DB  # noqa: F401  (re-exported: where the study lives)
 from benchmark.store import location, metrics
 from benchmark.store.results import (
@@ -40,7 +50,7 @@ from benchmark.store.results import (
     sweep_orphans,
     trial_files,
 )
-from benchmark.store.study import write_study_info
+from benchmark.store.study import STUDY_FILE, read_study_info, write_study_info
 
 # What one trial leaves in the results store, for the free-space check before a search: a row
 # file (~30 kB with the evaluations' curves), its share of the Optuna study and Ray's state.
@@ -55,7 +65,9 @@ class SearchOptions:
     seeds: int = 1                   # train every chosen candidate with this many seeds
     concurrency: int | None = None   # default: as many trials as the nodes hold (search/resources.py)
     cpus_per_trial: float | None = None   # default: the largest node's CPUs, shared by its trials
-    gpus_per_trial: float | None = None   # default: 1 when a node has GPUs (fractions share a GPU)
+    gpus_per_trial: float | None = None   # default: 1 when a node has GPUs (fractions share a GPU); >= 2: workers
+    workers_per_trial: int | None = None  # a trial as a Ray Train job of this many workers (default: gpus if >= 2)
+    parallel: str = "auto"                # such a trial's wrapper: ddp, fsdp, or auto (trial/distributed.py)
     address: str | None = None       # an existing Ray cluster ("auto", "HOST:PORT")
     storage: str | None = None       # an Optuna RDB URL; default: SQLite beside the rows (study.storage_url)
     time_budget_s: float | None = None
@@ -66,36 +78,30 @@ class SearchOptions:
     asha: bool = True                # successive halving over tokens when there is one objective
     checkpoints: bool = False        # keep each trial's weights under <study>/_checkpoints
     sampler: str | None = None       # None: the study's recorded sampler, else "auto" (study.py)
+    resume_command: str = ""         # how the user goes on after a stop, for the one line that says so
 
     @property
     def study_dir(self) -> str:
         return location.join(self.results_dir, self.name)
 
 
-class SearchHalted(RuntimeError):
-    """The search stopped before its trials were done: the disk is full (`kind` "store_full") or
-    the cluster cannot start a trial ("resources"). Finished rows are kept; the message says how
-    to go on."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
-
-
-@dataclass
+@dataclass(kw_only=True)
 class SearchSummary:
+    """What one driver's search did: the study's totals, and what this driver ran and wrote (other
+    drivers of the study count their own)."""
     study_dir: str
-    requested: int
-    finished_before: int
-    ran: int
-    rows: int
-    statuses: dict[str, int]
-    wall_s: float
-    overhead_s: float | None
-    best: dict[str, Any] | None
+    requested: int                         # the study's `trials:`
+    finished_before: int                   # trials with rows when this driver started
+    ran: int = 0                           # trials this driver ran to their end
+    rows: int = 0                          # rows in the study now, every driver's
+    statuses: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+    overhead_s: float | None = None
+    best: dict[str, Any] | None = None
     sampler: str | None = None
     storage: str | None = None             # --storage, when the study is not in SQLite beside the rows
-    written: int = 0                       # row files this run wrote
+    written: int = 0                       # row files this driver wrote
+    others: list[str] = field(default_factory=list)  # the other drivers running the study when it began
     notes: list[str] = field(default_factory=list)   # set-aside or recovered rows, a low disk
     progress_reads: int = 0                # reads of the trials' progress board that had news
     # For the next plan's estimate (_record_times): the driver's spans of its trials added up,
@@ -107,9 +113,37 @@ class SearchSummary:
 
 
 def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] | None = None) -> SearchSummary:
-    """Run (or continue) a study until `space.trials` candidates have results."""
+    """Run (or continue) a study until `space.trials` candidates have results. StudyError, with
+    nothing written, for a space that is not the one the study declared or a study that cannot be
+    shared as asked; SearchHalted when it stops early."""
+    check_declared(space, opts)
+    location.check_results(opts.study_dir)
+    registry = drivers.Registry(opts.study_dir, _storage_kind(opts))
+    others = registry.others()
+    drivers.check_shared(registry, others, location.is_uri(opts.study_dir))
+    slot = None if opts.address else ray_session.claim(opts.study_dir)
+    try:
+        registry.beat(force=True)
+        return _search(space, opts, console, policy, registry, others, slot)
+    finally:
+        registry.end()
+        if slot is not None:
+            slot.release()
+
+
+def check_declared(space, opts: SearchOptions) -> None:
+    """StudyError, writing nothing, when `space` is not the space the study declared."""
+    studies.check_declared(space, opts.seeds, read_study_info(opts.study_dir), location.join(opts.study_dir, STUDY_FILE),
+                           opts.name)
+
+
+def _storage_kind(opts: SearchOptions) -> str:
+    return "rdb" if opts.storage else "sqlite-copy" if location.is_uri(opts.study_dir) else "sqlite"
+
+
+def _search(space, opts: SearchOptions, console, policy, registry, others, slot) -> SearchSummary:
     t0 = time.perf_counter()
-    notes, set_aside = prepare_store(opts)
+    notes, set_aside = prepare_store(opts, alone=not others)
     before = set(trial_files(opts.study_dir))
     done = studies.finished_numbers(finished_trials(opts.study_dir))
     names, modes = [n for n, _ in space.objectives], [m for _, m in space.objectives]
@@ -117,35 +151,50 @@ def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] 
     studies.run_again(study, set_aside, done)
     sampler = studies.resolve_sampler(opts.sampler, study.user_attrs.get("sampler"), space, len(names))
     ctx = _context(space, opts, names, policy, asha=_asha(space, opts, names))
-    studies.close_running(study, ctx)
-    summary = SearchSummary(opts.study_dir, space.trials, len(done), 0, 0, {}, 0.0, None, None, sampler, opts.storage,
-                            notes=notes)
-    remaining = max(0, space.trials - len(done))
+    studies.close_running(study, ctx, live={d.id for d in others})
+    summary = SearchSummary(study_dir=opts.study_dir, requested=space.trials, finished_before=len(done),
+                            sampler=sampler, storage=opts.storage, notes=notes,
+                            others=[d.describe() for d in others])
+    quota = studies.Quota(ctx.study_dir, space.trials)
+    remaining = max(0, space.trials - quota.taken(study))
     if remaining == 0:
         return _finish(summary, opts, t0, before)
+    asked: list[int] = []
     try:
-        halt = _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, console)
+        halt = _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, console,
+                    _Driving(registry, slot, quota, asked))
     except Exception as e:  # the study database or Ray's state could not be written: a full disk?
         if not location.disk_full(e):
             raise
-        halt = ("store_full", f"{opts.study_dir}: the disk is full ({e.__class__.__name__} writing the study)")
+        halt = Halt("store_full", f"{opts.study_dir}: the disk is full ({e.__class__.__name__} writing the study)")
     finally:
         _mirror_quietly(opts)
-    _finish(summary, opts, t0, before)
+    _finish(summary, opts, t0, before, asked)
     if halt:
-        kind, message = halt
-        raise SearchHalted(kind, f"{message}; {_space_line(space, opts, remaining)}" if kind == "store_full" else message)
+        raise SearchHalted(replace(halt, message=f"{halt.message}; {_space_line(space, opts, remaining)}")
+                           if halt.kind == "store_full" else halt)
     _record_times(summary)
     return summary
 
 
-def prepare_store(opts: SearchOptions) -> tuple[list[str], list[str]]:
+@dataclass(frozen=True)
+class _Driving:
+    """This driver's share of a study that several may run: its registry entry, its Ray slot,
+    the study's quota, and the trial numbers it asks (filled in as it runs)."""
+    registry: drivers.Registry
+    slot: ray_session.Slot | None
+    quota: studies.Quota
+    asked: list[int]
+
+
+def prepare_store(opts: SearchOptions, alone: bool = True) -> tuple[list[str], list[str]]:
     """Before any training: the results location is usable (ResultsPathError otherwise), rows a
-    killed writer left half-written are removed, damaged row files are set aside in
-    <study>/_quarantine (their trials run again), rows kept in the fallback folder when the disk
-    was full are brought back, and a study kept by another driver is fetched (study.mirror)."""
+    killed writer left half-written are removed (while another driver runs the study, only old
+    ones: its own may be mid-write), damaged row files are set aside in <study>/_quarantine (their
+    trials run again), rows kept in the fallback folder when the disk was full are brought back,
+    and a study kept by another driver is fetched (study.mirror)."""
     location.check_results(opts.study_dir)
-    sweep_orphans(opts.study_dir)
+    sweep_orphans(opts.study_dir, older_than_s=0.0 if alone else 600.0)
     set_aside = quarantine(opts.study_dir)
     notes = [f"set aside damaged row file {p} (its trial runs again)" for p in set_aside]
     notes += [f"recovered row {name} kept in {fallback_dir(opts)} when the disk was full"
@@ -190,9 +239,8 @@ def _open(space, opts: SearchOptions, names, modes):
                               [f"{m}imize" for m in modes], first_points(space))
 
 
-def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, console):
-    """Prepare the data, start Ray, size the trials to the nodes, run Tune; returns a halt
-    (kind, message) or None."""
+def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, console, driving: _Driving):
+    """Prepare the data, start Ray, size the trials to the nodes, run Tune; a Halt or None."""
     from benchmark.data import prepare
     from benchmark.search.progress import start_board
 
@@ -205,15 +253,27 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
     write_study_info(opts.study_dir, info)
     owned = False
     try:  # whatever happens, the Ray this search started ends (or disconnects) here
-        owned = ray_session.start(opts.address, opts.study_dir)
         try:
-            res = ray_session.trial_resources(opts.cpus_per_trial, opts.gpus_per_trial, opts.concurrency)
+            owned = ray_session.start(opts.address, driving.slot)
+        except ray_session.RayStartError as e:
+            return Halt("ray", str(e))
+        try:
+            res = ray_session.trial_resources(opts.cpus_per_trial, opts.gpus_per_trial, opts.concurrency,
+                                              opts.workers_per_trial)
         except ValueError as e:  # ResourcesError: no node can hold a trial
-            return "resources", str(e)
-        ctx = replace(ctx, threads=res.threads, progress=start_board())
+            return Halt("resources", str(e))
+        ctx = replace(ctx, threads=res.threads, workers=res.worker_group(opts.parallel), progress=start_board())
         seed = opts.seed + len(study.trials)  # a restored sampler's random state is not in the storage
         optuna_sampler = studies.make_sampler(sampler, seed, len(modes), res.concurrency > 1, space.trials)
-        view, halt = _tune(space, opts, ctx, modes, optuna_sampler, storage, res, remaining, console)
+        watching = ray_session.watch_head(opts.address, driving.slot, lambda line: _say_stopped(opts, line), owned)
+        try:
+            view, halt = _tune(space, opts, ctx, modes, optuna_sampler, storage, res, remaining, console, driving)
+        except Exception as e:
+            if not ray_session.lost(e):
+                raise
+            return Halt("ray", ray_session.failure(e, opts.address, driving.slot, "lost its head node"))
+        finally:
+            watching.set()
         summary.ran, summary.overhead_s, summary.progress_reads = view.finished, view.overhead_s(), view.progress_reads
         summary.busy_s = sum(view.spans)
         # A trial that Tune stopped at --time-budget, or a node retry's first attempt, has no
@@ -224,9 +284,18 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
         ray_session.stop(owned)
     import optuna
 
-    if not halt or halt[0] != "store_full":  # else trials stay RUNNING: --resume closes them from their rows
-        studies.close_running(optuna.load_study(study_name=opts.name, storage=storage), ctx)
+    if not halt or halt.kind != "store_full":  # else trials stay RUNNING: --resume closes them from their rows
+        studies.close_running(optuna.load_study(study_name=opts.name, storage=storage), ctx,
+                              live={d.id for d in driving.registry.others()})
     return halt
+
+
+def _say_stopped(opts: SearchOptions, line: str) -> None:
+    """The one line of a driver that ends at once (its Ray's head is gone), as run_search.py's."""
+    import sys
+
+    then = f"; then: {opts.resume_command}" if opts.resume_command else "; then resume the study"
+    print(f"run_search.py: {opts.name}: stopped: {line}{then}", file=sys.stderr, flush=True)
 
 
 def _record_times(summary: SearchSummary) -> None:
@@ -261,6 +330,7 @@ def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -
     return TrialContext(study=opts.name, study_dir=location.absolute(opts.study_dir), fallback_dir=fallback_dir(opts),
                         data=opts.data,
                         training={**space.training, "eval_every": _eval_every(space) if asha else 0},
+                        quantize=space.quantize,
                         count=space.count, objectives=tuple(names), seed=opts.seed, seeds=opts.seeds,
                         retries=opts.retries, checkpoints=opts.checkpoints, policy=policy or {})
 
@@ -270,18 +340,20 @@ def _asha(space, opts: SearchOptions, names: list[str]) -> bool:
     return opts.asha and len(names) == 1 and metrics.BY_NAME[names[0]].intermediate
 
 
-def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console):
+def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console, driving: _Driving):
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import ConcurrencyLimiter
 
-    from benchmark.search.callback import Halt, SearchCallback
+    from benchmark.search.callback import SearchCallback, StopAll
     from benchmark.search.live import LiveView
     from benchmark.search.progress import Poll
     from benchmark.search.searcher import make_searcher
     from benchmark.search.trainable import trainable
 
-    searcher = make_searcher(studies.Sample(space), ctx, sampler, modes, storage)
+    searcher = make_searcher(studies.Sample(space), ctx, sampler, modes, storage, driver=driving.registry.me.id,
+                             quota=driving.quota)
+    searcher.asked = driving.asked  # the driver's list: what this search asked, for its summary
     scheduler = None
     if ctx.training["eval_every"]:
         total = _total_tokens_hint(space)
@@ -290,31 +362,33 @@ def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console):
     view = LiveView(console, opts.name, remaining, ctx.objectives[0], maximize=modes[0] == "max",
                     seeds=ctx.seeds, first_seed=ctx.seed)
     callback = SearchCallback(view, ctx, opts.pending_timeout_s, asks=res.describe(), searcher=searcher,
-                              poll=Poll(ctx.progress))
+                              poll=Poll(ctx.progress), beat=driving.registry.beat)
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(trainable, ctx=ctx), res.bundle()),
         tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(searcher, max_concurrent=res.concurrency),
-                                    scheduler=scheduler, num_samples=remaining, reuse_actors=True,
+                                    scheduler=scheduler, num_samples=remaining,
+                                    # a Train job's trial ends only with its actor: a stopped one would block reuse
+                                    reuse_actors=ctx.workers is None,
                                     time_budget_s=opts.time_budget_s),
         # Ray Tune keeps its state beside the rows (through pyarrow.fs for a URI, as the rows)
-        run_config=tune.RunConfig(name="_ray", storage_path=ctx.study_dir, verbose=0, stop=Halt(callback),
+        run_config=tune.RunConfig(name="_ray", storage_path=ctx.study_dir, verbose=0, stop=StopAll(callback),
                                   callbacks=[callback], log_to_file=False,
                                   failure_config=tune.FailureConfig(max_failures=opts.node_retries)),
     )
-    with view:
+    with view, ray_session.quiet_full_disk():
         tuner.fit()
-    return view, callback.halt or (("store_full", searcher.full) if searcher.full else None)
+    return view, callback.halt or searcher.full
 
 
 def study_info(space, opts: SearchOptions, sampler: str, data) -> dict[str, Any]:
     """What the study declared and ran on: Optuna study attributes and <study>/_study.json."""
     from benchmark.store.provenance import code_version
 
-    return {"space": space.name, "space_file": space.source.file, "description": space.description, "budget": space.budget, "ladder": list(space.ladder) or None,
-            "count": space.count, "tolerance": space.tolerance, "trials": space.trials,
-            "objectives": [list(o) for o in space.objectives], "sampler": sampler, "seeds": opts.seeds,
-            "seed": opts.seed, "code_version": code_version(), "dataset_id": data.dataset_id,
-            "tokenizer_id": data.tokenizer.tokenizer_id, "training": dict(space.training)}
+    return {"space": space.name, "space_file": space.source.file, "description": space.description,
+            "trials": space.trials, "sampler": sampler, "seeds": opts.seeds, "seed": opts.seed,
+            "code_version": code_version(), "dataset_id": data.dataset_id,
+            "tokenizer_id": data.tokenizer.tokenizer_id, "overrides": list(space.overrides),
+            **studies.declaration(space)}
 
 
 def _total_tokens_hint(space) -> int:
@@ -331,8 +405,10 @@ def _eval_every(space) -> int:
     return max(1, tokens // per_step // 8)
 
 
-def _finish(summary: SearchSummary, opts: SearchOptions, t0: float, before: set[str]) -> SearchSummary:
-    summary.written = len(set(trial_files(opts.study_dir)) - before)
+def _finish(summary: SearchSummary, opts: SearchOptions, t0: float, before: set[str],
+            asked: list[int] = ()) -> SearchSummary:
+    mine = set(asked)
+    summary.written = sum(1 for f in set(trial_files(opts.study_dir)) - before if studies.trial_number(f) in mine)
     df = read_study(opts.study_dir)
     summary.rows = len(df)
     summary.statuses = df["status"].value_counts().to_dict() if len(df) else {}

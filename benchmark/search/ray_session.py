@@ -1,14 +1,29 @@
-"""The Ray instance a search runs on: a quiet local one with a per-study session directory (so the
-processes of a killed run can be found and ended), an existing cluster (`--address`), or the Ray
-this process had already started (a notebook's `ray.init()`), which the search leaves running."""
+"""The Ray instance a search runs on: a quiet local one in a session directory this driver owns
+(so the processes of a killed run can be found and ended), an existing cluster (`--address`), or
+the Ray this process had already started (a notebook's `ray.init()`), which the search leaves
+running.
+
+Each driver on a machine starts its own local Ray, in a slot of its study: the session folder
+`<tmp>/sbray-<study digest>.<n>`, owned through an fcntl lock on `<folder>.lock` that the driver
+holds while it lives (the kernel lets go of it when the driver dies, however it dies). Two drivers
+of one study on one machine so get two Rays (`ray.init` starts a head with its own free ports in
+the folder it is given, and finds no other through it), rather than one shared: a shared Ray ends
+when the driver that started it ends, under the other's running trials, and one driver's
+`ray.shutdown` is not another's to make. A slot's processes are ended only while its lock is
+free, i.e. after its owner has died."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import glob
 import hashlib
 import logging
 import os
+import re
 import signal
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 # Quiet Ray by default: no experiment banner, no TensorBoard/CSV loggers, no dashboard.
@@ -18,20 +33,67 @@ for _k, _v in QUIET.items():
     os.environ.setdefault(_k, _v)
 
 
+class RayStartError(RuntimeError):
+    """Ray could not start or be reached; the message names its log folder and what to try."""
+
+
 def temp_dir(study_dir: Path) -> str:
-    """A per-study session directory (short: Ray's unix socket paths are limited to ~107 chars)."""
+    """The study's prefix for session directories (short: Ray's unix socket paths are limited to
+    ~107 chars); each driver's folder is this plus `.<slot>`."""
     from benchmark.store.location import absolute
 
     digest = hashlib.sha1(absolute(study_dir).encode()).hexdigest()[:10]
     return os.path.join(tempfile.gettempdir(), f"sbray-{digest}")
 
 
+@dataclass
+class Slot:
+    """A session folder this driver owns while `lock` (an open file holding the flock) is open."""
+    folder: str
+    lock: object
+
+    def release(self) -> None:
+        self.lock.close()
+
+
+def _try_lock(folder: str):
+    f = open(folder + ".lock", "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return None
+    return f
+
+
+def claim(study_dir: Path) -> Slot:
+    """The first free slot of this study on this machine, with the processes of any dead owner's
+    slot ended (a killed run's raylet and workers); a slot a live driver holds is left alone."""
+    prefix = temp_dir(study_dir)
+    ours = None
+    taken = {int(m.group(1)) for p in glob.glob(glob.escape(prefix) + ".*.lock")
+             if (m := re.search(r"\.(\d+)\.lock$", p))}
+    for n in range(max(taken, default=-1) + 2):
+        folder = f"{prefix}.{n}"
+        lock = _try_lock(folder)
+        if lock is None:
+            continue  # a live driver's
+        end_stale_ray(folder)
+        if ours is None:
+            ours = Slot(folder, lock)
+        else:
+            lock.close()
+    return ours
+
+
 def ray_processes(session_dir: str) -> list[int]:
-    """Processes whose command line names this session directory."""
+    """Processes whose command line names this session directory (or, given a study's prefix,
+    any of its slots)."""
+    name = re.compile(re.escape(session_dir.encode()) + rb"(?=[./\s=]|$)")
     pids = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            if session_dir in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+            if name.search((proc / "cmdline").read_bytes().replace(b"\0", b" ")):
                 pids.append(int(proc.name))
         except OSError:
             continue
@@ -39,7 +101,7 @@ def ray_processes(session_dir: str) -> list[int]:
 
 
 def end_stale_ray(session_dir: str) -> list[int]:
-    """End the processes of a killed run of this study."""
+    """End the processes of a dead driver's slot. Called only with the slot's lock held."""
     killed = []
     for pid in ray_processes(session_dir):
         if pid == os.getpid():
@@ -52,10 +114,11 @@ def end_stale_ray(session_dir: str) -> list[int]:
     return killed
 
 
-def start(address: str | None, study_dir: Path) -> bool:
+def start(address: str | None, slot: Slot | None) -> bool:
     """Start (or connect to) the Ray the search runs on; False, starting nothing, when this process
     is connected to one already (a notebook's `ray.init()`): the search runs there and `stop`
-    leaves it running. True once this call has started or connected one, for `stop` to end."""
+    leaves it running. True once this call has started or connected one, for `stop` to end.
+    RayStartError when Ray does not start or answer."""
     import ray
 
     if ray.is_initialized():
@@ -66,24 +129,105 @@ def start(address: str | None, study_dir: Path) -> bool:
                           "on that one", stacklevel=2)
         return False
     common = dict(log_to_driver=False, logging_level=logging.ERROR, configure_logging=True)
-    if address:
-        ray.init(address=address, **common)
-        return True
-    session = temp_dir(study_dir)
-    end_stale_ray(session)
-    ray.init(include_dashboard=False, num_cpus=os.cpu_count(), object_store_memory=256 * 1024 ** 2,
-             _temp_dir=session, **common)
+    try:
+        if address:
+            ray.init(address=address, **common)
+        else:
+            ray.init(include_dashboard=False, num_cpus=os.cpu_count(), object_store_memory=256 * 1024 ** 2,
+                     _temp_dir=slot.folder, **common)
+    except Exception as e:  # noqa: BLE001  (Ray raises many kinds here; each becomes one line)
+        ray.shutdown()
+        raise RayStartError(failure(e, address, slot, "could not start" if not address else
+                                    f"could not connect to {address}")) from None
     return True
 
 
-def trial_resources(cpus: float | None, gpus: float | None, concurrency: int | None):
+def failure(error: BaseException, address: str | None, slot: Slot | None, what: str) -> str:
+    """One line for a Ray that failed: what, Ray's own first line, its logs, what to try."""
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    logs = (os.path.join(slot.folder, "session_latest", "logs") if slot and not address
+            else "/tmp/ray/session_latest/logs on the head node")
+    fix = ("check that the head node is up (`ray status`) and reachable from here" if address else
+           "check free memory and /dev/shm, and that no firewall blocks local ports")
+    return f"Ray {what}: {first[:300]} (Ray's logs: {logs}); {fix}"
+
+
+def watch_head(address: str | None, slot: Slot | None, say, owned: bool, every_s: float = 2.0, misses: int = 3):
+    """A daemon thread that ends this driver with exit code 3 and one line (`say(line)`) once
+    Ray's head refuses connections `misses` times in a row. Ray's own client would wait 60 s for
+    the head, then end the process with a raw message; the study stays resumable either way (the
+    next driver closes this one's RUNNING trials, as its owner is dead). Returns the event that
+    stops it; a Ray this search does not own (`owned` False) is not watched."""
+    import socket
+    import threading
+
+    import ray
+
+    stopped = threading.Event()
+    if not owned:
+        return stopped
+    host, _, port = ray.get_runtime_context().gcs_address.rpartition(":")
+
+    def watch():
+        missed = 0
+        while not stopped.wait(every_s):
+            try:
+                socket.create_connection((host, int(port)), timeout=every_s).close()
+                missed = 0
+            except ConnectionRefusedError:
+                missed += 1
+            except OSError:
+                continue  # slow or unreachable for a moment: not known to be gone
+            if missed >= misses and not stopped.is_set():
+                say(failure(ConnectionError(f"the head node at {host}:{port} refuses connections"), address,
+                            slot, "lost its head node"))
+                os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="ray-head-watch").start()
+    return stopped
+
+
+def lost(error: BaseException) -> bool:
+    """Whether an error out of Tune is Ray's own: its head (GCS) or this driver's connection gone."""
+    from ray.exceptions import RayError
+
+    return isinstance(error, (RayError, ConnectionError)) or type(error).__module__.startswith("ray._raylet")
+
+
+class _FullDiskFilter:
+    """Drops Ray Tune's own report of an experiment-state save that found the disk full (a
+    traceback each time it tries): the search says so once, in its own message."""
+
+    def filter(self, record) -> bool:
+        from benchmark.store.location import disk_full
+
+        error = record.exc_info[1] if record.exc_info else None
+        return error is None or not disk_full(error)
+
+
+@contextlib.contextmanager
+def quiet_full_disk():
+    """While Tune runs: its loggers that report a failed save say nothing of a full disk."""
+    names = ("ray.tune.execution.experiment_state", "ray.tune.execution.tune_controller",
+             "ray.train._internal.storage")
+    loggers, f = [logging.getLogger(n) for n in names], _FullDiskFilter()
+    for lg in loggers:
+        lg.addFilter(f)
+    try:
+        yield
+    finally:
+        for lg in loggers:
+            lg.removeFilter(f)
+
+
+def trial_resources(cpus: float | None, gpus: float | None, concurrency: int | None, workers: int | None = None):
     """What each trial asks for, decided from the alive nodes (search/resources.py); raises
     ResourcesError within seconds when no node can hold one."""
     import ray
 
     from benchmark.search.resources import nodes_of, per_trial
 
-    return per_trial(nodes_of(ray.nodes()), cpus, gpus, concurrency)
+    return per_trial(nodes_of(ray.nodes()), cpus, gpus, concurrency, workers)
 
 
 def free_resources() -> str:

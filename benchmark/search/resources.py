@@ -5,6 +5,10 @@ nodes, never from the cluster's totals (two 1-CPU nodes cannot hold a 2-CPU tria
 GPU per trial when any node has GPUs, else none; the CPUs of the largest node that holds a trial,
 shared among the trials that node runs at once; as many trials at once as the nodes hold.
 
+A trial of several workers (`--gpus-per-trial N` with N >= 2, one GPU a worker, or
+`--workers-per-trial W` on CPUs) runs as a Ray Train job (trial/distributed.py): its workers,
+packed on one node, hold the CPUs and GPUs; the Tune trial that drives them asks for none.
+
 Pure functions of the node list (`ray.nodes()`-shaped dicts), so they are tested without Ray.
 """
 
@@ -37,19 +41,32 @@ class TrialResources:
     cpus: float
     gpus: float
     concurrency: int
+    workers: int = 1          # > 1: a Ray Train job of this many workers, sharing cpus and gpus
 
     @property
     def threads(self) -> int:
-        """torch threads in a trial: its CPUs."""
-        return max(1, int(self.cpus))
+        """torch threads in a trial (in each of its workers): its CPUs."""
+        return max(1, int(self.cpus / self.workers))
 
     def bundle(self) -> dict[str, float]:
-        """Ray Tune's `with_resources` request."""
-        return {"cpu": self.cpus, "gpu": self.gpus}
+        """Ray Tune's `with_resources` request: the trial's own, or for a Train job none (its
+        workers reserve theirs, `worker_group`; the job's controller takes no CPU either). Tune
+        refuses a trial that asks for nothing: a token of memory (1 MiB) stands for it."""
+        return {"cpu": self.cpus, "gpu": self.gpus} if self.workers == 1 else {"cpu": 0, "memory": 2 ** 20}
+
+    def worker_group(self, parallel: str = "auto"):
+        """What each worker of a Train job asks for (trial/distributed.py Workers); None for one process."""
+        if self.workers == 1:
+            return None
+        from benchmark.trial.distributed import Workers
+
+        return Workers(count=self.workers, cpus=self.cpus / self.workers, gpus=self.gpus / self.workers,
+                       parallel=parallel)
 
     def describe(self) -> str:
         cpu = f"{_num(self.cpus)} CPU{'s' if self.cpus != 1 else ''}"
-        return cpu + (f" and {_num(self.gpus)} GPU{'s' if self.gpus != 1 else ''}" if self.gpus else "")
+        both = cpu + (f" and {_num(self.gpus)} GPU{'s' if self.gpus != 1 else ''}" if self.gpus else "")
+        return both if self.workers == 1 else f"{both} in {self.workers} workers"
 
 
 def nodes_of(ray_nodes: Iterable[Mapping[str, Any]]) -> list[Node]:
@@ -63,17 +80,27 @@ def nodes_of(ray_nodes: Iterable[Mapping[str, Any]]) -> list[Node]:
 
 
 def per_trial(nodes: list[Node], cpus: float | None = None, gpus: float | None = None,
-              concurrency: int | None = None) -> TrialResources:
-    """A trial's CPUs and GPUs and how many run at once; ResourcesError when no node holds one."""
+              concurrency: int | None = None, workers: int | None = None) -> TrialResources:
+    """A trial's CPUs and GPUs and how many run at once; ResourcesError when no node holds one.
+    `gpus` >= 2 runs a trial as that many workers, one GPU each; `workers` sets the count (CPU
+    workers when there are no GPUs); `cpus` is the whole trial's, shared by its workers."""
     if gpus is None:
         gpus = 1.0 if any(n.gpus for n in nodes) else 0.0
+    if workers is None:
+        workers = int(gpus) if gpus >= 2 else 1
+    if workers > 1 and gpus and gpus != workers:
+        raise ResourcesError(f"GPU: a trial of {workers} workers takes one GPU each; --gpus-per-trial {_num(gpus)} "
+                             f"is not {workers} (set --gpus-per-trial {workers})")
     if cpus is None:
         cpus = _default_cpus(nodes, gpus, concurrency)
     fits = [n for n in nodes if n.holds(cpus, gpus) > 0]
     if not fits:
         raise ResourcesError(_missing(nodes, cpus, gpus))
     slots = sum(n.holds(cpus, gpus) for n in fits)
-    return TrialResources(cpus=cpus, gpus=gpus, concurrency=concurrency or max(1, slots))
+    if workers > 1 and cpus < workers:
+        raise ResourcesError(f"CPU: a trial of {workers} workers needs at least one CPU each; it has {_num(cpus)} "
+                             f"(raise --cpus-per-trial to {workers} or more)")
+    return TrialResources(cpus=cpus, gpus=gpus, concurrency=concurrency or max(1, slots), workers=workers)
 
 
 def _default_cpus(nodes: list[Node], gpus: float, concurrency: int | None) -> float:

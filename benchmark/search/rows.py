@@ -34,7 +34,7 @@ def identity(ctx: TrialContext, config: Mapping[str, Any], trial_id: str) -> dic
 
 def _candidate(config: Mapping[str, Any]) -> dict[str, Any]:
     return {"family": config.get("family"), "spec": json.dumps(config.get("spec"), sort_keys=True),
-            "params_total": config.get("params_total"), "params_non_embedding": config.get("params_non_embedding")}
+            **{k: config.get(k) for k in metrics.PARAM_COLUMNS}}
 
 
 def measured(ctx: TrialContext, config, trial_id: str, row: Mapping[str, Any], attempt: int) -> dict[str, Any]:
@@ -93,8 +93,8 @@ def values(rows: list[Mapping[str, Any]], names: tuple[str, ...] | list[str], co
     return [statistics.fmean(metrics.row_value(r, n, count) for r in ok) if ok else math.nan for n in names]
 
 
-ATTRS = ("family", "structure", "params_total", "params_non_embedding", "flops_per_token_train", "val_loss",
-         "val_ppl", "val_ppl_int4", "tokens_per_s", "wall_s", "tokens_trained")
+ATTRS = ("family", "structure", *metrics.PARAM_COLUMNS, "flops_per_token_train", "val_loss",
+         "val_ppl", "val_ppl_int4", "int4_ppl_increase", "tokens_per_s", "wall_s", "tokens_trained")
 
 
 def user_attrs(rows: list[Mapping[str, Any]]) -> dict[str, Any]:

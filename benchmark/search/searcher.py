@@ -4,16 +4,23 @@ the values. Attributes are set before the trial is told, as Optuna freezes a fin
 
 A trial that ended `failed` or `infeasible` (the trainable reports NaN values) is told as FAIL.
 One that ended because the results disk is full is not told at all: it stays RUNNING, and the
-next `--resume` closes it from its row once the row is recovered (study.close_running)."""
+next `--resume` closes it from its row once the row is recovered (study.close_running).
+
+Each trial it asks names this driver (user attribute `driver`), and it asks none once the study's
+`trials:` are taken by every driver running the study together (study.Quota): then it tells Tune
+the search is finished."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from benchmark.search import rows
 from benchmark.search.context import TrialContext
+from benchmark.search.halt import Halt
+from benchmark.search.study import DRIVER, Quota
 from benchmark.store.location import disk_full
 
 NOT_TOLD = "store_full"
@@ -21,18 +28,35 @@ FAILED = ("failed", "infeasible", "diverged")
 
 
 class AttributedSearch(OptunaSearch):
-    def __init__(self, *args, ctx: TrialContext, **kwargs):
+    def __init__(self, *args, ctx: TrialContext, driver: str = "", quota: Quota | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self._ctx = ctx
-        self.full: str | None = None  # the study's database found a full disk: the search stops
+        self._ctx, self._driver, self._quota = ctx, driver, quota
+        self.full: Halt | None = None  # the study's database found a full disk: the search stops
+        self.asked: list[int] = []     # the Optuna trial numbers this driver asked
 
     def suggest(self, trial_id: str):
         if self.full:
             return None
         try:
-            return super().suggest(trial_id)
+            if self._quota is not None and self._quota.reached(self._ot_study):
+                return Searcher.FINISHED
+            config = super().suggest(trial_id)
+            return self._own(trial_id, config)
         except Exception as e:
             return self._full(e)
+
+    def _own(self, trial_id: str, config):
+        ot_trial = self._ot_trials[trial_id]
+        if self._quota is not None and self._quota.surplus(self._ot_study, ot_trial.number):
+            from optuna.trial import TrialState
+
+            del self._ot_trials[trial_id]  # another driver asked the last one first: never trained
+            ot_trial.set_user_attr("status", "surplus")
+            self._ot_study.tell(ot_trial, state=TrialState.FAIL)
+            return Searcher.FINISHED
+        ot_trial.set_user_attr(DRIVER, self._driver)
+        self.asked.append(ot_trial.number)
+        return config
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False):
         try:
@@ -44,7 +68,8 @@ class AttributedSearch(OptunaSearch):
     def _full(self, error: Exception) -> None:
         if not disk_full(error):
             raise error
-        self.full = f"{self._ctx.study_dir}: the disk is full (the Optuna study could not be written)"
+        self.full = Halt("store_full", f"{self._ctx.study_dir}: the disk is full (the Optuna study could not be "
+                                       "written)")
 
     def _complete(self, trial_id: str, result: dict[str, Any] | None, error: bool):
         ot_trial = self._ot_trials.get(trial_id)
@@ -68,8 +93,9 @@ class AttributedSearch(OptunaSearch):
         return super().on_trial_complete(trial_id, result, error)
 
 
-def make_searcher(sample, ctx: TrialContext, sampler, modes: list[str], storage) -> AttributedSearch:
+def make_searcher(sample, ctx: TrialContext, sampler, modes: list[str], storage, driver: str = "",
+                  quota: Quota | None = None) -> AttributedSearch:
     names = list(ctx.objectives)
     return AttributedSearch(space=sample, metric=names if len(names) > 1 else names[0],
                             mode=modes if len(modes) > 1 else modes[0], sampler=sampler,
-                            study_name=ctx.study, storage=storage, ctx=ctx)
+                            study_name=ctx.study, storage=storage, ctx=ctx, driver=driver, quota=quota)

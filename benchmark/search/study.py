@@ -8,7 +8,14 @@ with a constant liar when trials run in parallel) when the space has categorical
 axes, the Gaussian-process sampler when every axis is numeric; from 250 trials, NSGA-II for several
 objectives. (NSGA-II's populations are meant for hundreds to thousands of trials.) The choice is
 recorded in the study and a resumed study keeps it; the sampler is re-seeded with the number of
-trials already told, as a restored sampler's random state is not in the storage (Optuna #3992)."""
+trials already told, as a restored sampler's random state is not in the storage (Optuna #3992).
+
+Several drivers may run one study at once (a shared `--storage`, or the SQLite file beside rows on
+a local disk): the study is created, and a finite space's points enqueued, by exactly one of them;
+each trial names the driver that asked it (user attribute `driver`), so a driver closes only the
+RUNNING trials of dead drivers; and `Quota` stops every driver once the study's trials are taken.
+A study also keeps its declaration (`declaration`): a space edited since is refused on resume
+(`check_declared`), as one study is one experiment and Optuna cannot change an axis's choices."""
 
 from __future__ import annotations
 
@@ -117,18 +124,38 @@ def make_sampler(name: str, seed: int, n_objectives: int, parallel: bool, trials
     raise StudyError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
 
 
+def engine_url(url: str) -> str:
+    """SQLAlchemy's URL for an Optuna storage URL: `postgresql://` names the psycopg2 driver, so
+    where only psycopg (3; the `postgres` extra) is installed it is asked for by name."""
+    import importlib.util
+
+    scheme, sep, rest = url.partition("://")
+    if scheme not in ("postgresql", "postgres"):
+        return url
+    if importlib.util.find_spec("psycopg2") is not None:
+        return url
+    if importlib.util.find_spec("psycopg") is not None:
+        return f"postgresql+psycopg{sep}{rest}"
+    raise StudyError("--storage postgresql://...: no PostgreSQL driver is installed; "
+                     "pip install -e '.[postgres]' (psycopg)")
+
+
 def open_study(url: str, name: str, ctx_names: list[str], directions: list[str],
                grid_points: list[dict[str, Any]] = ()):
     """Load or create the persisted study and name its metrics (also on resume, for studies made
     before names existed). A new study of a finite space starts with its points enqueued, so no
-    candidate repeats while others are untried."""
+    candidate repeats while others are untried: by the driver that created it, so two drivers
+    starting together enqueue them once."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    storage = optuna.storages.RDBStorage(url)
-    study = optuna.create_study(storage=storage, study_name=name, directions=directions, load_if_exists=True)
+    storage = optuna.storages.RDBStorage(engine_url(url))
+    try:
+        study, created = optuna.create_study(storage=storage, study_name=name, directions=directions), True
+    except optuna.exceptions.DuplicatedStudyError:
+        study, created = optuna.load_study(storage=storage, study_name=name), False
     if [d.name.lower() for d in study.directions] != directions:
         raise StudyError(f"study {name!r} was created with directions {[d.name.lower() for d in study.directions]}, "
                          f"the space now declares {directions}; start a new study with --name")
@@ -136,7 +163,7 @@ def open_study(url: str, name: str, ctx_names: list[str], directions: list[str],
         with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in use
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(list(ctx_names))
-    if not study.trials:
+    if created:
         for point in grid_points:
             study.enqueue_trial(point)
     return study, storage
@@ -148,12 +175,15 @@ def set_study_attrs(study, info: dict[str, Any]) -> None:
             study.set_user_attr(key, value)
 
 
-def close_running(study, ctx: TrialContext) -> None:
-    """No trial stays RUNNING: one with Parquet rows is told its values (or failed if none was ok);
-    one without rows never finished and is failed and enqueued to run again."""
+def close_running(study, ctx: TrialContext, live: set[str] = frozenset()) -> None:
+    """No trial of a driver that has ended stays RUNNING: one with Parquet rows is told its values
+    (or failed if none was ok); one without rows never finished and is failed and enqueued to run
+    again. The trials of the `live` drivers (ids: drivers.Driver.id) are theirs to finish."""
     from optuna.trial import TrialState
 
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.user_attrs.get(DRIVER) in live:
+            continue
         found = rows.trial_rows(ctx.study_dir, t.number)
         for key, value in rows.user_attrs(found).items():
             study._storage.set_trial_user_attr(t._trial_id, key, value)
@@ -163,6 +193,41 @@ def close_running(study, ctx: TrialContext) -> None:
             study.tell(t.number, state=TrialState.FAIL)
             if not found:
                 study.enqueue_trial(t.params)
+
+
+DRIVER = "driver"  # the user attribute naming the driver that asked a trial
+
+
+def trial_number(file_name: str) -> int | None:
+    """The Optuna trial number in a row file's name (t0007-s1.a0.parquet -> 7)."""
+    import re
+
+    m = re.match(r"t(\d+)", file_name.rpartition("/")[2])
+    return int(m.group(1)) if m else None
+
+
+class Quota:
+    """The study's `trials:` shared by every driver running it: a trial is taken once it has a
+    row or is RUNNING. A trial asked beyond the quota (two drivers asking at once for the last
+    one) is the surplus one of the two by trial number, so exactly one of them trains."""
+
+    def __init__(self, study_dir: str, target: int):
+        self.study_dir, self.target = study_dir, target
+
+    def taken(self, study, upto: int | None = None) -> int:
+        from optuna.trial import TrialState
+
+        from benchmark.store.results import trial_files
+
+        numbers = {n for f in trial_files(self.study_dir) if (n := trial_number(f)) is not None}
+        numbers |= {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+        return sum(1 for n in numbers if upto is None or n <= upto)
+
+    def reached(self, study) -> bool:
+        return self.taken(study) >= self.target
+
+    def surplus(self, study, number: int) -> bool:
+        return self.taken(study, upto=number) > self.target
 
 
 def run_again(study, set_aside: list[str], done: dict[int, list[dict]]) -> None:
@@ -187,11 +252,17 @@ class Sample:
         self.space = space
 
     def __call__(self, trial) -> dict[str, Any]:
+        from benchmark.arch.counting import count_params
+        from benchmark.space.budget import fmt_count
         from benchmark.space.candidates import define_by_run
         from benchmark.space.language import SpaceError
 
         try:
-            return {**define_by_run(self.space)(trial), "optuna_trial": trial.number}
+            config = define_by_run(self.space)(trial)
+            # a sampled candidate the plan did not show: one whose schedule cannot fit trains nothing
+            self.space.schedule(count_params(config["spec"]), about=f"trial {trial.number} ({config['family']}, "
+                                f"budget {fmt_count(config['budget'])})")
+            return {**config, "optuna_trial": trial.number}
         except SpaceError as e:  # recorded as an infeasible trial, not a crashed search
             return {"optuna_trial": trial.number, "infeasible": str(e)}
 
@@ -205,3 +276,75 @@ def finished_numbers(finished: dict[str, dict]) -> dict[int, list[dict]]:
             out.setdefault(int(number), []).append(row)
     return out
 
+
+
+# ---- the declaration: what a study is an experiment on ------------------------------------------
+
+# Keys of the declaration that make two studies different experiments; a change to any of them
+# is refused on resume. (`trials` may grow or shrink, `seeds` grow: the study continues.)
+DECLARED = ("budget", "ladder", "count", "tolerance", "solve", "align", "anchor", "base", "variants", "axes",
+            "objectives", "training", "quantize")
+
+
+def declaration(space) -> dict[str, Any]:
+    """The space as plain data, as _study.json and the Optuna study attributes record it."""
+    import dataclasses
+    import json
+
+    def axis(a):
+        d = a.domain
+        body = list(d.values) if type(d).__name__ == "Choice" else {"kind": type(d).__name__,
+                                                                   **dataclasses.asdict(d)}
+        return body if a.when is None else {"values": body, "when": a.when.text}
+
+    def plain(x):
+        return json.loads(json.dumps(x, default=lambda v: dataclasses.asdict(v) if dataclasses.is_dataclass(v)
+                                     else str(v)))
+
+    return plain({"budget": space.budget, "ladder": list(space.ladder) or None, "count": space.count,
+                  "tolerance": space.tolerance, "solve": space.solve, "align": space.align, "anchor": space.anchor,
+                  "base": space.base, "variants": space.variants, "axes": {a.key: axis(a) for a in space.axes},
+                  "objectives": [list(o) for o in space.objectives], "training": dict(space.training),
+                  "quantize": dict(space.quantize)})
+
+
+def check_declared(space, seeds: int, recorded: dict[str, Any], where: str, name: str) -> None:
+    """StudyError, one line, when the space differs from the study's declaration (`recorded`,
+    from <study>/_study.json) in what makes it another experiment; nothing is written."""
+    if not recorded:
+        return
+    now = declaration(space)
+    changes = [c for key in DECLARED if key in recorded for c in _diff(key, recorded[key], now[key])]
+    if recorded.get("seeds") and seeds < recorded["seeds"]:
+        changes.append(f"seeds: {recorded['seeds']} -> {seeds} (fewer than its trials were trained with)")
+    if changes:
+        raise StudyError(f"the space changed since this study began ({where}): {'; '.join(changes)}. A study is "
+                         f"one experiment: undo the change to resume it, or run the changed space as a new study "
+                         f"(--name {name}-2) and rank both studies' rows together with "
+                         f"`python leaderboard.py {_parent(where)}`")
+
+
+def _diff(path: str, old: Any, new: Any) -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [c for k in sorted(set(old) | set(new), key=str) for c in _diff(f"{path}.{k}", old.get(k, _NONE),
+                                                                                   new.get(k, _NONE))]
+    return [] if old == new else [f"{path}: {_shown(old)} -> {_shown(new)}"]
+
+
+_NONE = object()
+
+
+def _shown(v: Any) -> str:
+    if v is _NONE:
+        return "(none)"
+    if isinstance(v, list):
+        return "[" + ", ".join(map(_shown, v)) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_shown(x)}" for k, x in v.items()) + "}"
+    return "null" if v is None else str(v)
+
+
+def _parent(study_file: str) -> str:
+    from benchmark.store.location import parent
+
+    return parent(parent(study_file))

@@ -9,6 +9,9 @@ A trial that ran and failed (every seed failed, or the point is infeasible) ends
 status `failed`/`infeasible` and NaN metrics; the searcher tells Optuna it failed. So an exception
 out of this function means the worker or its node was lost, and Tune runs the trial again
 elsewhere (RunConfig's FailureConfig), where it rewrites the same row files: recorded once.
+A trial of several workers (ctx.workers) runs each seed as a Ray Train job (trial/distributed.py):
+rank 0 reports its evaluations here through Train's TuneReportCallback and returns the row; a
+worker lost mid-run raises out of this function as a lost node does.
 A full results disk ends the trial with `store_full`, and the driver stops the search."""
 
 from __future__ import annotations
@@ -59,9 +62,14 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
             "trial_wall_s": wall}
 
 
+def intermediate(record: dict[str, Any]) -> dict[str, Any]:
+    """What Tune receives at a periodic evaluation (ASHA's rung, Optuna's intermediate value)."""
+    return {"tokens": record["tokens"], **{n: record[n] for n in INTERMEDIATE}, "row_written": False}
+
+
 def _intermediate_report(tune):
     def report(record: dict[str, Any]) -> None:
-        tune.report({"tokens": record["tokens"], **{n: record[n] for n in INTERMEDIATE}, "row_written": False})
+        tune.report(intermediate(record))
     return report
 
 
@@ -75,10 +83,15 @@ def attempts(config, ctx: TrialContext, trial_id: str, seed: int, data, report) 
     for attempt in range(ctx.retries + 1):
         started = rows.now()
         try:
-            row = rows.measured(ctx, config, trial_id, run_trial(config["spec"], cfg, data=data, on_eval=report,
-                                                                 on_step=on_step,
-                                                                 checkpoint_dir=ctx.checkpoint_dir(trial_id)), attempt)
+            if ctx.workers is None:
+                measured = run_trial(config["spec"], cfg, data=data, on_eval=report, on_step=on_step,
+                                     quantize=ctx.quantize_config(), checkpoint_dir=ctx.checkpoint_dir(trial_id))
+            else:
+                measured = _distributed(config, ctx, cfg, trial_id, on_step, report is not None)
+            row = rows.measured(ctx, config, trial_id, measured, attempt)
         except Exception as e:  # recorded, then retried: a search never dies with one candidate
+            if ctx.workers is not None and _lost_worker(e):
+                raise  # into Tune's retry of the whole trial, as a lost node
             row = rows.failed(ctx, config, trial_id, seed, e, started, attempt)
         rows.write(ctx, row)
         if ctx.checkpoints and row["status"] == "ok":
@@ -86,3 +99,17 @@ def attempts(config, ctx: TrialContext, trial_id: str, seed: int, data, report) 
         if row["status"] != "failed":
             return row
     return row
+
+
+def _distributed(config, ctx: TrialContext, cfg, trial_id: str, on_step, reports: bool) -> dict[str, Any]:
+    from benchmark.trial.distributed import run_distributed
+
+    return run_distributed(config["spec"], cfg, ctx.workers, ctx.data, name=f"{ctx.study}-{trial_id}",
+                           quantize=ctx.quantize_config(), checkpoint_dir=ctx.checkpoint_dir(trial_id),
+                           on_step=on_step, report=intermediate if reports else None)
+
+
+def _lost_worker(error: BaseException) -> bool:
+    from benchmark.trial.distributed import lost_worker
+
+    return lost_worker(error)

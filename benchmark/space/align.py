@@ -1,4 +1,4 @@
-"""Hardware-friendly shapes: a space's `align:` (issue 17), read here and applied by the budget
+"""Hardware-friendly shapes: a space's `align:`, read here and applied by the budget
 solver (budget.py), which keeps d_model, head_dim and the FFN width on these multiples."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ class Align:
     """Hardware-friendly shapes (a space's `align:`): d_model, the FFN hidden width and head_dim
     as multiples of these. Tensor cores and flash attention serve multiples of 8 to 64 fast; a
     head_dim of 82 (what 113M solves to unaligned) is padded or sent to a slower kernel (measured
-    on an H100: README "On a GPU"). The budget is still met within the tolerance: the solver
+    on an H100: benchmarks/2026-11-24-perf-h100.md). The budget is still met within the tolerance: the solver
     searches the aligned lattice of (d_model, width) and the width absorbs the rounding."""
 
     d_model: int = 1

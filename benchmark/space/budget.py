@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Mapping
 
-from benchmark.arch.counting import count_params
+from benchmark.arch.counting import COUNTS, count_params
 from benchmark.arch.spec import FFN_WIDTHS, ArchSpec, FFNSpec
 from benchmark.space.align import Align
 
-COUNTS = ("total", "non_embedding")
 SOLVES = ("d_model", *(f"ffn.{width}" for width, _, _ in FFN_WIDTHS.values()), "ffn")  # ffn: whichever width
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 PRECISION = 0.0005  # 0.05%: the solver widens its d_model window until a setting lands this close
@@ -278,7 +277,11 @@ def solve_budget(raw: Mapping[str, Any], *, budget: int, count: str = "total", t
       Where the FFN lattice is too coarse for that, its multiple halves (to 1 at the smallest budgets).
     * `solve: ffn.d_ff`, `ffn.d_h` or `ffn` (whichever width the candidate's FFN kind has): d_model
       stays as given and the width nearest the budget wins (hourglass paper Table 1: fixed attention).
+    `count` is one of COUNTS (arch/counting.py): each is exact and grows with d_model and the FFN
+    width, so every rule is solved the same way.
     """
+    if count not in COUNTS:
+        raise ValueError(f"count: {count!r} is not one of {', '.join(COUNTS)}")
     if align is not None:
         # The FFN width on align.ffn where the budget allows; where that lattice is too coarse to
         # land within tolerance near the shape asked for (a 64-wide step of a K=4 hourglass FFN at

@@ -21,6 +21,7 @@ from benchmark.space.expr import ExprError
 from benchmark.space.language import BUDGET_AXIS, SearchSpace
 from benchmark.space.shape import SHAPE_KEYS, apply_shape, fit_width_depth, layer_split
 from benchmark.space.source import SpaceError
+from benchmark.store.metrics import count_columns
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,7 +43,7 @@ class Candidate:
         """Flat constants, JSON-able: the axis values plus the resolved spec and its counts."""
         p = self.solution.params
         return {**self.values, "family": self.spec.family, "spec": self.spec.to_dict(),
-                "params_total": p["total"], "params_non_embedding": p["non_embedding"],
+                **count_columns(p),
                 "budget": self.solution.budget, "count": self.solution.count, "budget_distance": self.distance}
 
 

@@ -1,4 +1,4 @@
-"""The search-space language (SPEC.md "A search space", search_spaces/ for real ones): a YAML file
+"""The search-space language (docs/search-spaces.md, search_spaces/ for real ones): a YAML file
 -> a validated `SearchSpace`: a budget and how it is met, a fixed ArchSpec fragment (`base`), named
 `variants` or an `anchor`, `axes` (ArchSpec or `shape.*` keys -> domains, decided in file order),
 `training:` and `objectives`. Names resolve only to allow-lists read off the configs (keys.py,
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from benchmark.arch.fields import did_you_mean, one_of, set_dotted
 from benchmark.arch.spec import FFN_WIDTHS, SPEC_KEYS
@@ -18,6 +18,7 @@ from benchmark.space.align import Align, parse_align
 from benchmark.space.budget import (
     COUNTS,
     SOLVES,
+    fmt_count,
     parse_amount,
     parse_tokens,
     parse_tolerance,
@@ -26,15 +27,15 @@ from benchmark.space.domains import Axis, Choice, read_domain
 from benchmark.space.expr import Condition
 from benchmark.space.keys import LEAF_KEYS, SECTIONS, checked, first_key
 from benchmark.space.shape import SHAPE_KEYS
-from benchmark.space.source import Source, SpaceError
+from benchmark.space.source import Override, Source, SpaceError, apply_overrides
 from benchmark.space.yamlsafe import YamlError, load_yaml
 from benchmark.store.metrics import SEARCHABLE, MetricError, metric, objective
 from benchmark.store.results import check_study_name
 from benchmark.trial.config import DEFAULTS as TRAINING_DEFAULTS
-from benchmark.trial.config import TrainConfig, TrainConfigError
+from benchmark.trial.config import QUANTIZE_DEFAULTS, QuantizeConfig, QuantizeConfigError, TrainConfig, TrainConfigError
 
 TOP_KEYS = ("name", "description", "budget", "count", "tolerance", "solve", "align", "anchor", "base",
-            "variants", "axes", "training", "objectives", "trials", "seeds")
+            "variants", "axes", "training", "quantize", "objectives", "trials", "seeds")
 DEFAULT_TRIALS = 16
 _WIDTH_KEYS = tuple(f"ffn.{width}" for width, _, _ in FFN_WIDTHS.values())   # what `solve: ffn` sets
 _RATIO_KEYS = tuple(f"ffn.{ratio}" for _, ratio, _ in FFN_WIDTHS.values())
@@ -110,6 +111,7 @@ class SearchSpace:
     variants: dict[str, Variant] = field(default_factory=dict)
     axes: tuple[Axis, ...] = ()     # with variants, the first axis is "variant"
     training: dict[str, Any] = field(default_factory=dict)   # as written; TrainConfig fills its defaults
+    quantize: dict[str, Any] = field(default_factory=dict)   # as written; QuantizeConfig fills its defaults
     objectives: tuple[tuple[str, str], ...] = (("val_loss", "min"),)
     trials: int = DEFAULT_TRIALS
     seeds: int = 1                  # every candidate trained with this many seeds (--seeds overrides)
@@ -137,13 +139,53 @@ class SearchSpace:
         """Every budget of the space: the ladder, or the one budget."""
         return self.ladder or ((self.budget,) if self.budget is not None else ())
 
+    @property
+    def trial_training(self) -> dict[str, Any]:
+        """The `training:` section as a trial of this space reads it: per-parameter tokens (`20x`)
+        multiply the parameters the budget counts unless `tokens_per` says otherwise."""
+        return {"tokens_per": self.count, **self.training}
+
     def training_value(self, key: str) -> Any:
         """A training setting as the harness will see it (TrainConfig's default when the file gives none)."""
-        return self.training.get(key, TRAINING_DEFAULTS[key])
+        return self.trial_training.get(key, TRAINING_DEFAULTS[key])
 
     def tokens_for(self, params: Mapping[str, int]) -> int:
         """Training tokens for a candidate with these parameter counts (TrainConfig.total_tokens)."""
         return parse_tokens(self.training_value("tokens")).resolve(params[self.training_value("tokens_per")])
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """What the command line set over the file, as given: `--set training.seq_len=128`, `--budget 600K`."""
+        return tuple(o.given for o in self.source.overrides)
+
+    def schedule(self, params: Mapping[str, int], about: str = "") -> tuple[int, int]:
+        """(steps, warmup steps) of a candidate with these parameter counts, as its trial trains
+        (TrainConfig.steps and lr_at). SpaceError when the schedule cannot fit: fewer tokens than
+        one step, a warmup that does not end before the run does, or (wsd) a warmup that runs into
+        the decay. `about` names the candidate, whose size sets the steps of per-parameter tokens."""
+        cfg = TrainConfig.from_dict(self.trial_training)
+        tokens, steps, per_step = cfg.total_tokens(params), cfg.steps(params), cfg.tokens_per_step
+        warm = int(cfg.warmup if cfg.warmup >= 1 else round(cfg.warmup * steps))  # as lr_at reads it
+        amount = parse_tokens(cfg.tokens)
+        who = f"{about} trains " if about and not amount.absolute else ""
+        whose = "" if amount.absolute else \
+            f" = {amount} its {fmt_count(params[cfg.tokens_per])} {cfg.tokens_per} parameters"
+        accum = f" x grad_accum {cfg.grad_accum}" if cfg.grad_accum > 1 else ""
+        run = (f"{who}{fmt_count(tokens)} tokens{whose} at {per_step:,} a step (batch_size {cfg.batch_size} x "
+               f"seq_len {cfg.seq_len}{accum})")
+        fix = "set a smaller training.batch_size or training.seq_len, or train more tokens"
+        if tokens < per_step:
+            raise self.source.error(("training", "tokens"), f"less than one step: {run}; {fix}")
+        if warm >= steps:
+            raise self.source.error(("training", "warmup"), f"{warm:,} warmup steps do not end before the run's "
+                                    f"{steps:,} steps: {run}; give warmup as a fraction of the run (e.g. 0.05), "
+                                    f"or {fix}")
+        decay = max(1, int(round(cfg.decay * steps)))  # as lr_at reads it
+        if cfg.schedule == "wsd" and warm + decay > steps:
+            raise self.source.error(("training", "warmup"), f"{warm:,} warmup steps run into the last {decay:,} "
+                                    f"steps of decay (decay: {cfg.decay}) of the run's {steps:,} steps: {run}; "
+                                    f"give warmup as a fraction of the run (e.g. 0.05), or {fix}")
+        return steps, warm
 
 
 BUDGET_AXIS = "budget"
@@ -159,8 +201,9 @@ def with_ladder(axes: tuple[Axis, ...], budgets: tuple[int, ...]) -> tuple[Axis,
 
 # ---- loading ------------------------------------------------------------------------------
 
-def load_space(path: str | Path) -> SearchSpace:
-    """Read and validate a search-space file; raises SpaceError."""
+def load_space(path: str | Path, overrides: Sequence[Override] = ()) -> SearchSpace:
+    """Read and validate a search-space file, with `overrides` (`--set KEY=VALUE`: source.py) set
+    over it before it is validated as a whole, as if the file said so; raises SpaceError."""
     file = str(path)
     try:
         doc = load_yaml(path)
@@ -168,14 +211,15 @@ def load_space(path: str | Path) -> SearchSpace:
         raise SpaceError(file, e.line, e.col, e.key, e.reason) from None
     except OSError as e:
         raise SpaceError(file, None, None, "", f"cannot read: {e.strerror or e}") from None
-    src = Source(file, doc)
+    src = Source(file, doc, tuple(overrides))
     if not isinstance(doc.data, dict):
         raise src.error((), f"a search space is a mapping (name, budget, base, axes, ...), "
                             f"got {type(doc.data).__name__}")
-    for k in doc.data:
+    data = apply_overrides(doc.data, overrides)
+    for k in data:
         if k not in TOP_KEYS:
             raise src.error((k,), f"unknown key{did_you_mean(k, TOP_KEYS)}", value=False)
-    return _Reader(src, doc.data).space()
+    return _Reader(src, data).space()
 
 
 def _flatten(frag: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -228,6 +272,7 @@ class _Reader:
             variants=variants,
             axes=with_ladder(self.axes(variants), budgets),
             training=self.training(),
+            quantize=self.quantize(),
             objectives=self.parsed("objectives", _objectives, (("val_loss", "min"),)),
             trials=self.parsed("trials", _positive_int, DEFAULT_TRIALS),
             seeds=self.parsed("seeds", _positive_int, 1),
@@ -323,4 +368,16 @@ class _Reader:
             TrainConfig.from_dict(raw)
         except TrainConfigError as e:
             raise self.fail(("training", e.key), e.reason, value=e.key in TRAINING_DEFAULTS) from None
+        return dict(raw)
+
+    def quantize(self) -> dict[str, Any]:
+        """The section as written, once QuantizeConfig accepts it (the trial fills its defaults)."""
+        raw = self.top.get("quantize", {})
+        if not isinstance(raw, dict):
+            raise self.fail(("quantize",), f"expected a mapping like {{group_size: 128, calib_sequences: 1024}}, "
+                                           f"got {raw!r}")
+        try:
+            QuantizeConfig.from_dict(raw)
+        except QuantizeConfigError as e:
+            raise self.fail(("quantize", e.key), e.reason, value=e.key in QUANTIZE_DEFAULTS) from None
         return dict(raw)

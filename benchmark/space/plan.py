@@ -17,18 +17,18 @@ from benchmark.arch.counting import count_flops
 from benchmark.space.budget import fmt_count, fmt_fraction, parse_tokens
 from benchmark.space.candidates import Candidate, choose, grid, resolve
 from benchmark.space.language import BUDGET_AXIS, SearchSpace
+from benchmark.store.metrics import PARAM_COLUMNS
 
 # Seconds a trial spends outside the training steps (building and compiling the model, the
 # evaluations, quantisation), until trials on this machine have measured their own (store/speeds.py).
-# A plan made before any trial ran here meets an empty compile cache: a new user's quickstart spent
-# 13.8 s and 14.7 s a trial on average outside training on the 2-core AMD EPYC (first seeds 18-26 s,
-# second seeds 6-8 s; results/quickstart-issue-12-s5 and -s6).
+# A plan made before any trial ran here meets an empty compile cache, where each family's first
+# seed pays for compiling: the value is what a new user's first quickstart spent per trial on a
+# 2-core CPU (benchmarks/2026-11-24-quickstart-timings.md).
 TRIAL_OVERHEAD_S = 14.0
 # Seconds a search spends outside its trials (starting Ray and the first worker, ending them),
-# until a search on this machine has measured its own (store/speeds.py: record_search, from the
-# search's start: 10.7 s in a new user's quickstart on the 2-core AMD EPYC, -s9). Measured with
-# `time`, which adds the interpreter's start and the command's imports: 13.5 s there (-s8) and 34 s
-# on a 16-core H100 machine, 9 s of it around the three trials (results/quickstart-issue-12-*).
+# until a search on this machine has measured its own (store/speeds.py: record_search, timed from
+# the search's start, so the interpreter's start and imports are not in it): the quickstart's on a
+# 2-core CPU (benchmarks/2026-11-24-quickstart-timings.md, "The plan's estimate").
 SEARCH_START_S = 15.0
 
 
@@ -74,16 +74,20 @@ def ladder_points(space: SearchSpace) -> list[dict[str, Any]]:
 
 
 def make_plan(space: SearchSpace, seed: int = 0) -> Plan:
-    """Resolve every candidate; raises SpaceError for the first one that cannot be built."""
+    """Resolve every candidate; raises SpaceError for the first one that cannot be built, or whose
+    training schedule cannot fit (SearchSpace.schedule)."""
     start = time.perf_counter()
     points, sampled = plan_points(space, seed)
     candidates = tuple(resolve(space, values) for values in points)
+    for i, c in enumerate(candidates):  # a schedule that cannot fit is an error now, not a mis-trained trial
+        space.schedule(c.solution.params,
+                       about=f"candidate {i} ({c.spec.family}, budget {fmt_count(c.solution.budget)})")
     return Plan(space=space, candidates=candidates, sampled=sampled, seed=seed,
                 seconds=time.perf_counter() - start)
 
 
 def records(plan: Plan, speed: float | Callable[[str], Any]) -> list[dict[str, Any]]:
-    """One JSON-able record per candidate (SPEC.md: `run_search.py --plan --json`). `speed` is
+    """One JSON-able record per candidate (`run_search.py --plan --json`). `speed` is
     this machine's training FLOP/s, or family -> Speed (store/speeds.py: what trials measured
     here, with their time outside training) so that the estimate learns from finished trials."""
     space = plan.space
@@ -94,12 +98,13 @@ def records(plan: Plan, speed: float | Callable[[str], Any]) -> list[dict[str, A
         tokens = space.tokens_for(c.solution.params)
         config = c.config()
         known = speed_of(c.spec.family)
+        steps, warmup = space.schedule(c.solution.params)
         out.append({
             "candidate": i, "family": c.spec.family, "structure": c.spec.structure(), "values": c.values,
-            "spec": config["spec"], **{k: config[k] for k in ("params_total", "params_non_embedding", "budget",
-                                                              "count", "budget_distance")},
+            "spec": config["spec"], **{k: config[k] for k in (*PARAM_COLUMNS, "budget", "count", "budget_distance")},
             "flops_per_token_train": flops["train"], "flops_per_token_infer": flops["infer"],
-            "tokens": tokens, "est_seconds": flops["train"] * tokens / known.flops_per_s + known.overhead_s,
+            "tokens": tokens, "steps": steps, "warmup_steps": warmup,
+            "est_seconds": flops["train"] * tokens / known.flops_per_s + known.overhead_s,
             "est_from_trials": known.trials,
         })
     return out
@@ -134,6 +139,9 @@ def _hyper(spec) -> str:
     return "-" if h is None else h.label
 
 
+_COUNT_HEADS = {"non_embedding": "non-emb", "non_embedding_head": "non-emb + head"}
+
+
 def render(plan: Plan, rows: list[dict[str, Any]], console, search: tuple[float, float, int] | None = None) -> None:
     """A rich table of the candidates and a one-line summary."""
     from rich.table import Table
@@ -141,19 +149,22 @@ def render(plan: Plan, rows: list[dict[str, Any]], console, search: tuple[float,
     space = plan.space
     table = Table(title=f"{space.name}: {space.description}".rstrip(": "), title_justify="left")
     ladder = bool(space.ladder)
+    # beside the total, the count the budget meets (Δ budget is against it); non-embedding for `total`
+    counted = "non_embedding" if space.count == "total" else space.count
+    second = _COUNT_HEADS[counted]
     for col in ("#", *(("budget",) if ladder else ()), "family", "structure", "streams × mixing / every", "d_model",
-                "heads", "FFN (width/d_model)", "params", "non-emb", "Δ budget", "train FLOP/tok", "est. time"):
-        table.add_column(col, justify="right" if col in ("#", "budget", "d_model", "heads", "params", "non-emb")
+                "heads", "FFN (width/d_model)", "params", second, "Δ budget", "train FLOP/tok", "est. time"):
+        table.add_column(col, justify="right" if col in ("#", "budget", "d_model", "heads", "params", second)
                          else "left")
     for c, r in zip(plan.candidates, rows, strict=True):
         s = c.spec
         heads = str(s.n_heads) if s.n_kv_heads == s.n_heads else f"{s.n_heads}/{s.n_kv_heads} kv"
         table.add_row(str(r["candidate"]), *((fmt_count(r["budget"]),) if ladder else ()), s.family, s.structure(),
                       _hyper(s), str(s.d_model), heads, _ffn(s),
-                      f"{r['params_total']:,}", f"{r['params_non_embedding']:,}", f"{r['budget_distance']:+.3%}",
+                      f"{r['params_total']:,}", f"{r[f'params_{counted}']:,}", f"{r['budget_distance']:+.3%}",
                       fmt_count(r["flops_per_token_train"]), fmt_seconds(r["est_seconds"]))
     console.print(table)
-    console.print(summary(plan, rows, search))
+    console.print(summary(plan, rows, search), markup=False)  # `--set 'axes.family=[a, b]'` is not markup
     for line in warnings(space):
         console.print(f"[yellow]note:[/yellow] {line}")
 
@@ -194,9 +205,19 @@ def summary(plan: Plan, rows: list[dict[str, Any]], search: tuple[float, float, 
     seeds = f" x {space.seeds} seeds" if space.seeds > 1 else ""
     return (f"{how} candidates{seeds} at {at} {space.count} parameters "
             f"± {fmt_fraction(space.tolerance)}; "
-            f"median |Δ budget| {median_distance(plan):.4%}; {_tokens(space)} tokens each, {_step(space)}; "
+            f"median |Δ budget| {median_distance(plan):.4%}; {_tokens(space)} tokens each, {_step(space)}, "
+            f"{_steps(rows)}; "
             f"est. {fmt_seconds(trials + around)} here: the trials {fmt_seconds(trials)} ({_basis(rows)}), "
-            f"the search around them {fmt_seconds(around)} ({source}); planned in {plan.seconds:.2f} s")
+            f"the search around them {fmt_seconds(around)} ({source}); planned in {plan.seconds:.2f} s"
+            + (f"; set on the command line: {' '.join(space.overrides)}" if space.overrides else ""))
+
+
+def _steps(rows: list[dict[str, Any]]) -> str:
+    """Optimiser steps and warmup steps of the candidates (a range where their sizes set the tokens)."""
+    def span(key: str) -> str:
+        lo, hi = min(r[key] for r in rows), max(r[key] for r in rows)
+        return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+    return f"{span('steps')} steps (warmup {span('warmup_steps')})" if rows else "no steps"
 
 
 def _basis(rows: list[dict[str, Any]]) -> str:

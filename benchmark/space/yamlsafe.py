@@ -55,7 +55,7 @@ class StrictLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-# YAML 1.1 reads `6e-4` and `1.5e3` (no dot, or no exponent sign) as text; SPEC.md writes a learning
+# YAML 1.1 reads `6e-4` and `1.5e3` (no dot, or no exponent sign) as text; the docs write a learning
 # rate as `6e-4`, so read any decimal with an exponent as a number, as YAML 1.2 does.
 StrictLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
@@ -84,7 +84,11 @@ class Document:
 def load_yaml(path: str | Path) -> Document:
     """Parse one YAML document; raises YamlError (with line and column) for anything unsafe or
     malformed, and OSError if the file cannot be read."""
-    text = Path(path).read_text(encoding="utf-8")
+    return parse_yaml(Path(path).read_text(encoding="utf-8"))
+
+
+def parse_yaml(text: str) -> Document:
+    """`load_yaml` of text (a file's, or a `--set KEY=VALUE`'s value)."""
     loader = StrictLoader(text)
     try:
         node = loader.get_single_node()

@@ -37,6 +37,8 @@ FULL = (errno.ENOSPC, errno.EDQUOT)  # a write failed because the disk (or the q
 _LOCAL = pafs.LocalFileSystem()
 
 Where = str | os.PathLike
+# The results root a search writes to and the leaderboard reads when none is named.
+RESULTS_ROOT = "results"
 
 
 def is_uri(where: Where) -> bool:

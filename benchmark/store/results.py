@@ -37,7 +37,7 @@ from benchmark.store.errors import (
     ResultsWarning,
     StoreFull,
 )
-from benchmark.store.metrics import DIAGNOSTICS, TIME_SPLIT
+from benchmark.store.metrics import DIAGNOSTICS, LOOP_LOSSES, PARAM_COLUMNS, TIME_SPLIT
 
 __all__ = ["COLUMNS", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "ResultsError", "ResultsPathError", "ResultsWarning",
            "StoreFull",
@@ -49,7 +49,13 @@ __all__ = ["COLUMNS", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "ResultsError", "R
 #    steps ran in (bf16, fp32, fp32+tf32); older files read them null.
 # 4: the trial's time split (TIME_SPLIT: compile, train, eval, quantise seconds); older files read
 #    them null.
-SCHEMA_VERSION = 4
+# 5: the per-loop losses (LOOP_LOSSES: val_loss_r1, _r2, _r4, _r8); params_non_embedding_head (a
+#    count rule per PARAM_COLUMNS); what INT4 costs (int4_ppl_increase, int4_rtn_ppl_increase) and
+#    the quantisation settings that measured it (quantize, JSON); a data-parallel trial's world_size,
+#    parallel (none, ddp, fsdp), backend, per-rank batch (rank_batch_size, rank_grad_accum) and
+#    peak memory per rank (peak_mem_bytes_by_rank, JSON; peak_mem_bytes is their max); older
+#    files read them null.
+SCHEMA_VERSION = 5
 # infeasible: the sampled point has no candidate within the budget (nothing was trained).
 STATUSES = ("ok", "failed", "pruned", "diverged", "infeasible")
 
@@ -57,16 +63,20 @@ _str, _i64, _f64 = pa.string(), pa.int64(), pa.float64()
 SCHEMA = pa.schema([
     ("schema_version", _i64), ("study", _str), ("trial_id", _str), ("attempt", _i64),
     ("status", _str), ("error", _str),
-    ("family", _str), ("structure", _str), ("spec", _str), ("training", _str), ("axes", _str),
+    ("family", _str), ("structure", _str), ("spec", _str), ("training", _str), ("quantize", _str), ("axes", _str),
     ("budget", _i64), ("budget_count", _str), ("budget_distance", _f64),
-    ("params_total", _i64), ("params_non_embedding", _i64), ("params_attention", _i64), ("params_ffn", _i64),
+    *((name, _i64) for name in PARAM_COLUMNS), ("params_attention", _i64), ("params_ffn", _i64),
     ("flops_per_token_train", _f64), ("flops_per_token_infer", _f64),
     ("tokens_trained", _i64), ("train_loss", _f64), ("val_loss", _f64), ("val_ppl", _f64), ("val_ppl_unigram", _f64),
-    ("val_loss_by_source", _str), ("val_ppl_by_loops", _str), ("evals", _str),
+    ("val_loss_by_source", _str), ("val_ppl_by_loops", _str), *((name, _f64) for name in LOOP_LOSSES),
+    ("evals", _str),
     ("val_ppl_int8", _f64), ("val_ppl_int4", _f64), ("val_ppl_int4_rtn", _f64),
+    ("int4_ppl_increase", _f64), ("int4_rtn_ppl_increase", _f64),
     ("bf16_bytes", _i64), ("int8_bytes", _i64), ("int4_bytes", _i64),
     *((name, _f64) for name in DIAGNOSTICS),
     ("tokens_per_s", _f64), ("flops_per_s", _f64), ("peak_mem_bytes", _i64), ("precision", _str), ("wall_s", _f64),
+    ("world_size", _i64), ("parallel", _str), ("backend", _str), ("rank_batch_size", _i64), ("rank_grad_accum", _i64),
+    ("peak_mem_bytes_by_rank", _str),
     *((name, _f64) for name in TIME_SPLIT),
     ("seed", _i64), ("optuna_trial", _i64), ("node_id", _str), ("dataset_id", _str), ("tokenizer_id", _str),
     ("code_version", _str), ("packages", _str), ("hardware", _str),

@@ -2,7 +2,7 @@
 check): the machine's training FLOP/s from a probe, and, once trials
 have finished here, each family's achieved training FLOP/s and its fixed time per trial outside
 training (compile, evaluations, quantisation), and each finished search's time outside its
-trials (record_search), so estimates learn from what ran (issue 12);
+trials (record_search), so estimates learn from what ran;
 and each `benchmark.perf models` run's paired time ratios (record_ratio), which it judges its
 targets by across runs.
 
@@ -121,8 +121,8 @@ def _editing(path: Path):
 
 def machine_fallback(path: Path) -> float | None:
     """The machine's training FLOP/s from a probe, if one was recorded. Values that
-    `benchmark.perf models` recorded before 2026-11-24 are not read: measured at its reference
-    size, they overstated small models' speed 1.6x (perf.timing.machine_flops)."""
+    `benchmark.perf models` recorded are not read: measured at its reference size, they overstate
+    small models' speed (perf.timing.machine_flops)."""
     entry = _load(path)["machines"].get(machine_key(), {})
     value = entry.get("flops_per_s") if entry.get("source") != "benchmark.perf models" else None
     return float(value) if isinstance(value, (int, float)) and value > 0 else None

@@ -40,7 +40,7 @@ LAST_WORD = re.compile(r" ([A-Za-z]+)[^A-Za-z0-9\s]*$")
 Example = dict[str, Any]
 
 
-def make_tasks(out_dir: str | Path, source: str | DataConfig | Iterable[str] = "embedded", *,
+def make_tasks(out_dir: str | Path, source: str | DataConfig | Iterable[str] = DataConfig.source, *,
                n_examples: int = 500, seed: int = 0, max_words: int = MAX_WORDS,
                name: str = "shapebench") -> list[str]:
     """Write both tasks into out_dir and return their names. `source` is a data source (as

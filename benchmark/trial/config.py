@@ -1,6 +1,6 @@
-"""Training settings: a torch-free dataclass whose fields carry their own rules (`setting`,
-arch/fields.py), so the search space validates its `training:` section with the very class a
-trial trains with (one validator path).
+"""Training and quantisation settings: torch-free dataclasses whose fields carry their own rules
+(`setting`, arch/fields.py), so the search space validates its `training:` and `quantize:`
+sections with the very classes a trial runs with (one validator path).
 """
 
 from __future__ import annotations
@@ -20,9 +20,31 @@ TOKENS_PER = COUNTS
 class TrainConfigError(ValueError):
     """A training setting that breaks its rule: `key` names it (unknown keys too), `reason` says why."""
 
+    section = "training"
+
     def __init__(self, key: str, reason: str):
         self.key, self.reason = key, reason
-        super().__init__(f"training.{key}: {reason}")
+        super().__init__(f"{self.section}.{key}: {reason}")
+
+
+class QuantizeConfigError(TrainConfigError):
+    """A quantisation setting that breaks its rule (the space's `quantize:` section)."""
+
+    section = "quantize"
+
+
+def _checked(known: Mapping[str, Any], raw: Mapping[str, Any], error: type[TrainConfigError]) -> dict[str, Any]:
+    """Each setting of `raw` by its field's rule; `error` for the first unknown key or broken rule,
+    in the order of `raw`."""
+    out = {}
+    for name, value in raw.items():
+        if name not in known:
+            raise error(name, f"unknown key{did_you_mean(name, known)}")
+        try:
+            out[name] = known[name].check(value)
+        except ValueError as e:
+            raise error(name, str(e)) from None
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,15 +79,7 @@ class TrainConfig:
     def checked(cls, raw: Mapping[str, Any]) -> dict[str, Any]:
         """Each setting of `raw` by its field's rule (`tokens` as Tokens, `eval_tokens` as a count);
         TrainConfigError for the first unknown key or broken rule, in the order of `raw`."""
-        out = {}
-        for name, value in raw.items():
-            if name not in _KEYS:
-                raise TrainConfigError(name, f"unknown key{did_you_mean(name, _KEYS)}")
-            try:
-                out[name] = _KEYS[name].check(value)
-            except ValueError as e:
-                raise TrainConfigError(name, str(e)) from None
-        return out
+        return _checked(_KEYS, raw, TrainConfigError)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> "TrainConfig":
@@ -101,3 +115,27 @@ class TrainConfig:
 
 _KEYS = keys(TrainConfig)
 DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantizeConfig:
+    """How a trial quantises its trained model (trial/run.py, trial/quant.py): GPTQ and RTN per row
+    and group of `group_size` input columns, GPTQ's Hessians from `calib_sequences` windows of
+    `seq_len` tokens of the training split. A layer narrower than the group has one group per row.
+    The defaults: group 128, as GPTQ (Frantar et al. §5) and the Hyperloop paper at every size (§4);
+    128 calibration sequences, as GPTQ's reference (§5: "128 random 2048 token segments"). The
+    Hyperloop paper calibrates on 1024 sequences of its training corpus (§4), which its spaces set."""
+
+    group_size: int = setting(128, at_least=1)
+    calib_sequences: int = setting(128, at_least=1)
+
+    def __post_init__(self):
+        _checked(_QUANTIZE_KEYS, vars(self), QuantizeConfigError)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "QuantizeConfig":
+        return cls(**_checked(_QUANTIZE_KEYS, raw, QuantizeConfigError))  # 64.0 -> 64
+
+
+_QUANTIZE_KEYS = keys(QuantizeConfig)
+QUANTIZE_DEFAULTS = {f.name: f.default for f in fields(QuantizeConfig)}

@@ -46,9 +46,9 @@ def evaluate(model, eval_data: Mapping[str, torch.Tensor], cfg=None, loops: int 
             "val_loss_by_source": {k: l for k, (l, _) in per.items()}}
 
 
-def evaluate_loops(model, eval_data: Mapping[str, torch.Tensor], loop_counts, cfg=None) -> dict[int, float]:
-    """Validation perplexity at each loop count (the model's `eval_loops`)."""
-    return {r: evaluate(model, eval_data, cfg, loops=r)["val_ppl"] for r in loop_counts}
+def evaluate_loops(model, eval_data: Mapping[str, torch.Tensor], loop_counts, cfg=None) -> dict[int, dict]:
+    """`evaluate` at each loop count (the model's `eval_loops`): {r: {val_loss, val_ppl, ...}}."""
+    return {r: evaluate(model, eval_data, cfg, loops=r) for r in loop_counts}
 
 
 def unigram_perplexity(counts: np.ndarray, eval_data: Mapping[str, torch.Tensor]) -> float:

@@ -15,10 +15,12 @@ import torch
 from benchmark.arch.counting import count_flops, count_params
 from benchmark.arch.spec import ArchSpec
 from benchmark.data import DataConfig, PreparedData, batches, eval_sets, prepare
+from benchmark.models.hyper import stream_record
+from benchmark.store.metrics import LOOP_COUNTS, count_columns, loop_loss
 from benchmark.store.provenance import code_version, hardware, package_versions
 from benchmark.trial.analysis import hyper_diagnostics
 from benchmark.trial.checkpoint import save_checkpoint
-from benchmark.trial.config import TrainConfig
+from benchmark.trial.config import QuantizeConfig, TrainConfig
 from benchmark.trial.evaluate import evaluate, evaluate_loops, unigram_perplexity
 from benchmark.trial.training import TrialDiverged, train
 
@@ -41,8 +43,7 @@ def describe(spec: ArchSpec, cfg: TrainConfig) -> dict[str, Any]:
     flops = count_flops(spec, cfg.seq_len)
     return {
         "family": spec.family, "spec": spec.to_json(), "structure": spec.structure(),
-        "params_total": params["total"], "params_non_embedding": params["non_embedding"],
-        "params_attention": params["attention"], "params_ffn": params["ffn"],
+        **count_columns(params), "params_attention": params["attention"], "params_ffn": params["ffn"],
         "flops_per_token_train": flops["train"], "flops_per_token_infer": flops["infer"],
         "training": json.dumps(asdict(cfg), sort_keys=True), "seed": cfg.seed,
     }
@@ -58,34 +59,44 @@ def diagnostic_tokens(evals: Mapping[str, torch.Tensor], model) -> torch.Tensor:
     return x.to(next(model.parameters()).device)
 
 
-CALIB_SEQUENCES = 64  # GPTQ calibration (the paper uses 1024 sequences of 2048 at 100M+ scale)
+def loop_columns(by_loops: Mapping[int, dict]) -> dict[str, Any]:
+    """The evaluations at each loop count as columns: val_ppl_by_loops holds every count evaluated
+    (as the loop-scaling plot reads it), and each of the registry's LOOP_COUNTS evaluated is its
+    own metric (val_loss_r4); a count the spec did not evaluate is null."""
+    curve = json.dumps({r: e["val_ppl"] for r, e in by_loops.items()}) if by_loops else None
+    return {"val_ppl_by_loops": curve, **{loop_loss(r): by_loops[r]["val_loss"] if r in by_loops else None
+                                          for r in LOOP_COUNTS}}
 
 
-def group_size(spec: ArchSpec) -> int:
-    """128 as in the Hyperloop paper, smaller for narrow models so a group spans a fraction of
-    a row (a single group per row would hide the grouping's effect at tiny widths)."""
-    return min(128, max(16, spec.d_model // 4))
+CALIB_BATCH = 8  # calibration sequences per forward pass
 
 
-def quantized_columns(model, evals, data: PreparedData, cfg: TrainConfig) -> dict[str, Any]:
+def calibration(data: PreparedData, cfg: TrainConfig, sequences: int) -> list[torch.Tensor]:
+    """`sequences` windows of seq_len tokens of the training split, drawn as one batch so that its
+    parts follow the training mixture (another seed than training's), in forward passes of
+    CALIB_BATCH: GPTQ calibrates on training text (Hyperloop §4: FineWeb-Edu, its training corpus)."""
+    x, _ = next(batches(data.train, cfg.seq_len, sequences, cfg.seed + 1))   # (sequences, seq_len)
+    return list(x.split(CALIB_BATCH))
+
+
+def quantized_columns(model, evals, data: PreparedData, cfg: TrainConfig, quant: QuantizeConfig,
+                      ppl: float) -> dict[str, Any]:
     """Post-training weight quantisation: INT8 and INT4 with GPTQ (loop-aware Hessians), INT4 with
-    round-to-nearest; perplexity of each on the held-out set and the model size at each precision."""
-    import itertools
-
+    round-to-nearest; perplexity of each on the held-out set, the model size at each precision, and
+    what INT4 costs: the perplexity it adds over full precision (`ppl`), relative."""
     from benchmark.trial.quant import QuantConfig, calibrate, quantize
 
-    calib_iter = batches(data.train.tokens, cfg.seq_len, 8, cfg.seed + 1)
-    calib = [x for x, _ in itertools.islice(calib_iter, max(1, CALIB_SEQUENCES // 8))]
-    hessians = calibrate(model, calib)  # once for both GPTQ widths
-    gs = group_size(model.spec)
-    out: dict[str, Any] = {}
+    hessians = calibrate(model, calibration(data, cfg, quant.calib_sequences))  # once for both GPTQ widths
+    out: dict[str, Any] = {"quantize": json.dumps(asdict(quant), sort_keys=True)}
     for bits, method, col in ((8, "gptq", "int8"), (4, "gptq", "int4"), (4, "rtn", "int4_rtn")):
-        qmodel, report = quantize(model, QuantConfig(bits=bits, method=method, group_size=gs), hessians=hessians)
+        qcfg = QuantConfig(bits=bits, method=method, group_size=quant.group_size)
+        qmodel, report = quantize(model, qcfg, hessians=hessians)
         out[f"val_ppl_{col}"] = evaluate(qmodel, evals, cfg)["val_ppl"]
         if method == "gptq":
             out[f"{col}_bytes"] = report.bytes
             out["bf16_bytes"] = report.bytes_bf16
-    out["quant_group_size"] = gs
+    out["int4_ppl_increase"] = out["val_ppl_int4"] / ppl - 1
+    out["int4_rtn_ppl_increase"] = out["val_ppl_int4_rtn"] / ppl - 1
     return out
 
 
@@ -93,9 +104,12 @@ def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: Da
               data: PreparedData | None = None, checkpoint_dir: str | Path | None = None,
               on_step: Callable[[int, int, float], None] | None = None,
               on_eval: Callable[[dict], None] | None = None,
-              quantize: bool = True) -> dict[str, Any]:
-    """Train and evaluate one candidate. Returns one results row (SPEC.md "Results"); a NaN/inf
-    loss gives status `diverged` instead of raising. `quantize` adds the INT8/INT4 columns."""
+              quantize: QuantizeConfig | None = QuantizeConfig(), ranks=None) -> dict[str, Any]:
+    """Train and evaluate one candidate. Returns one results row (docs/reference.md "Results columns"); a NaN/inf
+    loss gives status `diverged` instead of raising. `quantize` (a space's `quantize:` section)
+    adds the INT8/INT4 columns; None (or False) leaves them out. `ranks`: one rank of a
+    data-parallel trial (trial/distributed.py); rank 0 evaluates and returns the row, the other
+    ranks train and return {}."""
     spec = spec if isinstance(spec, ArchSpec) else ArchSpec.from_dict(spec)
     data = data or prepare(data_cfg or DataConfig())
     check_vocab(spec, data)
@@ -105,13 +119,15 @@ def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: Da
     evals = eval_sets(data.val, cfg.seq_len, cfg.eval_tokens)
     t0 = time.perf_counter()
     try:
-        result = train(spec, cfg, batches(data.train.tokens, cfg.seq_len, cfg.batch_size, cfg.seed), evals,
-                       on_step, on_eval)
+        result = train(spec, cfg, batches(data.train, cfg.seq_len, cfg.batch_size, cfg.seed), evals,
+                       on_step, on_eval, ranks=ranks)
     except TrialDiverged as e:  # the tokens it trained and where its time went, as for any row
         done = {"tokens_trained": e.result.tokens_trained, **Clock(e.result).split(cfg)} if e.result else {}
         return {**row, "status": "diverged", "error": str(e), **done, "wall_s": time.perf_counter() - t0,
                 "finished_at": now()}
     model = result.model
+    if model is None:  # a data-parallel trial's other rank: rank 0 writes the row
+        return {}
     clock = Clock(result)
     with clock("eval_s"):
         final = evaluate(model, evals, cfg)
@@ -120,14 +136,16 @@ def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: Da
             "val_loss": final["val_loss"], "val_ppl": final["val_ppl"],
             "val_ppl_unigram": unigram_perplexity(data.train.counts(spec.vocab_size), evals),
             "val_loss_by_source": json.dumps(final["val_loss_by_source"]),
-            "val_ppl_by_loops": json.dumps(evaluate_loops(model, evals, spec.eval_loops, cfg)) if spec.eval_loops else None,
+            **loop_columns(evaluate_loops(model, evals, spec.eval_loops, cfg)),
             "evals": json.dumps(result.evals), "tokens_per_s": result.tokens_per_s,
             "flops_per_s": result.flops_per_s, "peak_mem_bytes": result.peak_mem_bytes, "precision": result.precision,
+            **result.parallel,
             **hyper_diagnostics(model, diagnostic_tokens(evals, model)),
+            **stream_record(spec.hyper, next(model.parameters()).device.type, result.precision),
         })
     if quantize:
         with clock("quantize_s"):
-            row.update(quantized_columns(model, evals, data, cfg))
+            row.update(quantized_columns(model, evals, data, cfg, quantize, final["val_ppl"]))
     if checkpoint_dir is not None:
         save_checkpoint(checkpoint_dir, model, meta={k: row[k] for k in ("training", "dataset_id", "tokenizer_id", "code_version")},
                         tokenizer_json=data.tokenizer.inner.to_str())

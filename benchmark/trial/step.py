@@ -164,6 +164,21 @@ def lm_loss(model, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None, 
     return (head or head_loss)(model, h, y, dtype)
 
 
+class LossModule(torch.nn.Module):
+    """The whole training loss as one module's forward, `lm_loss(model, x, y)`: what a
+    data-parallel wrapper wraps (trial/distributed.py). DDP arms its gradient all-reduce in the
+    wrapped module's `forward`, and `lm_loss` calls the model's parts (`features`, the head)
+    directly, so wrapping the model itself would train each rank on its own gradients. The
+    single-process step runs the same module, so both paths compute the same thing."""
+
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype | None, head=None):
+        super().__init__()
+        self.model, self.dtype, self.head = model, dtype, head
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return lm_loss(self.model, x, y, self.dtype, head=self.head)
+
+
 def head_loss(model, h: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     """Final norm, head and cross-entropy: one region for the compiler, which fuses the softmax
     over the vocabulary with the loss rather than writing the (B, T, vocab) log-probabilities."""
@@ -244,35 +259,42 @@ class TrainStep:
     for other live steps (benchmark.perf interleaves a few models' steps in one process)."""
 
     def __init__(self, model, optimizer, policy: ExecPolicy, device: torch.device, clip: float | None = 1.0,
-                 fresh: bool = True):
+                 fresh: bool = True, parallel=None):
         self.model, self.optimizer, self.clip = model, optimizer, clip
         self.dtype = policy.autocast_dtype(device)
         self.close = lambda: None
         self.scope = cached_functions if policy.compile else contextlib.nullcontext
-        loss = lambda x, y: lm_loss(model, x, y, self.dtype)  # noqa: E731
+        head = None
         if policy.compile:
             # A fresh model per step function: drop code compiled for earlier models, which would
             # otherwise fill dynamo's per-function cache (8 entries) and silently fall back to eager
             # after eight architectures in one process (a reused Ray worker, the perf benchmark).
             if fresh:
                 torch._dynamo.reset()
-            if policy.compile_scope == "model":              # one graph of the whole loss
-                loss = torch.compile(loss, dynamic=False)
-            else:
+            if policy.compile_scope == "regions":
                 self.close = compile_regions(model)
                 head = torch.compile(head_loss, dynamic=False)
-                loss = lambda x, y: lm_loss(model, x, y, self.dtype, head=head)  # noqa: E731
-        self.loss = loss
+        loss = LossModule(model, self.dtype, head)
+        if policy.compile and policy.compile_scope == "model":   # one graph of the whole loss
+            loss.forward = torch.compile(loss.forward, dynamic=False)
+        # `parallel` (trial/distributed.py Ranks) wraps the loss after compiling, as torchtitan
+        # and OLMo-core order it: DDP or FSDP2 around compiled regions. None: one process.
+        self.parallel = parallel
+        self.loss = loss if parallel is None else parallel.wrap(loss)
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.accumulate([(x, y)])
 
     def accumulate(self, micro: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """One step over k equal micro-batches: each loss scaled by 1/k before its backward, so the
-        summed gradient is that of the mean loss over all k, as one batch k times larger gives."""
+        summed gradient is that of the mean loss over all k, as one batch k times larger gives.
+        Across ranks the gradients are averaged once, in the last micro-batch's backward (the
+        others run without sync), and the step's loss is the ranks' mean: the global batch's."""
         total = None
-        for x, y in micro:
-            with self.scope():                   # where the regions compile, forward and backward
+        for k, (x, y) in enumerate(micro):
+            last = k == len(micro) - 1
+            sync = contextlib.nullcontext() if self.parallel is None else self.parallel.sync(self.loss, last)
+            with self.scope(), sync:             # where the regions compile, forward and backward
                 loss = self.loss(x, y) / len(micro)
                 loss.backward()
             total = loss.detach() if total is None else total + loss.detach()
@@ -280,7 +302,7 @@ class TrainStep:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return total
+        return total if self.parallel is None else self.parallel.mean(total)
 
 
 def policy_of(cfg) -> ExecPolicy:

@@ -9,6 +9,7 @@ A NaN/inf loss stops the trial as `diverged`.
 
 from __future__ import annotations
 
+import json
 import math
 import resource
 import time
@@ -21,6 +22,7 @@ from benchmark.arch.counting import count_flops, count_params
 from benchmark.arch.spec import ArchSpec
 from benchmark.models import build_model, weight_decays
 from benchmark.trial.config import TrainConfig
+from benchmark.trial.distributed import single_columns
 from benchmark.trial.evaluate import evaluate
 from benchmark.trial.step import (
     TrainStep,
@@ -68,24 +70,31 @@ class TrainResult:
     eval_s: float = 0.0                                 # periodic evaluations during training
     peak_mem_bytes: int = 0
     precision: str = "fp32"                             # what the steps ran in (step.precision_name)
+    parallel: dict = field(default_factory=dict)        # the row's data-parallel columns (distributed.columns)
 
 
 def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, torch.Tensor] | None = None,
           on_step: Callable[[int, int, float], None] | None = None,
-          on_eval: Callable[[dict], None] | None = None) -> TrainResult:
+          on_eval: Callable[[dict], None] | None = None, ranks=None) -> TrainResult:
     """Train a fresh model of `spec` on `batches` (an iterator of (x, y) token tensors) for the
     configured token budget. `on_step(step, total, loss)` reports progress; `on_eval(record)`
-    receives every periodic evaluation (step, tokens, val_loss, val_ppl, ...)."""
+    receives every periodic evaluation (step, tokens, val_loss, val_ppl, ...).
+
+    `ranks` (trial/distributed.py Ranks): one rank of a data-parallel trial. Every rank draws the
+    same global batches and trains on its share; evaluation runs on rank 0 (the other ranks get
+    `on_eval(None)` at the same steps, so that every rank reports as often), and the result's
+    model is rank 0's full model, None on the other ranks."""
     # From here: building the model and the step (the first trial in a process imports the
     # compiler then, ~2.5 s on a 2-core CPU) counts with the first step, in the row's compile_s.
     t0 = time.perf_counter()
-    device = device_of(cfg)
+    device = device_of(cfg) if ranks is None else ranks.device
     prepare_device(device)
     reset_peak_memory(device)  # a reused worker's earlier trials must not count in this one's peak
     torch.manual_seed(cfg.seed)
     model = build_model(spec).to(device).train()
     opt = make_optimizer(model, cfg)
-    step_fn = TrainStep(model, opt, policy_of(cfg), device, clip=cfg.grad_clip)
+    step_fn = TrainStep(model, opt, policy_of(cfg), device, clip=cfg.grad_clip,
+                        parallel=None if ranks is None else ranks.ready(model, cfg))
     params = count_params(spec)
     total = cfg.steps(params)
     result = TrainResult(model=model, steps=total, tokens_trained=0, train_loss=float("nan"),
@@ -104,7 +113,13 @@ def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, tor
     _time(result, cfg, spec, device, t0)
     result.train_loss = result.losses[-1]
     result.peak_mem_bytes = peak_memory_bytes(device)
-    model.eval()
+    result.parallel = single_columns(cfg.batch_size, cfg.grad_accum)
+    if ranks is not None:  # every rank's peak, and rank 0 keeps the whole model for what follows
+        result.parallel = ranks.columns(result.peak_mem_bytes)
+        result.peak_mem_bytes = max(json.loads(result.parallel["peak_mem_bytes_by_rank"]))
+        result.model = ranks.full_model(model)
+    if result.model is not None:
+        result.model.eval()
     return result
 
 
@@ -132,7 +147,8 @@ def _loop(step_fn, opt, cfg: TrainConfig, total: int, batches, device, eval_data
         for group in opt.param_groups:
             group["lr"] = cfg.lr_at(step, total)
         micro = [next(batches) for _ in range(cfg.grad_accum)]
-        pending.append(step_fn.accumulate([(to_device(x, device), to_device(y, device)) for x, y in micro]))
+        mine = micro if step_fn.parallel is None else step_fn.parallel.share(micro)
+        pending.append(step_fn.accumulate([(to_device(x, device), to_device(y, device)) for x, y in mine]))
         evaluating = eval_data is not None and cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < total
         if len(pending) >= sync_every(device) or step == 0 or step + 1 == total or evaluating:
             last = _read_losses(pending, result, step, total)  # the one host sync, every few steps on CUDA
@@ -143,14 +159,17 @@ def _loop(step_fn, opt, cfg: TrainConfig, total: int, batches, device, eval_data
             on_step(step + 1, total, last)
         if evaluating:
             t = time.perf_counter()
-            # eagerly, as the final evaluation runs: through the compiled regions no_grad, eval mode
-            # and a short last batch would each compile every region again
-            with torch.compiler.set_stance("force_eager"):
-                record = {"step": step + 1, "tokens": result.tokens_trained, **evaluate(step_fn.model, eval_data, cfg)}
-            result.evals.append(record)
+            scored = step_fn.model if step_fn.parallel is None else step_fn.parallel.full_model(step_fn.model)
+            record = None
+            if scored is not None:
+                # eagerly, as the final evaluation runs: through the compiled regions no_grad, eval
+                # mode and a short last batch would each compile every region again
+                with torch.compiler.set_stance("force_eager"):
+                    record = {"step": step + 1, "tokens": result.tokens_trained, **evaluate(scored, eval_data, cfg)}
+                result.evals.append(record)
+                step_fn.model.train()
             if on_eval is not None:
                 on_eval(record)
-            step_fn.model.train()
             result.eval_s += time.perf_counter() - t
 
 

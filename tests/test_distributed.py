@@ -1,0 +1,274 @@
+"""Data-parallel trials (issue 44): the batch split, the loss as one module under DDP, the same
+trial in one process and on two gloo ranks, and a search whose trials are Ray Train jobs.
+
+Tolerance of the two-rank losses: LOSS_RTOL. The two ranks see the same sequences and the same
+initial weights; what differs is the order of the floating-point sums: the mean loss is a mean
+of two half-batch means instead of one, and each gradient is the sum of two half-batch
+gradients (all-reduced in fp32) instead of one matmul over the whole batch. Each reordering moves
+a result by about fp32's epsilon (1.2e-7) relative; AdamW divides by sqrt(v), which turns a tiny
+gradient difference into an update difference of the same relative size, and over a few steps
+the difference grows with the loss surface's curvature. Measured here: at most 3e-6 relative in
+the first step's loss (it sees no update: only the sum order), and a few 1e-5 after 6 steps;
+LOSS_RTOL = 1e-4 leaves room and is still ~100x below what one changed sequence or a missed
+gradient sync does (a rank training on its own gradients differs by > 1e-2 at step 3, see
+test_an_unsynced_rank_would_differ)."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+
+import pytest
+import torch
+
+from benchmark.arch.spec import ArchSpec
+from benchmark.models import build_model
+from benchmark.trial.distributed import Ranks, split
+from benchmark.trial.step import ExecPolicy, LossModule, TrainStep, lm_loss
+
+LOSS_RTOL = 1e-4
+
+
+def test_the_global_batch_is_split_into_equal_micro_batches_per_rank():
+    assert split(16, 1, 2) == split(16, 1, 2)
+    s = split(16, 1, 2)           # 16 sequences a step, two ranks: one micro-batch of 8 each
+    assert (s.micro, s.size, s.per_rank) == (1, 8, 8)
+    s = split(4, 3, 2)            # 12 sequences: 6 per rank, micro-batches of at most 4: 2 of 3
+    assert (s.micro, s.size) == (2, 3)
+    s = split(8, 4, 4)            # 32 sequences, 8 per rank: one micro-batch of 8
+    assert (s.micro, s.size) == (1, 8)
+    s = split(2, 8, 2)            # 16 sequences, 8 per rank, at most 2 a micro-batch: 4 of 2
+    assert (s.micro, s.size) == (4, 2)
+    with pytest.raises(ValueError, match="15 sequences a step do not split over 2 workers"):
+        split(5, 3, 2)
+
+
+SPEC = {"d_model": 32, "n_heads": 2, "vocab_size": 64, "layers": {"begin": 1, "middle": 1, "end": 1}}
+
+
+@pytest.fixture
+def one_rank_group():
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("family", ["transformer", "hyperloop"])
+def test_the_loss_module_under_ddp_computes_the_loss_and_gradients_of_lm_loss(family, one_rank_group):
+    """The wrapper sees the whole loss: DDP(LossModule) gives lm_loss's value and gradients, and
+    its reducer ran (a model wrapped alone would leave the loss outside DDP's forward)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    spec = ArchSpec.from_dict({"family": family, **SPEC})
+    torch.manual_seed(0)
+    model = build_model(spec)
+    x = torch.randint(0, 64, (4, 16))
+    ref = lm_loss(model, x, x.roll(-1, 1), None)
+    ref.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    synced = []
+
+    def counted(state, bucket):  # DDP's default all-reduce, counted
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        synced.append(bucket.index())
+        return allreduce_hook(None, bucket)
+
+    wrapped = DDP(LossModule(model, None))
+    wrapped.register_comm_hook(None, counted)
+    loss = wrapped(x, x.roll(-1, 1))
+    loss.backward()
+    assert loss.item() == ref.item()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[n], rtol=0, atol=0)
+    assert synced  # the gradients went through DDP's all-reduce
+    # The model wrapped alone, with the loss calling its parts: DDP never arms its reducer.
+    model.zero_grad(set_to_none=True)
+    synced.clear()
+    alone = DDP(model)
+    alone.register_comm_hook(None, counted)
+    lm_loss(alone.module, x, x.roll(-1, 1), None).backward()
+    assert not synced
+
+
+def test_a_one_rank_group_trains_as_one_process(one_rank_group):
+    """Ranks over a one-process gloo group: the step (DDP, accumulation with no_sync, the loss
+    mean) gives bit-identical losses to the plain step."""
+    spec = ArchSpec.from_dict({"family": "looped", **SPEC, "loops": 2})
+    x = torch.randint(0, 64, (6, 4, 16))
+    losses = []
+    for parallel in (None, "ddp"):
+        torch.manual_seed(0)
+        model = build_model(spec)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        ranks = None
+        if parallel:
+            ranks = Ranks(torch.device("cpu"), "gloo", parallel, split(2, 2, 1))
+            ranks.ready(model, type("C", (), {"seq_len": 16})())
+        step = TrainStep(model, opt, ExecPolicy(precision="fp32", compile=False), torch.device("cpu"),
+                         parallel=ranks)
+        out = []
+        for b in x:
+            micro = [(b[:2], b[:2].roll(-1, 1)), (b[2:], b[2:].roll(-1, 1))]
+            out.append(step.accumulate(micro if ranks is None else ranks.share(micro)).item())
+        losses.append(out)
+    assert losses[0] == losses[1]
+
+
+# ---- two gloo ranks against one process ------------------------------------------------------
+
+WORDS = "the cat dog sat ran on under a mat log hill big small red blue and then".split()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    import random
+
+    from benchmark.data import DataConfig, prepare
+
+    root = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    paras = [" ".join(f"{rng.choice(WORDS[:3])} {rng.choice(WORDS[3:5])} {rng.choice(WORDS[5:7])} the "
+                      f"{rng.choice(WORDS[7:10])}." for _ in range(rng.randint(2, 5))).capitalize()
+             for _ in range(300)]
+    (root / "text.txt").write_text("\n\n".join(paras))
+    cfg = DataConfig(source=str(root / "text.txt"), tokenizer="bpe:300", cache_dir=str(root / "cache"))
+    prepare(cfg)
+    return cfg
+
+
+FAMILIES = {
+    "transformer": {"family": "transformer"},
+    "looped": {"family": "looped", "loops": 2},
+    "hyperloop": {"family": "hyperloop", "loops": 2},
+}
+TINY = {"d_model": 32, "n_heads": 2, "vocab_size": 300, "layers": {"begin": 1, "middle": 1, "end": 1}}
+TRAIN = dict(tokens="1536", seq_len=32, batch_size=8, lr=3e-3, compile=False, precision="fp32", eval_tokens=512)
+
+
+def _two_ranks(rank: int, port: int, data_cfg, out: dict) -> None:
+    import torch.distributed as dist
+
+    from benchmark.data import prepare
+    from benchmark.trial.config import TrainConfig
+    from benchmark.trial.run import run_trial
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    data = prepare(data_cfg)
+    cfg = TrainConfig(**TRAIN)
+    for name, fam in FAMILIES.items():
+        ranks = Ranks(torch.device("cpu"), "gloo", "ddp", split(cfg.batch_size, cfg.grad_accum, 2))
+        row = run_trial({**TINY, **fam}, cfg, data=data, ranks=ranks, quantize=None)
+        if rank == 0:
+            out[name] = row
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_train_as_one_process(corpus):
+    """The same trial (6 steps of 8 x 32 tokens) in one process and on two gloo ranks: the same
+    losses to LOSS_RTOL for a Transformer, a looped and a hyper-connected family; rank 0's row
+    records the parallelism."""
+    import torch.multiprocessing as mp
+
+    from benchmark.data import prepare
+    from benchmark.trial.config import TrainConfig
+    from benchmark.trial.run import run_trial
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    manager = mp.get_context("spawn").Manager()
+    out = manager.dict()
+    mp.start_processes(_two_ranks, args=(port, corpus, out), nprocs=2, start_method="spawn")
+    data = prepare(corpus)
+    for name, fam in FAMILIES.items():
+        one = run_trial({**TINY, **fam}, TrainConfig(**TRAIN), data=data, quantize=None)
+        two = out[name]
+        import json
+
+        a, b = json.loads(one["evals"] or "[]"), json.loads(two["evals"] or "[]")
+        assert a == b == []
+        assert two["tokens_trained"] == one["tokens_trained"] == 6 * 256
+        assert math.isclose(two["train_loss"], one["train_loss"], rel_tol=LOSS_RTOL), name
+        assert math.isclose(two["val_loss"], one["val_loss"], rel_tol=LOSS_RTOL), name
+        assert (two["world_size"], two["parallel"], two["backend"], two["rank_batch_size"]) == (2, "ddp", "gloo", 4)
+        assert (one["world_size"], one["parallel"], one["rank_batch_size"]) == (1, "none", 8)
+        assert len(json.loads(two["peak_mem_bytes_by_rank"])) == 2
+    os.environ.pop("MASTER_PORT", None)
+
+
+# ---- a search whose trials are Ray Train jobs of two gloo workers -----------------------------
+
+SEARCH_SPACE = """
+name: dp
+budget: 60K
+count: total
+tolerance: 5%
+base: {{vocab_size: 300, n_heads: 2, layers: {{begin: 1, middle: 1, end: 1}}}}
+axes:
+  family: [transformer, looped]
+training: {{tokens: {tokens}, seq_len: 32, batch_size: 8, lr: 3e-3, eval_tokens: 512}}
+quantize: {{group_size: 16, calib_sequences: 8}}
+objectives: [val_loss:min]
+trials: {trials}
+"""
+
+
+@pytest.fixture(scope="module")
+def ray_here(tmp_path_factory):
+    import ray
+
+    from benchmark.search import ray_session
+
+    slot = ray_session.claim(tmp_path_factory.mktemp("dp-ray"))
+    ray_session.start(None, slot)
+    yield
+    ray.shutdown()
+    slot.release()
+
+
+def _search(tmp_path, corpus, name, trials, tokens, asha):
+    from benchmark.search import SearchOptions, run_search
+    from benchmark.space.language import load_space
+
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(SEARCH_SPACE.format(trials=trials, tokens=tokens))
+    opts = SearchOptions(name=name, results_dir=tmp_path / "results", asha=asha, retries=0, workers_per_trial=2,
+                         cpus_per_trial=2, data=corpus, pending_timeout_s=120)
+    return run_search(load_space(path), opts, console=None, policy={"compile": False, "precision": "fp32"})
+
+
+def _reserved_groups() -> list:
+    import ray
+
+    return [g for g in ray.util.placement_group_table().values() if g["state"] != "REMOVED"]
+
+
+@pytest.mark.slow
+def test_asha_stops_a_two_worker_trial_and_the_next_one_runs(tmp_path, corpus, ray_here):
+    """Three trials of two gloo workers under ASHA: one is stopped, its workers' placement group
+    is removed and the next trial runs; every trial leaves one row, rank 0's."""
+    import time
+
+    import pandas as pd
+
+    _search(tmp_path, corpus, "asha", trials=3, tokens="8K", asha=True)
+    df = pd.read_parquet(tmp_path / "results" / "asha")
+    assert len(df) == 3 and df["trial_id"].is_unique
+    assert "pruned" in set(df["status"]) and "ok" in set(df["status"])
+    ok = df[df["status"] == "ok"]
+    assert (ok["world_size"] == 2).all() and (ok["parallel"] == "ddp").all() and (ok["backend"] == "gloo").all()
+    assert (ok["rank_batch_size"] == 4).all()
+    deadline = time.monotonic() + 20  # the reaper polls once a second
+    while _reserved_groups() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _reserved_groups()

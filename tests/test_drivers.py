@@ -1,0 +1,285 @@
+"""Several drivers on one study (issue 45): each trial recorded once, with a real PostgreSQL server
+and with the SQLite file beside the rows; a driver never ends the processes of a live one; and a
+space edited after its study began is refused in one line, with nothing in the study changed."""
+
+import glob
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+
+from benchmark.cli import main
+from benchmark.search import ray_session
+from benchmark.search.study import StudyError, check_declared, declaration
+from benchmark.space.language import load_space
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A finite space of 4 points (2 families x 2 FFN roundings), 16 steps a trial.
+SPACE = """\
+name: shared
+description: two drivers, one study
+budget: 100K
+count: total
+tolerance: 2%
+base: {{vocab_size: 320, n_heads: 2, layers: {{begin: 1, middle: 1, end: 1}}}}
+axes:
+  family: [{families}]
+  ffn.multiple_of: [16, 32]
+training: {{tokens: 4K, seq_len: 32, batch_size: 8, lr: 3e-3, eval_tokens: 1K}}
+objectives: [val_loss:min]
+trials: 4
+"""
+
+
+def space_file(folder: Path, families: str = "transformer, looped", name: str = "shared.yaml") -> Path:
+    path = folder / name
+    path.write_text(SPACE.format(families=families))
+    return path
+
+
+def flags(space: Path, results: Path, corpus: Path, *more: str) -> list[str]:
+    return [str(space), "--name", "shared", "--results", str(results), "--data", str(corpus / "text.txt"),
+            "--tokenizer", "bpe:320", "--no-compile", "--precision", "fp32", "--concurrency", "1", *more]
+
+
+# ---- a throwaway PostgreSQL server ------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pg_bin(name: str) -> str | None:
+    found = shutil.which(name) or sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found if isinstance(found, str) else (found[-1] if found else None)
+
+
+@pytest.fixture(scope="module")
+def postgres_url():
+    """A PostgreSQL server in a temporary folder on 127.0.0.1 (Debian's `postgresql` package;
+    .ci/run installs it), run as the `postgres` user when the tests run as root (initdb refuses
+    root); skipped, saying why, where it cannot start."""
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is None:
+        pytest.skip("no PostgreSQL driver: pip install -e '.[postgres]'")
+    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+    if not (initdb and pg_ctl):
+        pytest.skip("no PostgreSQL server here (apt-get install postgresql)")
+    as_user: list[str] = []
+    folder = tempfile.mkdtemp(prefix="sbpg-")
+    if os.geteuid() == 0:
+        try:
+            import pwd
+
+            owner = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no `postgres` user to run the server as")
+        os.chown(folder, owner.pw_uid, owner.pw_gid)
+        as_user = ["runuser", "-u", "postgres", "--"]
+    data, port = os.path.join(folder, "data"), _free_port()
+    ctl = [*as_user, pg_ctl, "-D", data]
+    try:
+        done = subprocess.run([*as_user, initdb, "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"],
+                              capture_output=True, text=True, timeout=60)
+        if done.returncode:
+            pytest.skip(f"initdb failed: {done.stderr.strip()[-300:]}")
+        done = subprocess.run([*ctl, "-w", "-t", "30", "-l", os.path.join(folder, "log"), "-o",
+                               f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off", "start"],
+                              capture_output=True, text=True, timeout=60)
+        if done.returncode:
+            pytest.skip(f"PostgreSQL did not start: {done.stderr.strip()[-300:]}")
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*ctl, "-m", "immediate", "stop"], capture_output=True, timeout=60)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# ---- two drivers at once ----------------------------------------------------------------------
+
+def _driver(args: list[str], log: Path) -> subprocess.Popen:
+    out = open(log, "w")
+    return subprocess.Popen([sys.executable, str(ROOT / "run_search.py"), *args], cwd=ROOT, stdout=out,
+                            stderr=subprocess.STDOUT)
+
+
+def two_drivers(tmp_path: Path, corpus: Path, *more: str) -> tuple[Path, list[str]]:
+    """Driver A starts; B starts once A is registered in the study and still running; both end."""
+    results, space = tmp_path / "results", space_file(tmp_path)
+    a = _driver(flags(space, results, corpus, *more), tmp_path / "a.log")
+    registry = results / "shared" / "_drivers"
+    deadline = time.monotonic() + 120
+    while not (registry.is_dir() and any(registry.glob("*.json"))):
+        assert a.poll() is None and time.monotonic() < deadline, (tmp_path / "a.log").read_text()
+        time.sleep(0.2)
+    b = _driver(flags(space, results, corpus, *more), tmp_path / "b.log")
+    assert a.poll() is None, "driver A ended before B started: the drivers did not overlap"
+    codes = [p.wait(timeout=300) for p in (a, b)]
+    logs = [(tmp_path / f"{x}.log").read_text() for x in "ab"]
+    assert codes == [0, 0], logs
+    return results / "shared", logs
+
+
+def ran(log: str) -> int:
+    return int(re.search(r"(\d+) ran now", " ".join(log.split())).group(1))
+
+
+def assert_recorded_once(study_dir: Path, storage: str, logs: list[str]) -> None:
+    rows = pd.read_parquet(study_dir)
+    assert len(rows) == 4 and rows["trial_id"].is_unique and set(rows["status"]) <= {"ok", "pruned"}  # ASHA
+    assert len(set(rows["spec"])) == 4                         # the 4 points of the space, each once
+    study = optuna.load_study(study_name="shared", storage=storage)
+    states = {}
+    for t in study.trials:
+        states.setdefault(t.state.name, set()).add(t.number)
+    told = states.get("COMPLETE", set()) | states.get("PRUNED", set())
+    assert told == set(rows["optuna_trial"])                  # Optuna and the rows agree
+    assert "RUNNING" not in states and "WAITING" not in states
+    # a trial asked past the quota (both drivers asking for the last one) never trained
+    assert all(t.user_attrs.get("status") == "surplus" for t in study.trials if t.state.name == "FAIL")
+    assert sum(ran(log) for log in logs) == 4                  # each driver counts what it ran
+    assert "ran beside 1 other driver(s) of this study" in " ".join(logs[1].split())
+    assert not list((study_dir / "_drivers").glob("*.json"))  # both ended and said so
+
+
+@pytest.mark.slow
+def test_two_drivers_share_a_study_in_postgresql(tmp_path, corpus, postgres_url):
+    study_dir, logs = two_drivers(tmp_path, corpus, "--storage", postgres_url)
+    from benchmark.search.study import engine_url
+
+    assert_recorded_once(study_dir, engine_url(postgres_url), logs)
+    assert not (study_dir / "_optuna.db").exists()
+
+
+@pytest.fixture(scope="module")
+def sqlite_study(tmp_path_factory, corpus):
+    tmp = tmp_path_factory.mktemp("sqlite")
+    study_dir, logs = two_drivers(tmp, corpus)
+    return study_dir, logs
+
+
+@pytest.mark.slow
+def test_two_drivers_share_a_study_in_sqlite_beside_the_rows(sqlite_study):
+    study_dir, logs = sqlite_study
+    assert_recorded_once(study_dir, f"sqlite:///{study_dir / '_optuna.db'}", logs)
+
+
+# ---- a space edited after its study began -----------------------------------------------------
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_an_edited_space_is_refused_in_one_line_and_nothing_changes(sqlite_study, tmp_path, corpus, capfd):
+    study_dir, _ = sqlite_study
+    results = tmp_path / "results"
+    shutil.copytree(study_dir, results / "shared")
+    before = _snapshot(results)
+    edited = space_file(tmp_path, families="transformer, looped, hc", name="edited.yaml")
+    capfd.readouterr()
+    assert main(flags(edited, results, corpus, "--resume")) == 2
+    out, err = capfd.readouterr()
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"run_search.py: shared: the space changed since this study began "
+                          f"({results / 'shared' / '_study.json'}): axes.family: [transformer, looped] -> "
+                          "[transformer, looped, hc]. A study is one experiment: undo the change to resume it, "
+                          "or run the changed space as a new study (--name shared-2)")
+    assert _snapshot(results) == before                        # the study, its rows and its declaration
+
+
+def test_what_changed_is_named_and_what_may_grow_continues(tmp_path):
+    space = load_space(space_file(tmp_path))
+    recorded = {**declaration(space), "seeds": 2, "trials": 4}
+    check_declared(space.with_overrides(trials=9), 3, recorded, "s/_study.json", "s")   # more trials, seeds
+    edited = space.with_overrides(budget="200K", tokens="20K")
+    with pytest.raises(StudyError) as err:
+        check_declared(edited, 1, recorded, "r/s/_study.json", "s")
+    assert str(err.value).startswith("the space changed since this study began (r/s/_study.json): budget: 100000 "
+                                     "-> 200000; training.tokens: 4K -> 20K; seeds: 2 -> 1 (fewer than its "
+                                     "trials were trained with). ")
+    assert str(err.value).endswith("rank both studies' rows together with `python leaderboard.py r`")
+
+
+# ---- the processes of a live driver are not a stale run's ---------------------------------------
+
+OWNER = """
+import subprocess, sys, time
+sys.path.insert(0, {root!r})
+from benchmark.search import ray_session
+slot = ray_session.claim({study!r})
+# stands for its Ray: a process whose command line names the session folder
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", slot.folder + "/session_x"])
+print(slot.folder, child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+
+
+def test_a_live_drivers_processes_are_left_and_a_dead_ones_ended(tmp_path):
+    study = str(tmp_path / "results" / "s")
+    owner = subprocess.Popen([sys.executable, "-c", OWNER.format(root=str(ROOT), study=study)],
+                             stdout=subprocess.PIPE, text=True)
+    folder, child = owner.stdout.readline().split()
+    child = int(child)
+    try:
+        mine = ray_session.claim(study)                 # a second driver of the study, while the first lives
+        assert mine.folder != folder and mine.folder.endswith(".1") and folder.endswith(".0")
+        assert _alive(child) and ray_session.ray_processes(folder) == [child]
+        mine.release()
+        os.kill(owner.pid, signal.SIGKILL)              # the first driver dies; its "Ray" lives on
+        owner.wait()
+        assert _alive(child)
+        again = ray_session.claim(study)                # the next driver takes its slot and ends what it left
+        assert again.folder == folder
+        deadline = time.monotonic() + 5
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child) and ray_session.ray_processes(folder) == []
+        again.release()
+    finally:
+        for pid in (owner.pid, child):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+# ---- Ray that does not start --------------------------------------------------------------------
+
+def test_ray_that_cannot_start_is_one_line_and_exit_3(tmp_path, corpus, capfd, monkeypatch):
+    import ray
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("The current node timed out during startup. This could happen because ...\nmore")
+
+    monkeypatch.setattr(ray, "init", fails)
+    results = tmp_path / "results"
+    capfd.readouterr()
+    assert main(flags(space_file(tmp_path), results, corpus)) == 3
+    err = capfd.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("run_search.py: shared: stopped: Ray could not start: The current node timed out during "
+                          "startup. This could happen because ... (Ray's logs: /")
+    assert err.endswith(f"then: python run_search.py {tmp_path / 'shared.yaml'} --name shared --results {results} "
+                        "--resume")
+    assert "Traceback" not in capfd.readouterr().err
+    assert not list((results / "shared" / "_drivers").glob("*"))   # the driver ended and said so
