@@ -260,8 +260,16 @@ def _options(space: SearchSpace, args: argparse.Namespace, name: str):
 
 
 def _resume_command(args: argparse.Namespace, name: str) -> str:
+    """The command that continues this study as it ran: its `--set`s come back from the declaration
+    (as_declared), but the flags short for one and `--seeds` must be given again (else the resumed
+    space differs from the declared one, which is refused), and so must the data and precision
+    (else the rest of the study trains on another corpus, or in another precision)."""
     parts = ["python run_search.py"] + ([args.space] if args.space else [])
     parts += [f"--name {name}"] + ([f"--results {args.results}"] if args.results else [])
+    parts += [f"--{flag} {getattr(args, flag)}" for flag in (*SHORT_FOR, "seeds") if getattr(args, flag) is not None]
+    defaults = {"data": DataConfig.source, "tokenizer": DataConfig.tokenizer, "precision": TrainConfig.precision}
+    parts += [f"--{flag} {getattr(args, flag)}" for flag, default in defaults.items() if getattr(args, flag) != default]
+    parts += ["--no-compile"] if args.no_compile else []
     parts += ([f"--storage {args.storage}"] if args.storage else []) + ["--resume"]
     return " ".join(parts)
 
@@ -294,7 +302,7 @@ def _plan(space: SearchSpace, args: argparse.Namespace):
 
 def _too_big(plan, args: argparse.Namespace, opts) -> int | None:
     """The headline command on a machine too small for it: estimate first, ask before hours of
-    training (issue 11). None: go on."""
+    training. None: go on."""
     from benchmark.perf import timing
     from benchmark.space.plan import records
 

@@ -106,3 +106,19 @@ def corpus(tmp_path_factory):
     words = "the cat dog sat ran on under a mat log hill and then".split()
     (root / "text.txt").write_text("\n\n".join(" ".join(rng.choice(words) for _ in range(40)) for _ in range(400)))
     return root
+
+
+@pytest.fixture
+def count_encodes(monkeypatch) -> list[int]:
+    """The batch sizes the tokenizer encoded while the test ran: empty when a token cache was hit."""
+    from benchmark.data.tokenizer import Tokenizer
+
+    calls: list[int] = []
+    original = Tokenizer.encode_batch
+
+    def counting(self, texts):
+        calls.append(len(texts))
+        return original(self, texts)
+
+    monkeypatch.setattr(Tokenizer, "encode_batch", counting)
+    return calls

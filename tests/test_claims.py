@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from benchmark.leaderboard import ClaimsError, claims, stats
+from claim_files import abbie_loops_claim
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "search_spaces" / "claims" / "quickstart.yaml"
@@ -50,6 +51,15 @@ def check(text: str, trials: pd.DataFrame, tmp_path: Path) -> list[claims.Result
     path = tmp_path / "claims.yaml"
     path.write_text(text)
     return claims.evaluate(claims.load(path), trials)
+
+
+def assert_load_error(text: str, tmp_path: Path, message: str) -> None:
+    """Loading `text` as tmp_path/claims.yaml fails with an error that starts with the file and `message`."""
+    path = tmp_path / "claims.yaml"
+    path.write_text(text)
+    with pytest.raises(ClaimsError) as err:
+        claims.load(path)
+    assert str(err.value).startswith(f"{tmp_path}/{message}"), str(err.value)
 
 
 # --- verdicts on known differences ---------------------------------------------------------------
@@ -167,11 +177,7 @@ def test_the_shipped_claims_cite_the_papers_sections():
     (("claims:", "claims: [\n"), "claims.yaml:"),
 ])
 def test_mistakes_in_a_claims_file_name_the_line_and_key(tmp_path, change, message):
-    path = tmp_path / "claims.yaml"
-    path.write_text(CLAIM.replace(*change))
-    with pytest.raises(ClaimsError) as err:
-        claims.load(path)
-    assert str(err.value).startswith(f"{tmp_path}/{message}"), str(err.value)
+    assert_load_error(CLAIM.replace(*change), tmp_path, message)
 
 
 def test_a_filter_on_a_column_the_rows_lack_is_named_at_its_key(tmp_path):
@@ -189,17 +195,7 @@ def test_a_budget_filter_takes_an_amount(tmp_path):
 
 # --- per-group metrics: one model at two loop counts, or against another model's loss --------------
 
-LOOPS = """\
-claims:
-  - claim: AbbIE-D at r = 4 beats itself at r = 2
-    source: {paper: AbbIE, where: "§4.3, Fig. 6a"}
-    study: demo
-    metric: val_loss
-    order: [r4, r2]
-    groups:
-      r4: {family: abbie-d, metric: val_loss_r4}
-      r2: {family: abbie-d, metric: val_loss_r2}
-"""
+LOOPS = abbie_loops_claim("AbbIE-D at r = 4 beats itself at r = 2", "demo", better=4, worse=2)
 
 
 def loop_rows() -> pd.DataFrame:
@@ -271,11 +267,7 @@ def test_a_per_loop_metric_against_another_models_loss_and_at_the_claim_level(tm
     (("metric: val_loss_r4}", "metric: [val_loss_r4]}"), "claims.yaml:8:37: claims[0].groups.r4.metric: expected text"),
 ])
 def test_mistakes_in_a_group_metric_name_the_line_and_key(tmp_path, change, message):
-    path = tmp_path / "claims.yaml"
-    path.write_text(LOOPS.replace(*change))
-    with pytest.raises(ClaimsError) as err:
-        claims.load(path)
-    assert str(err.value).startswith(f"{tmp_path}/{message}"), str(err.value)
+    assert_load_error(LOOPS.replace(*change), tmp_path, message)
 
 
 def test_a_group_metric_the_results_lack_is_named_at_its_key(tmp_path):

@@ -285,19 +285,6 @@ def _cache_files(cfg: DataConfig, split: str) -> list:
     return sorted(cache_root(cfg.cache_dir).glob(f"tokens/{split}-*.bin"))
 
 
-@pytest.fixture
-def count_encodes(monkeypatch) -> list[int]:
-    calls: list[int] = []
-    original = Tokenizer.encode_batch
-
-    def counting(self, texts):
-        calls.append(len(texts))
-        return original(self, texts)
-
-    monkeypatch.setattr(Tokenizer, "encode_batch", counting)
-    return calls
-
-
 def test_second_call_hits_the_cache(small, tok, count_encodes):
     corpus = load_corpus(small)
     first = tokenized(corpus, tok, "train")

@@ -227,6 +227,37 @@ time.sleep(120)
 """
 
 
+def test_the_registry_keeps_live_drivers_and_drops_dead_ones(tmp_path, monkeypatch):
+    import json
+
+    from benchmark.search import drivers
+
+    study = str(tmp_path / "s")
+    me = drivers.Registry(study, "sqlite")
+    folder = tmp_path / "s" / drivers.FOLDER
+    folder.mkdir(parents=True)
+    here, now = socket.gethostname(), time.time()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+
+    def enter(name, host, pid, started, beat):
+        record = {"driver": {"host": host, "pid": pid, "started": started, "storage": "sqlite"}, "beat": beat}
+        (folder / f"{name}.json").write_text(json.dumps(record))
+
+    enter("live", here, os.getppid(), drivers._started(os.getppid()), now - 10 * drivers.GRACE_S)  # runs: beat no matter
+    enter("dead", here, dead.pid, "1", now)                                # its pid ended: fresh beat no matter
+    enter("no-proc", here, dead.pid, None, now - 2 * drivers.GRACE_S)      # no start time (macOS): by its beat
+    enter("remote-fresh", "elsewhere", 1, "1", now)
+    enter("remote-stale", "elsewhere", 2, "1", now - 2 * drivers.GRACE_S)
+    me.beat(force=True)
+    assert sorted(d.pid for d in me.others()) == [1, os.getppid()]
+    assert sorted(f.name for f in folder.iterdir()) == sorted(["live.json", "remote-fresh.json", f"{me.me.id}.json"])
+    enter("no-proc", here, dead.pid, None, now)                            # ... kept while its beat is fresh
+    assert dead.pid in [d.pid for d in me.others()]
+    me.end()
+    assert f"{me.me.id}.json" not in [f.name for f in folder.iterdir()]
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -13,7 +13,7 @@ from benchmark.data.cache import TokenArray, tokenized
 from benchmark.data.corpus import DATA_FORMAT, hash_json
 from benchmark.data.sampling import eval_windows
 from benchmark.data.sources import source_parts
-from benchmark.data.tokenizer import Tokenizer, gpt2
+from benchmark.data.tokenizer import gpt2
 
 SMALL = {"max_docs": 300, "val_fraction": 0.1, "tokenizer": "gpt2"}
 PARTS = "parts are wiki, bible, poetry, as embedded:<part>[,<part>] (equal weights) or embedded:<part>=<weight>[,...]"
@@ -93,19 +93,6 @@ def _old_rule_fingerprint(cfg: DataConfig) -> str:
     _, identity = source_parts(cfg.source, load_corpus(cfg).cache_dir / "hf")
     kind = "embedded" if cfg.source.startswith("embedded") else "local"
     return hash_json([DATA_FORMAT, kind, identity, cfg.val_fraction, cfg.max_docs])
-
-
-@pytest.fixture
-def count_encodes(monkeypatch) -> list[int]:
-    calls: list[int] = []
-    original = Tokenizer.encode_batch
-
-    def counting(self, texts):
-        calls.append(len(texts))
-        return original(self, texts)
-
-    monkeypatch.setattr(Tokenizer, "encode_batch", counting)
-    return calls
 
 
 def test_caches_of_the_old_rule_are_not_reused(tmp_path, count_encodes):

@@ -127,6 +127,27 @@ def test_an_error_the_set_did_not_touch_stays_in_the_file(capsys, tmp_path):
         f"{path}:6:33: training.seq_len: must be >= 1, got 0"
 
 
+def test_an_error_on_a_section_the_file_has_is_the_files_not_a_set_inside_it():
+    """A set below a section the file writes does not take the section's errors; one below a top
+    key the file lacks (a misspelt section) does, and one at or above the error's key always does."""
+    from benchmark.space.source import Source
+    from benchmark.space.yamlsafe import Document
+
+    doc = Document(data={"training": {"lr": 1e-3}}, key_marks={("training",): (6, 1)}, value_marks={})
+    src = Source("s.yaml", doc, (parse_set("training.seq_len=128"), parse_set("trainng.lr=1")))
+    assert src.given(("training",)) is None
+    assert src.given(("trainng",)).given == "--set trainng.lr=1"
+    assert src.given(("training", "seq_len")).given == "--set training.seq_len=128"
+    assert src.error(("training",), "bad").file == "s.yaml"
+
+
+def test_set_fills_a_section_written_empty(capsys, tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text(TINY + "quantize:\n")
+    rows, _ = plan(capsys, str(path), "--set", "quantize.group_size=64")
+    assert rows
+
+
 def test_a_flag_that_sets_a_key_is_named_like_a_set(capsys, tiny):
     """--tokens is `--set training.tokens=..`: less than one step is its error, not the file's."""
     assert error(capsys, tiny, "--plan", "--tokens", "1K") == (
@@ -265,6 +286,30 @@ def test_the_declaration_keeps_the_overrides_and_they_rebuild_the_space(tiny, tm
     assert str(e.value) == ("--resume: this study was run with --set training.seq_len=64 --set "
                             "axes.family=[transformer, looped]; resume it with the same --set, or none to set them "
                             "again (or start a new study with --name)")
+
+
+def test_the_resume_command_a_stopped_search_prints_resumes_the_same_study(tiny, tmp_path):
+    """The line a halted search prints (a full disk, Ray gone) gives again what the declaration
+    does not set back: the flags short for a --set, --seeds, the data and the precision."""
+    import shlex
+
+    from benchmark.cli import _resume_command, overrides
+    from benchmark.search.study import check_declared
+
+    argv = [tiny, "--set", "training.seq_len=64", "--budget", "2M", "--tokens", "0.5M", "--seeds", "2",
+            "--data", "embedded:wiki", "--precision", "fp32", "--name", "tiny-set", "--results", str(tmp_path)]
+    args = _args(*argv)
+    space = load_space(tiny, overrides(args))
+    data = SimpleNamespace(dataset_id="d", tokenizer=SimpleNamespace(tokenizer_id="t"))
+    info = study_info(space, SearchOptions(name="tiny-set", results_dir=tmp_path, seeds=2), "tpe", data)
+    write_study_info(tmp_path / "tiny-set", info)
+    line = _resume_command(args, "tiny-set")
+    assert line == (f"python run_search.py {tiny} --name tiny-set --results {tmp_path} --budget 2M --tokens 0.5M "
+                    "--seeds 2 --data embedded:wiki --precision fp32 --resume")
+    again = _args(*shlex.split(line)[2:])
+    resumed = as_declared(load_space(tiny, overrides(again)), again, tmp_path / "tiny-set")
+    assert resumed == space and (again.seeds, again.data, again.precision) == (2, "embedded:wiki", "fp32")
+    check_declared(resumed, again.seeds, read_study_info(tmp_path / "tiny-set"), "s/_study.json", "tiny-set")
 
 
 def test_resuming_with_other_sets_is_one_line(capsys, tiny, tmp_path):

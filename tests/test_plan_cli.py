@@ -62,7 +62,8 @@ def test_overrides(capsys):
     rows, _ = plan_json(capsys, QUICKSTART, "--budget", "3M", "--count", "non_embedding", "--tokens", "20x")
     for r in rows:
         assert r["budget"] == 3_000_000 and abs(r["params_non_embedding"] / 3_000_000 - 1) <= 0.005
-        assert r["tokens"] == 20 * r["params_total"]     # "20x" multiplies training.tokens_per (total by default)
+        # "20x" multiplies training.tokens_per, which in a space defaults to the budget's count
+        assert r["tokens"] == 20 * r["params_non_embedding"] != 20 * r["params_total"]
 
 
 def test_sampled_plans_follow_the_seed(capsys):

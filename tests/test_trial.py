@@ -5,6 +5,7 @@ import json
 import math
 import random
 
+import pandas as pd
 import pytest
 import torch
 
@@ -15,6 +16,7 @@ from benchmark.store.metrics import TIME_SPLIT
 from benchmark.trial.checkpoint import CheckpointError, load_checkpoint
 from benchmark.trial.config import QuantizeConfig, TrainConfig
 from benchmark.trial.run import run_trial
+from claim_files import abbie_loops_claim
 
 WORDS = "the cat dog sat ran on under a mat log hill big small red blue and then".split()
 
@@ -97,6 +99,8 @@ def test_rows_carry_the_hyper_connection_diagnostics(corpus, tmp_path):
     df = read_study(tmp_path).set_index("family")
     assert df.loc["hyperloop", "stream_cosine"] == hyper["stream_cosine"]
     assert df.loc["looped", DIAGNOSTICS].isna().all()
+    # the streams' storage is a column: fp32 on a CPU (`auto`), none without streams
+    assert df.loc["hyperloop", "stream_dtype"] == "fp32" and pd.isna(df.loc["looped", "stream_dtype"])
 
 
 def test_divergence_is_recorded_not_raised(corpus):
@@ -205,17 +209,8 @@ def test_evaluation_scores_the_head_in_chunks_and_gets_the_same_loss(monkeypatch
 
 ABBIE_D = {"family": "abbie-d", "d_model": 32, "n_heads": 2, "vocab_size": 300,
            "layers": {"begin": 1, "middle": 1, "end": 1}}  # the preset: trained at 2 loops, eval_loops 1, 2, 4, 8
-LOOP_CLAIM = """\
-claims:
-  - claim: AbbIE-D at its training iterations beats itself at 8
-    source: {paper: AbbIE, where: "§4.3, Fig. 6a"}
-    study: abbie
-    metric: val_loss
-    order: [r2, r8]
-    groups:
-      r2: {family: abbie-d, metric: val_loss_r2}
-      r8: {family: abbie-d, metric: val_loss_r8}
-"""
+LOOP_CLAIM = abbie_loops_claim("AbbIE-D at its training iterations beats itself at 8", "abbie",
+                               better=2, worse=8)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ packages import from here; the modules behind it, lowest first:
     cache      token arrays cached on disk, and `prepare` (corpus -> tokenizer -> tokens)
     sampling   training batches and fixed evaluation windows, both drawn by the parts' weights
 
-One mixture (issue 40): training and validation draw the parts by the same weights, which the
+One mixture: training and validation draw the parts by the same weights, which the
 dataset id records. `embedded` is wiki, bible and poetry at 1/3 each (by tokens, not by size:
 poetry is ~94% of the text); `embedded:wiki,bible` is equal weights over those;
 `embedded:wiki=0.5,bible=0.2,poetry=0.3` chooses (relative weights, normalised). An hf: or file

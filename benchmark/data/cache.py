@@ -85,7 +85,7 @@ def prepare(cfg: DataConfig) -> PreparedData:
 
     The cache is per node (cache_root() is a local folder): the first trial on a node builds it,
     under a file lock, so two trials starting together on one node do not both tokenise; the
-    second waits, then reads what the first wrote (issue 11)."""
+    second waits, then reads what the first wrote"""
     from filelock import FileLock
 
     corpus = load_corpus(cfg)

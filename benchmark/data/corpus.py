@@ -27,8 +27,8 @@ from benchmark.data.sources import (
 # Bumped when documents, ids or the split rule change, so caches built by older code are unused.
 DATA_FORMAT = "shapebench-data-v1"
 # Bumped when the rule that mixes a corpus's parts changes: v1 trained on the parts concatenated
-# (embedded: ~94% poetry) and validated on them equally weighted; v2 draws both by the weights
-# (issue 40). Only a corpus of several parts carries it: one part (hf:, files, embedded:wiki)
+# (embedded: ~94% poetry) and validated on them equally weighted; v2 draws both by the weights.
+# Only a corpus of several parts carries it: one part (hf:, files, embedded:wiki)
 # reads the same under either rule, so its token caches and tokenizer stay valid (and an hf: or
 # file source keeps its dataset_id).
 MIXTURE_FORMAT = "weighted-mixture-v2"

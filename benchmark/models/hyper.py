@@ -50,7 +50,7 @@ def resolve_stream_dtype(setting: str, device_type: str, autocast_dtype: torch.d
 
 
 def stream_record(hyper, device_type: str, precision: str) -> dict[str, str]:
-    """A results row's `stream_dtype` (`bf16` | `fp32`, kept in its `extra` column), what the
+    """A results row's `stream_dtype` (`bf16` | `fp32`; null without streams), what the
     streams of a model with the spec's hyper section (None: no streams) were stored in, given
     the row's `precision` column."""
     if hyper is None:

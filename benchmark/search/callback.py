@@ -3,9 +3,9 @@ trial that ended without writing its own (stopped early by ASHA: `pruned`; its w
 every retry: `failed`), and decides when the whole search must stop (`StopAll`):
 
 - the results disk is full (a trial or this callback could not write a row): stop scheduling,
-  keep what is written, tell the user how to resume (issue 18);
+  keep what is written, tell the user how to resume;
 - no trial has started for `pending_timeout_s` while trials wait: the cluster cannot hold one (a
-  node was lost, or resources were asked that no node has): say which (issue 11), never hang.
+  node was lost, or resources were asked that no node has): say which, never hang.
 
 Each decision is a `Halt` (search/halt.py), the first one kept. On each step it also refreshes
 this driver's entry in the study's registry (search/drivers.py)."""

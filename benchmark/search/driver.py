@@ -24,7 +24,7 @@ per driver, which a second driver would overwrite: that one is refused, in one l
 
 The search stops early (SearchHalted, carrying a halt.Halt) when the results disk is full, no trial
 can start on the cluster, or Ray cannot start or loses its head; what is finished is kept, and the
-message says how to go on (issues 11, 18).
+message says how to go on.
 """
 
 from __future__ import annotations

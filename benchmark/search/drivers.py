@@ -3,9 +3,10 @@ it writes when it starts, refreshes while it runs (`beat`) and removes when it e
 beside the rows, so every driver that can write the study sees them, on any machine.
 
 Whether a driver is alive: on this machine, its process (pid and start time, so a reused pid is
-not taken for it) still runs; on another, its file was refreshed within `GRACE_S`. What only a
-study's sole driver may do (close the trials a dead driver left RUNNING, sweep half-written rows)
-asks `others()` first, so a second driver never takes a live one's trials or files."""
+not taken for it) still runs; on another, or where no start time can be read, its file was
+refreshed within `GRACE_S`. What only a study's sole driver may do (close the trials a dead
+driver left RUNNING, sweep half-written rows) asks `others()` first, so a second driver never
+takes a live one's trials or files."""
 
 from __future__ import annotations
 
@@ -43,7 +44,9 @@ class Driver:
         return f"{self.host}-{self.pid}-{self.started}"
 
     def alive(self, beat: float) -> bool:
-        if self.host == socket.gethostname():
+        """Its process still runs (this machine, where /proc gives start times), else its file is fresh:
+        without /proc (macOS) every start time reads None, and None == None would keep a dead driver."""
+        if self.host == socket.gethostname() and self.started is not None:
             return _started(self.pid) == self.started
         return time.time() - beat < GRACE_S
 

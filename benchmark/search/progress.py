@@ -1,4 +1,4 @@
-"""What each running trial has done, for the live view (issue 12: a 5-minute trial should not show
+"""What each running trial has done, for the live view (a 5-minute trial should not show
 only "1 running"). Trials post their step, loss and tokens to one small Ray actor (fire and forget,
 at most every `EVERY_S` seconds), which works the same on one machine and on a cluster; the Tune
 callback polls it without blocking and hands the view what it read.

@@ -1,4 +1,4 @@
-"""What one trial asks of the cluster, decided per node (issue 11).
+"""What one trial asks of the cluster, decided per node
 
 A trial runs on one node, so its CPUs and GPUs must fit on one node: the defaults come from the
 nodes, never from the cluster's totals (two 1-CPU nodes cannot hold a 2-CPU trial). Defaults: one

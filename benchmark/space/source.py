@@ -68,7 +68,9 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[Override]) -> dict
         if not rest:
             out[top] = o.value
             continue
-        _set_in(out.setdefault(top, {}), (top,), tuple(rest), o)
+        if out.get(top) is None:  # absent, or written empty (`training:`): a section to set into
+            out[top] = {}
+        _set_in(out[top], (top,), tuple(rest), o)
     return out
 
 
@@ -80,7 +82,7 @@ def _set_in(node: Any, at: tuple[str, ...], rest: tuple[str, ...], o: Override) 
     if known < len(rest):  # the longest key the document already spells, then on below it
         return _set_in(node[".".join(rest[:known])], at + rest[:known], rest[known:], o)
     key = ".".join(rest)
-    for old in [k for k in node if k.startswith(key + ".")]:  # `ffn.kind: ..` goes with a new `ffn`
+    for old in [k for k in node if str(k).startswith(key + ".")]:  # `ffn.kind: ..` goes with a new `ffn`
         del node[old]
     node[key] = copy.deepcopy(o.value)
 
@@ -109,8 +111,10 @@ class Source:
         return SpaceError(self.file, line, col, dotted(path), reason)
 
     def given(self, path: tuple) -> Override | None:
-        """The last override that set `path`, a key above it or a key below it (`--set trainng.seq_len=1`
-        makes the unknown top key `trainng`)."""
+        """The last override that set `path` or a key above it; or, for a top key the file does not
+        have, one that set a key below it (`--set trainng.seq_len=1` makes the unknown top key
+        `trainng`). A section the file has is the file's error, whatever was set inside it."""
         parts = tuple(q for p in path for q in (p.split(".") if isinstance(p, str) else (p,)))
+        created = len(parts) == 1 and not (self.doc and isinstance(self.doc.data, dict) and parts[0] in self.doc.data)
         return next((o for o in reversed(self.overrides) if parts and (parts[:len(o.path)] == o.path
-                                                                       or o.path[:len(parts)] == parts)), None)
+                                                                       or created and o.path[:1] == parts)), None)

@@ -106,7 +106,7 @@ METRICS: tuple[Metric, ...] = (
     _m("tokens_per_s", direction="max", label="training throughput", unit="tokens/s", aliases=("throughput",)),
     _m("peak_mem_bytes", label="peak memory", unit="bytes", aliases=("memory",)),
     _m("wall_s", label="trial wall time", unit="s", aliases=("wall",)),
-    # where a trial's wall time went (trial/run.py); what is not train_s is its overhead (issue 12)
+    # where a trial's wall time went (trial/run.py); what is not train_s is its overhead
     _m("compile_s", label="compile time", unit="s", kind="time"),
     _m("train_s", label="training-step time", unit="s", kind="time"),
     _m("eval_s", label="evaluation time", unit="s", kind="time"),

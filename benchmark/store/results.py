@@ -53,8 +53,8 @@ __all__ = ["COLUMNS", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "ResultsError", "R
 #    count rule per PARAM_COLUMNS); what INT4 costs (int4_ppl_increase, int4_rtn_ppl_increase) and
 #    the quantisation settings that measured it (quantize, JSON); a data-parallel trial's world_size,
 #    parallel (none, ddp, fsdp), backend, per-rank batch (rank_batch_size, rank_grad_accum) and
-#    peak memory per rank (peak_mem_bytes_by_rank, JSON; peak_mem_bytes is their max); older
-#    files read them null.
+#    peak memory per rank (peak_mem_bytes_by_rank, JSON; peak_mem_bytes is their max); what a
+#    hyper-connected model's streams were stored in (stream_dtype); older files read them null.
 SCHEMA_VERSION = 5
 # infeasible: the sampled point has no candidate within the budget (nothing was trained).
 STATUSES = ("ok", "failed", "pruned", "diverged", "infeasible")
@@ -74,7 +74,8 @@ SCHEMA = pa.schema([
     ("int4_ppl_increase", _f64), ("int4_rtn_ppl_increase", _f64),
     ("bf16_bytes", _i64), ("int8_bytes", _i64), ("int4_bytes", _i64),
     *((name, _f64) for name in DIAGNOSTICS),
-    ("tokens_per_s", _f64), ("flops_per_s", _f64), ("peak_mem_bytes", _i64), ("precision", _str), ("wall_s", _f64),
+    ("tokens_per_s", _f64), ("flops_per_s", _f64), ("peak_mem_bytes", _i64), ("precision", _str),
+    ("stream_dtype", _str), ("wall_s", _f64),
     ("world_size", _i64), ("parallel", _str), ("backend", _str), ("rank_batch_size", _i64), ("rank_grad_accum", _i64),
     ("peak_mem_bytes_by_rank", _str),
     *((name, _f64) for name in TIME_SPLIT),
@@ -84,8 +85,6 @@ SCHEMA = pa.schema([
 ])
 COLUMNS = tuple(SCHEMA.names)
 REQUIRED = ("study", "trial_id", "status")
-
-
 
 
 def check_study_name(name: str) -> str:

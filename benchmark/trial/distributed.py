@@ -1,6 +1,6 @@
 """One trial on several workers: a Ray Train job (TorchTrainer) inside its Ray Tune trial, DDP by
 default, FSDP2 (`fully_shard`) when the model with its optimiser state would not fit one GPU or
-on request (issue 44; ../shared/research/distributed-trials.md).
+on request.
 
 What stays as in one process: the global batch (every rank draws the same global batches and
 trains on its contiguous share, `Split`), the loss (the whole `lm_loss` is one module's forward,
