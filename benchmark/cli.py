@@ -339,8 +339,9 @@ def _print_summary(console, s) -> None:
                   + (f"; orchestration overhead {s.overhead_s:.2f}s per trial" if s.overhead_s is not None else ""))
     if s.best:
         b = s.best
-        console.print(f"best: {b['trial_id']} {b['family']} {b['structure']} {int(b['params_total']):,} params, "
-                      f"val_loss {b['val_loss']:.4f} (ppl {b['val_ppl']:.2f})")
+        at = "" if b["objective"] == "val_loss" else f"{b['objective']} {b['value']:.4g}, "
+        console.print(f"best by {b['objective']}: {b['trial_id']} {b['family']} {b['structure']} "
+                      f"{int(b['params_total']):,} params, {at}val_loss {b['val_loss']:.4f} (ppl {b['val_ppl']:.2f})")
     console.print(f'load it:  pandas.read_parquet("{s.study_dir}")\nboard:    python leaderboard.py {s.study_dir}\n'
                   f'study:    optuna-dashboard {storage_url(s.study_dir, s.storage)}   (sampler: {s.sampler})')
 

@@ -117,7 +117,10 @@ def test_rope_tables_are_made_once_per_length_and_device():
 
 # ---- a whole trial on a CUDA device that is the CPU (tests/fake_cuda.py) -------------------------
 
-HYPERLOOP = {"family": "hyperloop", "d_model": 32, "n_heads": 2, "vocab_size": 300, "hyper": {"streams": 2},
+# fp32 streams: under bf16 on a GPU `auto` stores them in bf16 (hyper.stream_dtype), and this test
+# checks that the device alone changes no number.
+HYPERLOOP = {"family": "hyperloop", "d_model": 32, "n_heads": 2, "vocab_size": 300,
+             "hyper": {"streams": 2, "stream_dtype": "fp32"},
              "layers": {"begin": 1, "middle": 1, "end": 1}, "loops": 2, "eval_loops": [1, 2]}
 
 

@@ -310,7 +310,8 @@ def test_ray_that_cannot_start_is_one_line_and_exit_3(tmp_path, corpus, capfd, m
     err = capfd.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("run_search.py: shared: stopped: Ray could not start: The current node timed out during "
                           "startup. This could happen because ... (Ray's logs: /")
-    assert err.endswith(f"then: python run_search.py {tmp_path / 'shared.yaml'} --name shared --results {results} "
-                        "--resume")
+    # the resume command repeats what the study was run with (its data, tokenizer, precision)
+    assert f"then: python run_search.py {tmp_path / 'shared.yaml'} --name shared --results {results} --data " in err
+    assert err.endswith("--resume")
     assert "Traceback" not in capfd.readouterr().err
     assert not list((results / "shared" / "_drivers").glob("*"))   # the driver ended and said so

@@ -90,3 +90,21 @@ def test_a_failed_trial_carries_its_error_line(tmp_path):
     attrs = user_attrs(trial_rows(tmp_path, 1))
     assert attrs["status"] == "infeasible" and attrs["error"] == "budget: no d_model within 0.5% of 100K"
     assert math.isnan(values(trial_rows(tmp_path, 1), ["val_loss"], "total")[0])
+
+
+def test_the_best_trial_is_the_best_at_the_declared_objective():
+    """The summary's best trial is ranked by the study's first objective and its direction (its
+    column under the budget's count rule), not always by val_loss."""
+    import pandas as pd
+
+    from benchmark.search.rows import best_row
+
+    ok = pd.DataFrame({"trial_id": ["a", "b", "c"], "family": ["transformer", "looped", "hyperloop"],
+                       "structure": ["6L"] * 3, "params_total": [3, 2, 1], "params_non_embedding": [30, 10, 20],
+                       "val_loss": [4.0, 4.2, 4.1], "val_ppl": [54.6, 66.7, 60.3], "tokens_per_s": [9.0, 7.0, 8.0]})
+    assert best_row(ok, "val_loss", "min", "total")["trial_id"] == "a"
+    assert best_row(ok, "tokens_per_s", "max", "total")["value"] == 9.0
+    assert best_row(ok, "val_ppl", "max", "total")["trial_id"] == "b"
+    assert best_row(ok, "params", "min", "non_embedding")["trial_id"] == "b"
+    assert best_row(ok, "params", "min", "total")["trial_id"] == "c"
+    assert best_row(ok, "val_loss_r4", "min", "total") is None      # no row has the column

@@ -1,6 +1,7 @@
 """The Ray Tune callback of a search: it tells the live view what happened, writes the row of a
 trial that ended without writing its own (stopped early by ASHA: `pruned`; its worker died after
-every retry: `failed`), and decides when the whole search must stop (`StopAll`):
+every retry: `failed`), frees the workers' placement group a stopped trial of several workers
+leaves reserved, and decides when the whole search must stop (`StopAll`):
 
 - the results disk is full (a trial or this callback could not write a row): stop scheduling,
   keep what is written, tell the user how to resume;
@@ -70,7 +71,19 @@ class SearchCallback(Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         self._done(trial, error=True)
 
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        self._release(trial)
+
+    def _release(self, trial) -> None:
+        """A trial of several workers: its Train job's placement group, left reserved when the
+        trial's actor was stopped or died with the job's controller (trial/distributed.py)."""
+        if self.ctx.workers is not None:
+            from benchmark.trial.distributed import release_workers
+
+            release_workers(trial.trial_id)
+
     def _done(self, trial, error: bool) -> None:
+        self._release(trial)
         last = trial.last_result or {}
         self.view.forget(f"t{int(trial.config['optuna_trial']):04d}")  # its rows' names (TrialContext.trial_id)
         if last.get("store_full"):

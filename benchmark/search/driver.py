@@ -39,6 +39,7 @@ from benchmark.data import DataConfig
 from benchmark.search import drivers, ray_session
 from benchmark.search import study as studies
 from benchmark.search.context import TrialContext
+from benchmark.search.rows import best_row
 from benchmark.search.halt import Halt, SearchHalted  # noqa: F401  (SearchHalted re-exported)
 from benchmark.search.study import OPTUNA_DB  # noqa: F401  (re-exported: where the study lives)
 from benchmark.store import location, metrics
@@ -97,7 +98,8 @@ class SearchSummary:
     statuses: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
     overhead_s: float | None = None
-    best: dict[str, Any] | None = None
+    best: dict[str, Any] | None = None    # rows.best_row: the ok row best at `ranked_by`
+    ranked_by: tuple[str, str, str] = ("val_loss", "min", "total")   # first objective, direction, count
     sampler: str | None = None
     storage: str | None = None             # --storage, when the study is not in SQLite beside the rows
     written: int = 0                       # row files this driver wrote
@@ -153,7 +155,7 @@ def _search(space, opts: SearchOptions, console, policy, registry, others, slot)
     ctx = _context(space, opts, names, policy, asha=_asha(space, opts, names))
     studies.close_running(study, ctx, live={d.id for d in others})
     summary = SearchSummary(study_dir=opts.study_dir, requested=space.trials, finished_before=len(done),
-                            sampler=sampler, storage=opts.storage, notes=notes,
+                            ranked_by=(names[0], modes[0], space.count), sampler=sampler, storage=opts.storage, notes=notes,
                             others=[d.describe() for d in others])
     quota = studies.Quota(ctx.study_dir, space.trials)
     remaining = max(0, space.trials - quota.taken(study))
@@ -412,9 +414,6 @@ def _finish(summary: SearchSummary, opts: SearchOptions, t0: float, before: set[
     df = read_study(opts.study_dir)
     summary.rows = len(df)
     summary.statuses = df["status"].value_counts().to_dict() if len(df) else {}
-    ok = df[df["status"] == "ok"] if len(df) else df
-    if len(ok):
-        best = ok.sort_values("val_loss").iloc[0]
-        summary.best = {k: best[k] for k in ("trial_id", "family", "structure", "params_total", "val_loss", "val_ppl")}
+    summary.best = best_row(df[df["status"] == "ok"] if len(df) else df, *summary.ranked_by)
     summary.wall_s = time.perf_counter() - t0
     return summary

@@ -141,3 +141,19 @@ def upload_checkpoint(ctx: TrialContext, trial_id: str) -> None:
     fs, remote = resolve(join(ctx.study_dir, "_checkpoints", trial_id))
     pafs.copy_files(str(local), remote, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
     shutil.rmtree(local, ignore_errors=True)
+
+
+def best_row(ok, objective: str, direction: str, count: str) -> dict[str, Any] | None:
+    """The ok row best at the study's first declared objective (read from its column under the
+    budget's count rule), with that objective's name and value; None when no row has it."""
+    import pandas as pd
+
+    from benchmark.store.metrics import metric
+
+    column = metric(objective).column_for(count)
+    values = pd.to_numeric(ok[column], errors="coerce") if column in ok else pd.Series(dtype=float)
+    if values.isna().all():
+        return None
+    row = ok.loc[values.idxmin() if direction == "min" else values.idxmax()]
+    keep = ("trial_id", "family", "structure", "params_total", "val_loss", "val_ppl")
+    return {**{k: row.get(k) for k in keep}, "objective": objective, "value": float(values[row.name])}

@@ -9,11 +9,11 @@ on the other micro-batches), the step's reported loss (the ranks' mean). Evaluat
 diagnostics and quantisation run once, on rank 0, which returns the row.
 
 Around the search: rank 0's intermediate evaluations go to Tune (and so to ASHA and Optuna)
-through `TuneReportCallback`; every rank reports as often, as Ray Train asks. A worker group's
-placement group is removed when its controller dies, which Ray's own cleaner cannot see on a Ray
-without its dashboard (ray-project/ray#54305: a trial stopped by ASHA left its workers' resources
-reserved): `PlacementGroupReaper`. A lost worker fails the Train run, and the trial raises into
-Tune's retry (`lost_worker`); an error in the training code is a failed attempt, as in one process.
+through `TuneReportCallback`; every rank reports as often, as Ray Train asks. The workers'
+placement group of a trial that ASHA stops (its controller dies with it) is removed by the search
+driver (`release_workers`; ray-project/ray#54305: it stayed reserved and the next trial waited).
+A lost worker fails the Train run, and the trial raises into Tune's retry (`lost_worker`); an
+error in the training code is a failed attempt, as in one process.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -61,12 +60,6 @@ def split(batch_size: int, grad_accum: int, world: int) -> Split:
     return Split(world, micro, per // micro)
 
 
-def single_columns(batch_size: int, grad_accum: int) -> dict[str, Any]:
-    """The data-parallel columns of a one-process trial."""
-    return {"world_size": 1, "parallel": "none", "backend": None, "rank_batch_size": batch_size,
-            "rank_grad_accum": grad_accum, "peak_mem_bytes_by_rank": None}
-
-
 def choose(parallel: str, params: int, device) -> str:
     """`auto`: DDP, or FSDP2 where the model's training state would not fit one GPU."""
     if parallel != "auto":
@@ -103,10 +96,11 @@ class Ranks:
         self.unused = unused_parameters(model, cfg.seq_len, self.device)
         return self
 
-    def wrap(self, loss):
-        """The loss module under DDP, or FSDP2-sharded (`shard`)."""
+    def wrap(self, loss, optimizer):
+        """The loss module under DDP, or FSDP2-sharded (`shard`, which hands `optimizer` the
+        sharded parameters)."""
         if self.parallel == "fsdp":
-            return shard(loss, self.world)
+            return shard(loss, self.world, optimizer)
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [self.device.index] if self.device.type == "cuda" else None
@@ -180,16 +174,19 @@ def unused_parameters(model, seq_len: int, device) -> list[str]:
     return unused
 
 
-def shard(loss, world: int):
+def shard(loss, world: int, optimizer):
     """FSDP2: each block that runs once per forward is its own unit (all-gathered just before it
     runs, freed after); looped blocks, blocks whose sublayers hyper-connections call one by one,
     the gates, embedding and head stay in the root unit, gathered for the whole forward (their
     methods are called directly or several times a forward, which FSDP2's forward hooks would
     not see). Gradients are reduced as sums and divided here: gloo silently sums FSDP2's AVG
-    (pytorch#162338)."""
+    (pytorch#162338). `fully_shard` replaces each parameter by a sharded one (a DTensor): the
+    optimiser, built on the whole ones, is pointed at them, or it would step parameters no
+    longer in the model."""
     from torch.distributed.fsdp import fully_shard
 
     model = loss.model
+    whole = {id(p): name for name, p in model.named_parameters()}
     connected = {id(sub) for sub, name in model.regions() if name == "branch"}
     once = [*model.begin, *model.end] + (list(model.middle) if model.spec.loops == 1 else [])
     for block in once:
@@ -199,6 +196,9 @@ def shard(loss, world: int):
     for unit in [loss, *(b for b in once if hasattr(b, "set_gradient_divide_factor"))]:
         unit.set_force_sum_reduction_for_comms(True)
         unit.set_gradient_divide_factor(float(world))
+    sharded = dict(model.named_parameters())
+    for group in optimizer.param_groups:
+        group["params"] = [sharded[whole[id(p)]] for p in group["params"]]
     return loss
 
 
@@ -206,14 +206,21 @@ def shard(loss, world: int):
 
 def lost_worker(error: BaseException) -> bool:
     """Whether a Train run failed because a worker process or its node was lost (then the trial
-    raises, into Tune's retry), rather than by an error in the training code (a failed attempt)."""
+    raises, into Tune's retry), rather than by an error in the training code (a failed attempt).
+    Ray Train reports a lost worker as a failed health check (`health_check_failure`) whose
+    cause is the actor's death."""
     from ray.exceptions import ActorDiedError, NodeDiedError, RayActorError, WorkerCrashedError
 
     lost = (ActorDiedError, RayActorError, NodeDiedError, WorkerCrashedError)
+
+    def died(e) -> bool:
+        return isinstance(e, lost) or any(died(c) for c in (getattr(e, "health_check_failure", None),
+                                                           getattr(e, "cause", None)) if c is not None)
+
     failures = getattr(error, "worker_failures", None)
     if failures:
-        return any(isinstance(f, lost) or isinstance(getattr(f, "cause", None), lost) for f in failures.values())
-    return isinstance(error, lost) or type(error).__name__ == "ControllerError"
+        return any(died(f) for f in failures.values())
+    return died(error) or type(error).__name__ == "ControllerError"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,11 +253,12 @@ def run_distributed(spec, cfg, workers: Workers, data_cfg, *, name: str, quantiz
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.trainable.trainable_fn_utils import _in_tune_session
 
-    callbacks: list = [PlacementGroupReaper()]
+    callbacks: list = []
     if _in_tune_session():
+        from ray import tune
         from ray.tune.integration.ray_train import TuneReportCallback
 
-        callbacks.append(TuneReportCallback())
+        callbacks = [TuneReportCallback(), _recorder(tune.get_context().get_trial_id())]
     per_worker = {"CPU": workers.cpus, **({"GPU": workers.gpus} if workers.gpus else {})}
     trainer = TorchTrainer(
         _worker,
@@ -291,62 +299,47 @@ def _worker(config: dict[str, Any]) -> dict[str, Any] | None:
     return row if ranks.main else None
 
 
-class PlacementGroupReaper:
-    """Removes a Train run's worker placement group once its controller is gone, however it went
-    (a Tune trial stopped by ASHA kills its actor, and the controller with it): a detached
-    watcher pings the controller and removes the group when the ping fails. Ray's own cleaner
-    asks the state API, which needs the dashboard this project starts Ray without
-    (ray-project/ray#54305). A ControllerCallback and WorkerGroupCallback of Ray Train, as its
-    own cleaner is."""
-
-    def __new__(cls):
-        from ray.train.v2._internal.execution.callback import ControllerCallback, WorkerGroupCallback
-
-        class _Reaper(ControllerCallback, WorkerGroupCallback):
-            watcher = None
-
-            def after_worker_group_start(self, worker_group):
-                import ray
-
-                pg = worker_group.get_worker_group_state().placement_group_handle.placement_group
-                controller = ray.get_runtime_context().current_actor
-                self.watcher = _Watcher.options(lifetime="detached", num_cpus=0).remote()
-                self.watcher.watch.remote(controller, pg)
-
-        return _Reaper()
+KV_NAMESPACE = "shapebench"  # Ray's key-value store: a trial's workers' placement group
 
 
-def _watcher_class():
-    import ray
-
-    @ray.remote(num_cpus=0)
-    class Watcher:
-        def watch(self, controller, pg, every_s: float = 1.0) -> None:
-            from ray.util.placement_group import placement_group_table, remove_placement_group
-
-            while True:
-                try:
-                    ray.get(controller.__ray_ready__.remote(), timeout=30)
-                except ray.exceptions.GetTimeoutError:
-                    continue  # busy, not gone
-                except Exception:  # noqa: BLE001  (gone: RayActorError and its kinds)
-                    break
-                time.sleep(every_s)
-            if placement_group_table(pg).get("state") not in (None, "REMOVED"):
-                remove_placement_group(pg)
-            ray.actor.exit_actor()
-    return Watcher
+def _workers_key(trial_id: str) -> bytes:
+    return f"workers-group:{trial_id}".encode()
 
 
-class _LazyWatcher:
-    """The watcher's actor class, defined on first use (this module imports without Ray)."""
+def _recorder(trial_id: str):
+    """A Train callback, run in the job's controller, that records its workers' placement group
+    under the Tune trial's id in Ray's key-value store, where the search driver finds it
+    (`release_workers`). Ray places the group from the controller but ties its life to the job's
+    driver, so a controller killed with its stopped Tune trial leaves it reserved
+    (ray-project/ray#54305); Ray's own cleaner asks the state API, which a Ray without its
+    dashboard, as this project starts it, does not answer."""
+    from ray.train.v2._internal.execution.callback import WorkerGroupCallback
 
-    cls = None
+    class Record(WorkerGroupCallback):
+        def after_worker_group_start(self, worker_group):
+            from ray.experimental.internal_kv import _internal_kv_put
 
-    def options(self, **kw):
-        if self.cls is None:
-            type(self).cls = _watcher_class()
-        return self.cls.options(**kw)
+            pg = worker_group.get_worker_group_state().placement_group_handle.placement_group
+            _internal_kv_put(_workers_key(trial_id), pg.id.binary(), overwrite=True, namespace=KV_NAMESPACE)
+
+    return Record()
 
 
-_Watcher = _LazyWatcher()
+def release_workers(trial_id: str) -> bool:
+    """Remove the placement group of a Tune trial's Train workers if it is still reserved (the
+    trial was stopped or its actor died: `_recorder`); True when one was removed. Called by the
+    search driver when the trial ends or is retried."""
+    from ray._raylet import PlacementGroupID
+    from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get
+    from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
+
+    key = _workers_key(trial_id)
+    pg_id = _internal_kv_get(key, namespace=KV_NAMESPACE)
+    if pg_id is None:
+        return False
+    _internal_kv_del(key, namespace=KV_NAMESPACE)
+    pg = PlacementGroup(PlacementGroupID(pg_id))
+    if placement_group_table(pg).get("state") in (None, "REMOVED"):
+        return False
+    remove_placement_group(pg)
+    return True

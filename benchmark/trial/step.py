@@ -280,7 +280,7 @@ class TrainStep:
         # `parallel` (trial/distributed.py Ranks) wraps the loss after compiling, as torchtitan
         # and OLMo-core order it: DDP or FSDP2 around compiled regions. None: one process.
         self.parallel = parallel
-        self.loss = loss if parallel is None else parallel.wrap(loss)
+        self.loss = loss if parallel is None else parallel.wrap(loss, optimizer)
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.accumulate([(x, y)])

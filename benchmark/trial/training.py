@@ -14,7 +14,7 @@ import math
 import resource
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -22,7 +22,6 @@ from benchmark.arch.counting import count_flops, count_params
 from benchmark.arch.spec import ArchSpec
 from benchmark.models import build_model, weight_decays
 from benchmark.trial.config import TrainConfig
-from benchmark.trial.distributed import single_columns
 from benchmark.trial.evaluate import evaluate
 from benchmark.trial.step import (
     TrainStep,
@@ -53,6 +52,12 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
     fused = bool(named) and named[0][1].device.type == "cuda"
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused or None)
 
+
+
+def single_columns(batch_size: int, grad_accum: int) -> dict[str, Any]:
+    """The data-parallel columns of a one-process trial (a Train job's: trial/distributed.py)."""
+    return {"world_size": 1, "parallel": "none", "backend": None, "rank_batch_size": batch_size,
+            "rank_grad_accum": grad_accum, "peak_mem_bytes_by_rank": None}
 
 @dataclass
 class TrainResult:

@@ -10,9 +10,13 @@ from functools import cache
 
 @cache
 def available() -> bool:
-    """Whether triton imports (torch's CUDA wheels depend on it; its CPU wheels do not)."""
+    """Whether triton imports (torch's CUDA wheels depend on it; its CPU wheels do not) and finds
+    a GPU driver to compile for: a machine without one (or one whose CUDA tensors are simulated,
+    as tests/fake_cuda.py does) runs the PyTorch path."""
     try:
-        import triton  # noqa: F401
-    except ImportError:
+        from triton.runtime import driver
+
+        driver.active.get_current_target()
+    except Exception:  # ImportError, or no libcuda / ROCm runtime: triton says so in its own types
         return False
     return True
