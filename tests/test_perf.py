@@ -10,7 +10,7 @@ from benchmark import perf
 from benchmark.arch.counting import count_flops
 from benchmark.arch.spec import ArchSpec
 from benchmark.perf import models, timing
-from benchmark.trial import step
+from benchmark.trial import policy, step
 from benchmark.trial.step import ExecPolicy
 
 
@@ -63,22 +63,22 @@ def test_auto_precision_on_a_cpu_follows_its_measured_matmuls(monkeypatch, tmp_p
     from benchmark.store import speeds
 
     monkeypatch.setenv(speeds.ENV, str(tmp_path / "perf.json"))
-    monkeypatch.setattr(step, "_BF16_FASTER", {})
+    monkeypatch.setattr(policy, "_BF16_FASTER", {})
     calls = []
 
     def fake_peak(dtype, budget_s, device=None):
         calls.append((dtype, budget_s))
         return {torch.float32: 100e9, torch.bfloat16: 400e9}[dtype]
 
-    monkeypatch.setattr(step, "matmul_peak", fake_peak)
-    assert step.bf16_faster_here() and step.bf16_faster_here()
-    assert calls == [(torch.float32, step.PROBE_BUDGET_S), (torch.bfloat16, step.PROBE_BUDGET_S)]
+    monkeypatch.setattr(policy, "matmul_peak", fake_peak)
+    assert policy.bf16_faster_here() and policy.bf16_faster_here()
+    assert calls == [(torch.float32, policy.PROBE_BUDGET_S), (torch.bfloat16, policy.PROBE_BUDGET_S)]
     assert ExecPolicy().autocast_dtype(torch.device("cpu")) == torch.bfloat16
     assert '"matmul"' in (tmp_path / "perf.json").read_text()  # kept for the next process
     other = tmp_path / "other.json"  # another machine's file: just under the margin, fp32
     monkeypatch.setenv(speeds.ENV, str(other))
-    speeds.record_precision_probe(other, 100e9, 100e9 * step.BF16_MARGIN * 0.99)
-    assert not step.bf16_faster_here()
+    speeds.record_precision_probe(other, 100e9, 100e9 * policy.BF16_MARGIN * 0.99)
+    assert not policy.bf16_faster_here()
     assert ExecPolicy().autocast_dtype(torch.device("cpu")) is None
     assert ExecPolicy(precision="bf16").autocast_dtype(torch.device("cpu")) == torch.bfloat16
 
@@ -174,7 +174,7 @@ def test_a_time_budget_gives_the_compared_groups_what_the_others_leave(monkeypat
         return [perf.Measurement(1.0, 1.0, 1000.0, 1e9, 0, (1.0,) * perf.MIN_ROUNDS) for _ in paths]
 
     monkeypatch.setattr(models, "measure_together", fake_together)
-    monkeypatch.setattr(step, "matmul_peak", lambda dtype, *a, **kw: 1e11 if dtype == torch.float32 else 1e9)
+    monkeypatch.setattr(policy, "matmul_peak", lambda dtype, *a, **kw: 1e11 if dtype == torch.float32 else 1e9)
     models.run_models(["transformer", "hc", "depth", "looped", "hyperloop"], steps=30, minutes=1.0)
     assert [(fams, n) for fams, n, _, _ in seen] == [({"depth"}, 2), ({"transformer", "hc"}, 5), ({"looped", "hyperloop"}, 4)]
     # after MIN_ROUNDS a group goes on with its default paths and the first family's precisions

@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -279,6 +280,26 @@ def test_an_injected_full_disk_keeps_the_row_aside(tmp_path, monkeypatch, code):
         assert recover(study, aside) == ["t0001.a0.parquet"]
     assert trial_ids(read_table(study)) == ["t0000", "t0001"]
     assert os.listdir(aside / "demo" / "trials") == ["t0009.a0.parquet"]
+
+
+@pytest.mark.slow
+def test_ray_tunes_full_disk_tracebacks_are_not_shown(tmp_path, tmpfs, corpus):
+    """Ray Tune logs a traceback each time its experiment state finds the disk full (twice as a
+    search ends: tune.py's last checkpoint waits for its sync, then syncs and waits again); the
+    rows and the study are what a search keeps, so the user sees none of them. Tune's folder
+    alone is full here, so the search still finishes."""
+    (tmp_path / "results" / "demo").mkdir(parents=True)
+    tmpfs("results/demo/_ray", "size=40k")
+    space = tmp_path / "demo.yaml"
+    space.write_text("name: demo\ndescription: d\nbudget: 100K\ncount: total\ntolerance: 2%\n"
+                     "base: {vocab_size: 320, n_heads: 2, layers: {begin: 1, middle: 1, end: 1}}\n"
+                     "axes: {family: [transformer]}\nobjectives: [val_loss:min]\ntrials: 1\n"
+                     "training: {tokens: 4K, seq_len: 32, batch_size: 8, eval_tokens: 2K}\n")
+    done = subprocess.run([sys.executable, str(ROOT / "run_search.py"), str(space), "--results", str(tmp_path / "results"),
+                           "--data", str(corpus / "text.txt"), "--tokenizer", "bpe:320", "--no-compile",
+                           "--precision", "fp32"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert len(read_study(tmp_path / "results" / "demo")) == 1
 
 
 def test_a_write_that_fails_for_another_reason_is_not_called_a_full_disk(tmp_path, monkeypatch):

@@ -65,7 +65,7 @@ def run_models(families: list[str], steps: int, minutes: float | None = None) ->
     from rich.table import Table
 
     from benchmark.console import console as wide_console
-    from benchmark.trial.step import ExecPolicy, default_device, matmul_peak
+    from benchmark.trial.policy import ExecPolicy, default_device, matmul_peak
 
     console = wide_console()
     peak = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
