@@ -334,3 +334,9 @@ def test_a_filter_on_a_search_axis_reads_the_rows_axes(tmp_path):
     assert result.pairs[0].difference.estimate == pytest.approx(-0.05)
     assert result.pairs[0].verdict == "reproduced"
     assert identity.values == {}
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "search_spaces" / "claims").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_claims_file_loads_and_names_metrics_of_the_registry(path):
+    loaded = claims.load(path)
+    assert loaded.claims and all(c.order and c.metric for c in loaded.claims)

@@ -295,9 +295,10 @@ def test_ray_tunes_full_disk_tracebacks_are_not_shown(tmp_path, tmpfs, corpus):
                      "base: {vocab_size: 320, n_heads: 2, layers: {begin: 1, middle: 1, end: 1}}\n"
                      "axes: {family: [transformer]}\nobjectives: [val_loss:min]\ntrials: 1\n"
                      "training: {tokens: 4K, seq_len: 32, batch_size: 8, eval_tokens: 2K}\n")
-    done = subprocess.run([sys.executable, str(ROOT / "run_search.py"), str(space), "--results", str(tmp_path / "results"),
-                           "--data", str(corpus / "text.txt"), "--tokenizer", "bpe:320", "--no-compile",
-                           "--precision", "fp32"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    done = subprocess.run([sys.executable, str(ROOT / "run_search.py"), str(space),
+                           "--results", str(tmp_path / "results"), "--data", str(corpus / "text.txt"),
+                           "--tokenizer", "bpe:320", "--no-compile", "--precision", "fp32"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert len(read_study(tmp_path / "results" / "demo")) == 1
 

@@ -202,7 +202,7 @@ class _FullDiskFilter:
         from benchmark.store.location import disk_full
 
         error = record.exc_info[1] if record.exc_info else None
-        return True  # MUTATION
+        return error is None or not disk_full(error)
 
 
 @contextlib.contextmanager
