@@ -162,9 +162,15 @@ def test_a_target_is_met_or_missed_only_where_the_paired_interval_says_so():
     assert perf.paired_ratio(noisy[("hyperloop", "default")], noisy[("looped", "default")])[0] == pytest.approx(0.0295, abs=1e-4)
 
 
-def test_a_time_budget_gives_the_compared_groups_what_the_others_leave(monkeypatch):
+def test_a_time_budget_gives_the_compared_groups_what_the_others_leave(monkeypatch, tmp_path):
     """`perf models --minutes M` ends within about M minutes: the families without a target run
     MIN_ROUNDS rounds first, then the groups with a target share the time left by their paths."""
+    from benchmark.store import speeds
+
+    # this test's fake CPU has slow bf16, whatever this machine's probe found (its speeds file and
+    # the process's cached choice are set aside)
+    monkeypatch.setenv(speeds.ENV, str(tmp_path / "perf.json"))
+    monkeypatch.setattr(policy, "_BF16_FASTER", {})
     seen = []
 
     def fake_together(paths, steps, seq_len, batch_size, until, focus):
