@@ -207,8 +207,8 @@ def test_what_changed_is_named_and_what_may_grow_continues(tmp_path):
     edited = space.with_overrides(budget="200K", tokens="20K")
     with pytest.raises(StudyError) as err:
         check_declared(edited, 1, recorded, "r/s/_study.json", "s")
-    assert str(err.value).startswith("the space changed since this study began (r/s/_study.json): budget: 100000 "
-                                     "-> 200000; training.tokens: 4K -> 20K; seeds: 2 -> 1 (fewer than its "
+    assert str(err.value).startswith("the space changed since this study began (r/s/_study.json): budget: 100K "
+                                     "-> 200K; training.tokens: 4K -> 20K; seeds: 2 -> 1 (fewer than its "
                                      "trials were trained with). ")
     assert str(err.value).endswith("rank both studies' rows together with `python leaderboard.py r`")
 

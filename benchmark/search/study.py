@@ -328,7 +328,18 @@ def _diff(path: str, old: Any, new: Any) -> list[str]:
     if isinstance(old, dict) and isinstance(new, dict):
         return [c for k in sorted(set(old) | set(new), key=str) for c in _diff(f"{path}.{k}", old.get(k, _NONE),
                                                                                    new.get(k, _NONE))]
-    return [] if old == new else [f"{path}: {_shown(old)} -> {_shown(new)}"]
+    if old == new:
+        return []
+    shown = _amount if path.split(".")[0] in ("budget", "ladder") else _shown   # 1M, not 1000000
+    return [f"{path}: {shown(old)} -> {shown(new)}"]
+
+
+def _amount(v: Any) -> str:
+    from benchmark.space.budget import fmt_count
+
+    if isinstance(v, list):
+        return "[" + ", ".join(map(_amount, v)) + "]"
+    return fmt_count(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else _shown(v)
 
 
 _NONE = object()
