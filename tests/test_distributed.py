@@ -1,4 +1,4 @@
-"""Data-parallel trials (issue 44): the batch split, the loss as one module under DDP, the same
+"""Data-parallel trials: the batch split, the loss as one module under DDP, the same
 trial in one process and on two gloo ranks, and a search whose trials are Ray Train jobs.
 
 Tolerance of the two-rank losses: LOSS_RTOL = 1e-5, relative. The two ranks see the same

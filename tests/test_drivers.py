@@ -1,4 +1,4 @@
-"""Several drivers on one study (issue 45): each trial recorded once, with a real PostgreSQL server
+"""Several drivers on one study: each trial recorded once, with a real PostgreSQL server
 and with the SQLite file beside the rows; a driver never ends the processes of a live one; and a
 space edited after its study began is refused in one line, with nothing in the study changed."""
 

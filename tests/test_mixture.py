@@ -1,4 +1,4 @@
-"""One data mixture (issue 40): the `embedded:<part>=<w>` forms and their errors, the dataset id that
+"""One data mixture: the `embedded:<part>=<w>` forms and their errors, the dataset id that
 records the weights, caches of the old (concatenated) rule left unused, training batches and held-out
 windows drawn by the weights, and val_loss as the mixture's loss."""
 

@@ -330,28 +330,25 @@ def _diff(path: str, old: Any, new: Any) -> list[str]:
                                                                                    new.get(k, _NONE))]
     if old == new:
         return []
-    shown = _amount if path.split(".")[0] in ("budget", "ladder") else _shown   # 1M, not 1000000
-    return [f"{path}: {shown(old)} -> {shown(new)}"]
-
-
-def _amount(v: Any) -> str:
-    from benchmark.space.budget import fmt_count
-
-    if isinstance(v, list):
-        return "[" + ", ".join(map(_amount, v)) + "]"
-    return fmt_count(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else _shown(v)
+    amounts = path.split(".")[0] in ("budget", "ladder")   # 1M, not 1000000
+    return [f"{path}: {_shown(old, amounts)} -> {_shown(new, amounts)}"]
 
 
 _NONE = object()
 
 
-def _shown(v: Any) -> str:
+def _shown(v: Any, amounts: bool = False) -> str:
+    """A declared value as a line shows it; `amounts`: numbers as 1M, 500K (budgets)."""
+    from benchmark.space.budget import fmt_count
+
     if v is _NONE:
         return "(none)"
     if isinstance(v, list):
-        return "[" + ", ".join(map(_shown, v)) + "]"
+        return "[" + ", ".join(_shown(x, amounts) for x in v) + "]"
     if isinstance(v, dict):
-        return "{" + ", ".join(f"{k}: {_shown(x)}" for k, x in v.items()) + "}"
+        return "{" + ", ".join(f"{k}: {_shown(x, amounts)}" for k, x in v.items()) + "}"
+    if amounts and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return fmt_count(v)
     return "null" if v is None else str(v)
 
 

@@ -165,7 +165,7 @@ class SearchSpace:
         the decay. `about` names the candidate, whose size sets the steps of per-parameter tokens."""
         cfg = TrainConfig.from_dict(self.trial_training)
         tokens, steps, per_step = cfg.total_tokens(params), cfg.steps(params), cfg.tokens_per_step
-        warm = int(cfg.warmup if cfg.warmup >= 1 else round(cfg.warmup * steps))  # as lr_at reads it
+        warm = cfg.warmup_steps(steps)
         amount = parse_tokens(cfg.tokens)
         who = f"{about} trains " if about and not amount.absolute else ""
         whose = "" if amount.absolute else \
@@ -180,7 +180,7 @@ class SearchSpace:
             raise self.source.error(("training", "warmup"), f"{warm:,} warmup steps do not end before the run's "
                                     f"{steps:,} steps: {run}; give warmup as a fraction of the run (e.g. 0.05), "
                                     f"or {fix}")
-        decay = max(1, int(round(cfg.decay * steps)))  # as lr_at reads it
+        decay = cfg.decay_steps(steps)
         if cfg.schedule == "wsd" and warm + decay > steps:
             raise self.source.error(("training", "warmup"), f"{warm:,} warmup steps run into the last {decay:,} "
                                     f"steps of decay (decay: {cfg.decay}) of the run's {steps:,} steps: {run}; "

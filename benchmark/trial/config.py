@@ -96,16 +96,24 @@ class TrainConfig:
     def steps(self, params: Mapping[str, int]) -> int:
         return max(1, math.ceil(self.total_tokens(params) / self.tokens_per_step))
 
+    def warmup_steps(self, total: int) -> int:
+        """`warmup` in steps of a `total`-step run: a fraction of it (< 1) or a count (>= 1)."""
+        return int(self.warmup if self.warmup >= 1 else round(self.warmup * total))
+
+    def decay_steps(self, total: int) -> int:
+        """`wsd`: the steps of the final decay."""
+        return max(1, int(round(self.decay * total)))
+
     def lr_at(self, step: int, total: int) -> float:
         """Linear warmup, then cosine to min_lr, or stable then cosine decay (WSD)."""
-        warm = int(self.warmup if self.warmup >= 1 else round(self.warmup * total))
+        warm = self.warmup_steps(total)
         if step < warm:
             return self.lr * (step + 1) / warm
         floor = self.lr / 10 if self.min_lr is None else self.min_lr
         if self.schedule == "cosine":
             start, length = warm, max(1, total - warm)
         else:
-            length = max(1, int(round(self.decay * total)))
+            length = self.decay_steps(total)
             start = total - length
             if step < start:
                 return self.lr
