@@ -309,7 +309,10 @@ def test_cli_reports_claims_in_markdown_html_and_json(tmp_path, capsys):
     assert report["claims"][1]["verdict"] == "no data"   # the study ran no Transformer
     md = (tmp_path / "site" / "leaderboard.md").read_text()
     assert "## Claims (quickstart.yaml)" in md and "| reproduced |" in md
-    assert "<h2>Claims (quickstart.yaml)</h2>" in (tmp_path / "site" / "index.html").read_text()
+    # the verdicts in brief lead the report, before the first leaderboard
+    assert md.index("## Verdicts (quickstart.yaml)") < md.index("## Budget") < md.index("## Claims")
+    html = (tmp_path / "site" / "index.html").read_text()
+    assert html.index("<h2>Verdicts (quickstart.yaml)</h2>") < html.index("<h2>Claims (quickstart.yaml)</h2>")
     assert cli.main([str(tmp_path / "results"), "--claims", str(tmp_path / "nope.yaml")]) == 2
     assert "nope.yaml: cannot be read" in capsys.readouterr().err
 
@@ -340,3 +343,70 @@ def test_a_filter_on_a_search_axis_reads_the_rows_axes(tmp_path):
 def test_every_shipped_claims_file_loads_and_names_metrics_of_the_registry(path):
     loaded = claims.load(path)
     assert loaded.claims and all(c.order and c.metric for c in loaded.claims)
+
+
+# --- the paper's own difference, beside what these seeds detect ---------------------------------
+
+def test_a_published_difference_below_the_detectable_is_said_so(tmp_path):
+    # The rows of test_a_real_difference_...: detectable 0.0310. The paper's -0.05 is above it, its
+    # -0.02 below: the verdict stays the interval's, with the note on the second only.
+    trials = rows({"hyperloop": {0: 5.90, 1: 5.91, 2: 5.92}, "looped": {0: 5.94, 1: 5.96, 2: 5.98}})
+    above, below = (check(CLAIM.replace("    groups:", f"    published: {p}\n    groups:"), trials, tmp_path)[0]
+                    for p in (-0.05, -0.02))
+    assert (above.pairs[0].published, above.pairs[0].below_detectable) == (-0.05, False)
+    assert (below.pairs[0].published, below.pairs[0].below_detectable) == (-0.02, True)
+    assert below.verdict == "reproduced"
+    loaded = claims.load(tmp_path / "claims.yaml")
+    brief = claims.verdicts(loaded, [below])
+    cells = {c.header: c.cells[0] for c in brief.columns}
+    assert cells == {"Claim": "Hyperloop beats Looped at matched parameters",
+                     "Better − worse (metric)": "hyperloop − looped (val_loss)",
+                     "Difference [95% CI]": "−0.0500 [−0.0748, −0.0252] (paired)", "Published": "−0.02",
+                     "Detectable (80%)": "0.0310",
+                     "Verdict": "reproduced (the published difference is below the detectable)"}
+    full = {c.header: c.cells[0] for c in claims.table(loaded, [below]).columns}
+    assert {k: full[k] for k in ("Difference [95% CI]", "Published", "Detectable (80%)", "Verdict")} == {
+        k: cells[k] for k in ("Difference [95% CI]", "Published", "Detectable (80%)", "Verdict")}
+    pair = claims.to_json(loaded, [below])["claims"][0]["pairs"][0]
+    assert (pair["published"], pair["published_below_detectable"]) == (-0.02, True)
+
+
+def test_published_differences_pair_with_the_orders_adjacent_pairs(tmp_path):
+    trials = rows({"a": {0: 5.0, 1: 5.1}, "b": {0: 5.2, 1: 5.3}, "c": {0: 5.4, 1: 5.5}})
+    text = ("claims:\n  - claim: a beats b beats c\n    source: {paper: P, where: T}\n    study: demo\n"
+            "    metric: val_loss\n    order: [a, b, c]\n    published: [-0.01, -0.2]\n"
+            "    groups: {a: {family: a}, b: {family: b}, c: {family: c}}\n")
+    (result,) = check(text, trials, tmp_path)
+    assert [p.published for p in result.pairs] == [-0.01, -0.2]
+    assert_load_error(text.replace("[-0.01, -0.2]", "-0.01"), tmp_path,
+                      "claims.yaml:7:16: claims[0].published: expected a list of 2 numbers (the paper's better - "
+                      "worse for each adjacent pair of `order`), got -0.01")
+    assert_load_error(CLAIM.replace("    groups:", "    published: big\n    groups:"), tmp_path,
+                      "claims.yaml:7:16: claims[0].published: expected a number")
+
+
+def test_a_missing_group_is_named_only_on_the_pairs_it_leaves_without_data(tmp_path):
+    trials = rows({"a": {0: 5.0, 1: 5.1}, "b": {0: 5.2, 1: 5.3}})
+    text = ("claims:\n  - claim: a beats b beats c\n    source: {paper: P, where: T}\n    study: demo\n"
+            "    metric: val_loss\n    order: [a, b, c]\n"
+            "    groups: {a: {family: a}, b: {family: b}, c: {family: c}}\n")
+    (result,) = check(text, trials, tmp_path)
+    verdict = next(c for c in claims.verdicts(claims.load(tmp_path / "claims.yaml"), [result]).columns
+                   if c.header == "Verdict")
+    assert verdict.cells == ["reproduced", "no data: no ok rows with a finite val_loss in group c"]
+
+
+def test_a_boolean_axis_filter_matches_the_rows_true_and_false(tmp_path):
+    """HC's `hyper.tanh` is decided only for n = 4: `axes.hyper.tanh: false` picks those rows, and a
+    row whose point left it unset matches neither true nor false."""
+    trials = pd.DataFrame([
+        {"study": "s", "status": "ok", "family": "hc", "seed": seed, "val_loss": base + 0.01 * seed,
+         "axes": json.dumps({"hyper.streams": streams, **({} if tanh is None else {"hyper.tanh": tanh})})}
+        for streams, tanh, base in ((4, True, 4.0), (4, False, 4.1), (8, None, 4.2)) for seed in range(3)])
+    path = tmp_path / "c.yaml"
+    path.write_text("claims:\n  - claim: tanh\n    source: {paper: P, where: T2}\n    study: s\n"
+                    "    metric: val_loss\n    order: [tanh, no-tanh]\n    groups:\n"
+                    "      tanh: {axes.hyper.tanh: true}\n      no-tanh: {axes.hyper.tanh: false}\n")
+    (result,) = claims.evaluate(claims.load(path), trials)
+    assert [round(g.mean, 4) for g in result.groups] == [4.01, 4.11]
+    assert result.pairs[0].difference.estimate == pytest.approx(-0.1)

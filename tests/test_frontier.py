@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -102,6 +103,19 @@ def test_seed_aggregation_mean_and_standard_error():
     assert math.isnan(out.loc["b", "val_ppl_se"])  # one seed: no error bar
     assert out.loc["c", "val_ppl"] == 7.0 and out.loc["c", "val_ppl_n"] == 1 and out.loc["c", "n_seeds"] == 2
     assert "absent_column" not in out
+
+
+def test_aggregating_many_metrics_leaves_an_unfragmented_frame():
+    """A row carries dozens of metrics: built a column at a time, the frame warned on every board
+    (pandas' PerformanceWarning) and the board's own column additions warned again."""
+    metrics = [f"m{i}" for i in range(60)]
+    df = pd.DataFrame({"spec": ["a", "a", "b"], **{m: [1.0, 2.0, 3.0] for m in metrics}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.PerformanceWarning)
+        out = aggregate_seeds(df, ["spec"], metrics)
+        for k in range(5):
+            out[f"extra{k}"] = 0.0
+    assert out.set_index("spec").loc["a", "m59_se"] == pytest.approx(0.5)  # sample std 0.707 over sqrt(2)
 
 
 def test_frontier_mask_per_group():

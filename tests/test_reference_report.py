@@ -31,3 +31,21 @@ def test_the_committed_report_is_what_the_committed_rows_give(capsys, monkeypatc
 
 def test_the_record_names_the_command():
     assert "python leaderboard.py " + " ".join(COMMAND) in (RECORD / "README.md").read_text()
+
+
+BEGIN, END = "<!-- verdicts: results/reference/REPORT.md -->", "<!-- /verdicts -->"
+
+
+def _verdicts_table(report: str) -> str:
+    """The table under the report's `## Verdicts` heading."""
+    section = report.split("## Verdicts (reference.yaml)\n\n", 1)[1]
+    return section.split("\n\n", 1)[0].strip()
+
+
+def test_the_readme_quotes_the_reports_verdicts():
+    readme = (ROOT / "README.md").read_text()
+    assert BEGIN in readme and END in readme, f"README.md quotes the reference verdicts between {BEGIN} and {END}"
+    quoted = readme.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    table = _verdicts_table((RECORD / "REPORT.md").read_text())
+    assert quoted == table, f"README.md's verdict table differs from results/reference/REPORT.md's; paste:\n{table}"
+    assert "(results/reference/REPORT.md)" in readme

@@ -30,6 +30,13 @@ AbbIE-D at r = 2 against a Transformer's val_loss:
 A group's metric shares the claim's kind, unit and direction (a loss with a loss), so that their
 difference means something; the rows of both groups may be the same ones, and still pair by seed.
 
+A claim may give the paper's own difference, `published:` (better - worse in the claim's metric,
+one number per adjacent pair of the order: a number, or a list for three groups or more). The
+report shows it beside the detectable difference and says when it is below it: a claim the paper
+itself decides by less than these seeds can resolve is expected to come out inconclusive here, and
+is reported as such rather than left out. (A published difference is the paper's scale; the
+effect at another scale may be larger or smaller.)
+
 A group may hold several candidates (the quickstart's two depths): its rows are averaged per seed,
 so each seed counts once and the groups pair by seed (a seed that lost one of them to a failure is
 averaged over those it has). Each adjacent pair of the order gets the difference (first - second)
@@ -62,7 +69,7 @@ from benchmark.space.yamlsafe import YamlError, load_yaml
 from benchmark.store.metrics import MetricError
 
 TOP_KEYS = ("description", "claims")
-CLAIM_KEYS = ("claim", "source", "study", "metric", "order", "groups", "where", "note")
+CLAIM_KEYS = ("claim", "source", "study", "metric", "order", "groups", "where", "published", "note")
 SOURCE_KEYS = ("paper", "where")
 AXES_PREFIX = "axes."                # a filter on a search axis: `axes.hyper.mixing: diagonal`
 GROUP_METRIC = "metric"              # in a group's mapping: its metric, not a column filter
@@ -88,6 +95,7 @@ class Claim:
     where: Filters
     note: str = ""
     group_metrics: Mapping[str, Objective] = field(default_factory=dict)  # a group's own metric
+    published: tuple[float, ...] | None = None  # the paper's better - worse, per adjacent pair
 
     def metric_of(self, group: str) -> Objective:
         return self.group_metrics.get(group, self.metric)
@@ -176,7 +184,20 @@ def _claim(src: Source, i: int, raw: Any) -> Claim:
                  order=tuple(order),
                  groups={g: _filters(src, (*at, "groups", g), f, empty=g in own) for g, f in filters.items()},
                  where=_filters(src, (*at, "where"), raw.get("where") or {}, empty=True),
-                 note=str(raw.get("note") or "").strip(), group_metrics=own)
+                 note=str(raw.get("note") or "").strip(), group_metrics=own,
+                 published=_published(src, (*at, "published"), raw["published"], len(order) - 1)
+                 if "published" in raw else None)
+
+
+def _published(src: Source, at: tuple, raw: Any, pairs: int) -> tuple[float, ...]:
+    """The paper's differences, one per adjacent pair of the order (a bare number for one pair)."""
+    values = raw if isinstance(raw, list) else [raw]
+    if len(values) != pairs or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                       for v in values):
+        want = "a number" if pairs == 1 else f"a list of {pairs} numbers"
+        raise _error(src, at, f"expected {want} (the paper's better - worse for each adjacent pair of "
+                              f"`order`), got {raw!r}")
+    return tuple(float(v) for v in values)
 
 
 def _metric(src: Source, at: tuple, raw: Any) -> Objective:
@@ -235,6 +256,14 @@ class Pair:
     expected: str                    # "< 0" or "> 0": the sign of better - worse the claim expects
     difference: stats.Difference | None
     verdict: str
+    published: float | None = None   # the paper's better - worse
+
+    @property
+    def below_detectable(self) -> bool:
+        """The paper's difference is smaller than what these seeds detect with 80% power."""
+        d = self.difference
+        return (self.published is not None and d is not None and math.isfinite(d.detectable)
+                and abs(self.published) < d.detectable)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,7 +300,8 @@ def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame) -> Re
     groups = tuple(_group(name, ok[_match(src, (*at, "groups", name), ok, claim.groups[name])], claim)
                    for name in claim.order)
     sign = 1 if claim.metric.maximize else -1
-    pairs = tuple(_pair(a, b, sign) for a, b in zip(groups, groups[1:]))
+    published = claim.published or (None,) * (len(groups) - 1)
+    pairs = tuple(_pair(a, b, sign, p) for a, b, p in zip(groups, groups[1:], published))
     empty: dict[str, list[str]] = {}
     for g in groups:
         if not g.values:
@@ -330,15 +360,17 @@ def _group(name: str, rows: pd.DataFrame, claim: Claim) -> Group:
     return Group(name=name, filters=filters, metric=col, values=values, mean=float(mean), se=float(se))
 
 
-def _pair(a: Group, b: Group, sign: int) -> Pair:
+def _pair(a: Group, b: Group, sign: int, published: float | None) -> Pair:
     expected = "> 0" if sign > 0 else "< 0"
     if not a.values or not b.values:
-        return Pair(better=a.name, worse=b.name, expected=expected, difference=None, verdict=NO_DATA)
+        return Pair(better=a.name, worse=b.name, expected=expected, difference=None, verdict=NO_DATA,
+                    published=published)
     diff = stats.compare(a.values, b.values)
     if min(len(a.values), len(b.values)) < 2:
-        return Pair(better=a.name, worse=b.name, expected=expected, difference=diff, verdict=ONE_SEED)
+        return Pair(better=a.name, worse=b.name, expected=expected, difference=diff, verdict=ONE_SEED,
+                    published=published)
     return Pair(better=a.name, worse=b.name, expected=expected, difference=diff,
-                verdict=str(stats.verdict(diff.lo, diff.hi, sign)))
+                verdict=str(stats.verdict(diff.lo, diff.hi, sign)), published=published)
 
 
 def _overall(verdicts: list[str]) -> str:
@@ -364,34 +396,74 @@ def _group_cell(g: Group, digits: int) -> str:
     return f"{g.name}: {_num(g.mean, digits)}{se} ({len(g.values)} seed{'s' * (len(g.values) != 1)})"
 
 
+def _verdict(r: Result, p: Pair | None) -> str:
+    text = p.verdict if p else r.verdict
+    if r.why and (p is None or p.verdict == NO_DATA):  # what is missing, on the pairs it leaves without data
+        text += f": {r.why}"
+    if p is not None and p.below_detectable:
+        text += " (the published difference is below the detectable)"
+    return text
+
+
+def _published_cell(p: Pair | None) -> str:
+    """As the claims file gives it (its digits are the paper's)."""
+    return f"{p.published:g}".replace("-", "−") if p is not None and p.published is not None else MISSING
+
+
+def _pair_cells(r: Result, p: Pair | None) -> dict[str, str]:
+    """The cells every table of claims shares: the difference, the paper's, the detectable, the verdict."""
+    digits = WITH_SE.get(r.claim.metric.column, 4)
+    d = p.difference if p is not None else None
+    interval = (f" [{_num(d.lo, digits)}, {_num(d.hi, digits)}]" if math.isfinite(d.lo) else "") if d else ""
+    return {"diff": f"{_num(d.estimate, digits)}{interval} ({d.method})" if d else MISSING,
+            "published": _published_cell(p),
+            "detectable": _num(d.detectable, digits) if d else MISSING,
+            "verdict": _verdict(r, p)}
+
+
+_SHARED_HEADS = {"diff": "Difference [95% CI]", "published": "Published", "detectable": "Detectable (80%)",
+                 "verdict": "Verdict"}
+_CAPTION = ("difference: better − worse, paired by seed where both groups hold the same seeds, else Welch; "
+            "reproduced / contradicted: the 95% interval excludes 0 on the expected / the other side; published: "
+            "the paper's own better − worse at its scale; detectable: the smallest true difference these seeds "
+            "detect with 80% power (5% two-sided)")
+
+
 def table(claims: ClaimsFile, results: list[Result]) -> Table:
     """One row per compared pair (a claim of n groups has n - 1)."""
-    cells: dict[str, list[str]] = {k: [] for k in ("claim", "source", "study", "metric", "a", "b", "diff", "expected",
-                                                      "detectable", "verdict")}
+    heads = {"claim": "Claim", "source": "Source", "study": "Study", "metric": "Metric", "a": "Expected better",
+             "b": "Expected worse", "expected": "Expected", **_SHARED_HEADS}
+    cells: dict[str, list[str]] = {k: [] for k in heads}
     for r in results:
         digits = WITH_SE.get(r.claim.metric.column, 4)
         groups = {g.name: g for g in r.groups}
         for p in r.pairs or (None,):
-            d = p.difference if p is not None else None
-            interval = (f" [{_num(d.lo, digits)}, {_num(d.hi, digits)}]" if math.isfinite(d.lo) else "") if d else ""
             row = {"claim": r.claim.claim, "source": r.claim.source, "study": r.study, "metric": r.claim.metric_text(),
                    "a": _group_cell(groups[p.better], digits) if p else MISSING,
                    "b": _group_cell(groups[p.worse], digits) if p else MISSING,
-                   "diff": f"{_num(d.estimate, digits)}{interval} ({d.method})" if d else MISSING,
-                   "expected": p.expected if p else MISSING,
-                   "detectable": _num(d.detectable, digits) if d else MISSING,
-                   "verdict": (p.verdict if p else r.verdict) + (f": {r.why}" if r.why else "")}
+                   "expected": p.expected if p else MISSING, **_pair_cells(r, p)}
             for k, v in row.items():
                 cells[k].append(v)
-    heads = {"claim": "Claim", "source": "Source", "study": "Study", "metric": "Metric", "a": "Expected better",
-             "b": "Expected worse", "diff": "Difference [95% CI]", "expected": "Expected",
-             "detectable": "Detectable (80%)", "verdict": "Verdict"}
     return Table(title=f"Claims ({os.path.basename(claims.path)})",
-                 columns=[Column(header=h, cells=cells[k]) for k, h in heads.items()], caption=(
-        "groups: mean ± s.e. over seeds (a group's candidates averaged per seed); difference: better − worse, "
-        "paired by seed where both groups hold the same seeds, else Welch; reproduced / contradicted: the 95% "
-        "interval excludes 0 on the expected / the other side; detectable: the smallest true difference these "
-        "seeds detect with 80% power (5% two-sided)"))
+                 columns=[Column(header=h, cells=cells[k]) for k, h in heads.items()],
+                 caption="groups: mean ± s.e. over seeds (a group's candidates averaged per seed); " + _CAPTION)
+
+
+def verdicts(claims: ClaimsFile, results: list[Result]) -> Table:
+    """The claims table in brief, one row per compared pair: what a reader quotes."""
+    heads = {"claim": "Claim", "pair": "Better − worse (metric)", **_SHARED_HEADS}
+    cells: dict[str, list[str]] = {k: [] for k in heads}
+    for r in results:
+        for p in r.pairs or (None,):
+            pair = MISSING
+            if p is not None:
+                a, b = r.claim.metric_of(p.better).column, r.claim.metric_of(p.worse).column
+                pair = f"{p.better} − {p.worse} ({a if a == b else f'{a} − {b}'})"
+            for k, v in {"claim": r.claim.claim, "pair": pair, **_pair_cells(r, p)}.items():
+                cells[k].append(v)
+    return Table(title=f"Verdicts ({os.path.basename(claims.path)})",
+                 columns=[Column(header=h, cells=cells[k]) for k, h in heads.items()],
+                 caption=_CAPTION + "; the groups' means and sources: the claims table")
 
 
 def _finite(x: float) -> float | None:
@@ -415,5 +487,6 @@ def to_json(claims: ClaimsFile, results: list[Result]) -> dict:
                     "seeds": {str(s): v for s, v in g.values.items()},
                     "n": len(g.values), "mean": _finite(g.mean), "se": _finite(g.se)} for g in r.groups],
         "pairs": [{"better": p.better, "worse": p.worse, "expected": p.expected, "verdict": p.verdict,
-                   "difference": difference(p.difference)} for p in r.pairs],
+                   "difference": difference(p.difference), "published": p.published,
+                   "published_below_detectable": p.below_detectable} for p in r.pairs],
     } for r in results]}

@@ -144,13 +144,12 @@ def aggregate_seeds(df: pd.DataFrame, key: Sequence[str], metrics: Sequence[str]
     metrics = [m for m in metrics if m in df.columns]
     grouped = df.groupby(list(key), sort=False, dropna=False)
     stats = grouped[metrics].agg(["mean", "std", "count"]) if metrics else None
-    out = grouped.size().rename("n_seeds").to_frame()
+    columns = {"n_seeds": grouped.size()}
     for m in metrics:
         n = stats[(m, "count")]
-        out[m] = stats[(m, "mean")]
-        out[f"{m}_se"] = stats[(m, "std")] / np.sqrt(n)
-        out[f"{m}_n"] = n
-    return out.reset_index()
+        columns |= {m: stats[(m, "mean")], f"{m}_se": stats[(m, "std")] / np.sqrt(n), f"{m}_n": n}
+    # built at once: a column at a time fragments the frame (pandas warns past 100 inserts)
+    return pd.DataFrame(columns).reset_index()
 
 
 def frontier_mask(df: pd.DataFrame, objs: Sequence[Objective], by: Sequence[str] = ()) -> pd.Series:

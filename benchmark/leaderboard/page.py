@@ -80,11 +80,14 @@ for (const table of document.querySelectorAll("table.sortable")) {
 
 def page(board: Board, doc: tables.Document, plots: list[Plot], notes: list[str]) -> str:
     """The page with its figures linked, not yet embedded (see embed). What a reader came for comes
-    first: the ranking and the claims' verdicts, then the frontiers, then the rest."""
+    first: the claims' verdicts in brief, the ranking, the claims in full, then the frontiers, then
+    the rest."""
     sections = [
         f"<h1>Leaderboard: {html.escape(', '.join(board.studies))}</h1>",
         "<noscript>The tables are filled in by the page's script: enable JavaScript.</noscript>",
         f'<p class="caption">{html.escape(tables.objectives_line(board))}</p>',
+        *([f"<h2>{html.escape(doc.verdicts.title)}</h2>", _table_with_caption(doc.verdicts, titled=False)]
+          if doc.verdicts is not None else []),
         "<h2>Leaderboard</h2>", *(_ranked(board, t) for t in doc.ranked),
         *([f"<h2>{html.escape(doc.claims.title)}</h2>", _table_with_caption(doc.claims, titled=False)]
           if doc.claims is not None else []),

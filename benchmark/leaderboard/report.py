@@ -58,7 +58,7 @@ def publish(board: Board, outputs: Sequence[str], out: Path | None = None, top: 
 
         decided = decision.measure(board)
         doc = tables.document(board, top, scaling.table(fits), claims.table(*checked) if checked else None,
-                              decision.tables(decided))
+                              decision.tables(decided), claims.verdicts(*checked) if checked else None)
         notes = [*board.notes, *fits.notes, *decided.notes, *plot_notes, *doc.ranked[0].notes]
         for fmt in outputs:
             if fmt == "terminal":
@@ -192,9 +192,12 @@ def csv(board: Board) -> str:
 
 
 def markdown(board: Board, doc: tables.Document, notes: list[str], plotted: list[plots.Plot]) -> str:
-    """In the page's order: the ranking and the claims' verdicts, the frontiers, then the rest."""
-    parts = [f"# Leaderboard: {', '.join(board.studies)}", tables.objectives_line(board),
-             *(f"## {t.title}\n\n{_md(t)}" for t in doc.ranked)]
+    """In the page's order: the claims' verdicts in brief, the ranking, the claims in full, the
+    frontiers, then the rest."""
+    parts = [f"# Leaderboard: {', '.join(board.studies)}", tables.objectives_line(board)]
+    if doc.verdicts is not None:
+        parts += [f"## {doc.verdicts.title}", _md(doc.verdicts)]
+    parts += [f"## {t.title}\n\n{_md(t)}" for t in doc.ranked]
     if doc.claims is not None:
         parts += [f"## {doc.claims.title}", _md(doc.claims)]
     if plotted:

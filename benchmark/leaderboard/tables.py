@@ -308,11 +308,13 @@ class Document:
     diagnostics: Table   # empty without hyper-connections
     scaling: Table | None = None  # scaling fits over budget ladders (scaling.table)
     claims: Table | None = None   # claims checked (claims.table), with --claims
+    verdicts: Table | None = None  # the same in brief (claims.verdicts), with --claims
     decision: tuple[Table, Table] | None = None  # decision accuracy over ladders: summary, pairs (decision.tables)
 
 
 def document(board: Board, top: int | None = None, scaling: Table | None = None,
-             claims: Table | None = None, decision: tuple[Table, Table] | None = None) -> Document:
+             claims: Table | None = None, decision: tuple[Table, Table] | None = None,
+             verdicts: Table | None = None) -> Document:
     return Document(ranked=leaderboard(board, top), studies=provenance(board), hypervolume=hypervolumes(board),
                     excluded=excluded(board), diagnostics=diagnostics(board), scaling=scaling, claims=claims,
-                    decision=decision)
+                    decision=decision, verdicts=verdicts)
