@@ -219,6 +219,21 @@ def test_a_sampled_trial_whose_schedule_cannot_fit_is_infeasible(tiny):
         "--set training.warmup=489: training.warmup: 489 warmup steps do not end before the run's 489 steps")
 
 
+def test_a_per_loop_objective_needs_candidates_that_evaluate_that_loop_count(capsys, tiny):
+    """val_loss_r4 is null for a Transformer (no eval_loops): every trial would fail in Optuna, so the
+    plan refuses it at the objective's key; AbbIE-D evaluates r = 1, 2, 4, 8 and plans."""
+    r4 = ["--set", "objectives=[val_loss_r4:min]"]
+    assert error(capsys, tiny, "--plan", *r4) == (
+        "--set objectives=[val_loss_r4:min]: objectives[0]: val_loss_r4 is the loss at 4 loops, which candidate 0 "
+        "(transformer) does not evaluate (its eval_loops: none); give the family eval_loops with 4, or keep this "
+        "objective to a space of families that evaluate it (AbbIE, Depth)")
+    rows, _ = plan(capsys, tiny, *r4, "--set", "axes.family=[abbie-d]")
+    assert [r["family"] for r in rows] == ["abbie-d"]
+    space = load_space(tiny, [parse_set("objectives=[val_loss_r4:min]")])
+    config = Sample(space)(optuna.create_study().ask())
+    assert "val_loss_r4 is the loss at 4 loops, which trial 0 (transformer)" in config["infeasible"]
+
+
 # ---- the document: any key, as the file spells it ------------------------------------------------------
 
 @pytest.mark.parametrize("data, key, value, result", [

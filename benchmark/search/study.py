@@ -253,6 +253,7 @@ class Sample:
 
     def __call__(self, trial) -> dict[str, Any]:
         from benchmark.arch.counting import count_params
+        from benchmark.arch.spec import ArchSpec
         from benchmark.space.budget import fmt_count
         from benchmark.space.candidates import define_by_run
         from benchmark.space.language import SpaceError
@@ -262,6 +263,7 @@ class Sample:
             # a sampled candidate the plan did not show: one whose schedule cannot fit trains nothing
             self.space.schedule(count_params(config["spec"]), about=f"trial {trial.number} ({config['family']}, "
                                 f"budget {fmt_count(config['budget'])})")
+            self.space.check_objectives(ArchSpec.from_dict(config["spec"]), about=f"trial {trial.number}")
             return {**config, "optuna_trial": trial.number}
         except SpaceError as e:  # recorded as an infeasible trial, not a crashed search
             return {"optuna_trial": trial.number, "infeasible": str(e)}

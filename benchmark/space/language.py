@@ -29,7 +29,7 @@ from benchmark.space.keys import LEAF_KEYS, SECTIONS, checked, first_key
 from benchmark.space.shape import SHAPE_KEYS
 from benchmark.space.source import Override, Source, SpaceError, apply_overrides
 from benchmark.space.yamlsafe import YamlError, load_yaml
-from benchmark.store.metrics import SEARCHABLE, MetricError, metric, objective
+from benchmark.store.metrics import LOOP_COUNTS, LOOP_LOSSES, SEARCHABLE, MetricError, metric, objective
 from benchmark.store.results import check_study_name
 from benchmark.trial.config import DEFAULTS as TRAINING_DEFAULTS
 from benchmark.trial.config import QUANTIZE_DEFAULTS, QuantizeConfig, QuantizeConfigError, TrainConfig, TrainConfigError
@@ -186,6 +186,19 @@ class SearchSpace:
                                     f"steps of decay (decay: {cfg.decay}) of the run's {steps:,} steps: {run}; "
                                     f"give warmup as a fraction of the run (e.g. 0.05), or {fix}")
         return steps, warm
+
+    def check_objectives(self, spec, about: str = "") -> None:
+        """SpaceError when an objective is a per-loop loss (val_loss_r4) this candidate's spec does not
+        evaluate (its `eval_loops`): every one of its trials would have no value to optimise."""
+        for i, (name, _) in enumerate(self.objectives):
+            column = metric(name).column
+            if column in LOOP_LOSSES and LOOP_COUNTS[LOOP_LOSSES.index(column)] not in spec.eval_loops:
+                r = LOOP_COUNTS[LOOP_LOSSES.index(column)]
+                evaluated = ", ".join(map(str, spec.eval_loops)) or "none"
+                raise self.source.error(("objectives", i), f"{column} is the loss at {r} loops, which {about or 'a candidate'} "
+                                        f"({spec.family}) does not evaluate (its eval_loops: {evaluated}); give the "
+                                        f"family eval_loops with {r}, or keep this objective to a space of "
+                                        "families that evaluate it (AbbIE, Depth)")
 
 
 BUDGET_AXIS = "budget"

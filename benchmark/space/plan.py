@@ -74,14 +74,16 @@ def ladder_points(space: SearchSpace) -> list[dict[str, Any]]:
 
 
 def make_plan(space: SearchSpace, seed: int = 0) -> Plan:
-    """Resolve every candidate; raises SpaceError for the first one that cannot be built, or whose
-    training schedule cannot fit (SearchSpace.schedule)."""
+    """Resolve every candidate; raises SpaceError for the first one that cannot be built, whose
+    training schedule cannot fit (SearchSpace.schedule), or that cannot give an objective
+    (SearchSpace.check_objectives)."""
     start = time.perf_counter()
     points, sampled = plan_points(space, seed)
     candidates = tuple(resolve(space, values) for values in points)
     for i, c in enumerate(candidates):  # a schedule that cannot fit is an error now, not a mis-trained trial
-        space.schedule(c.solution.params,
-                       about=f"candidate {i} ({c.spec.family}, budget {fmt_count(c.solution.budget)})")
+        about = f"candidate {i} ({c.spec.family}, budget {fmt_count(c.solution.budget)})"
+        space.schedule(c.solution.params, about=about)
+        space.check_objectives(c.spec, about=f"candidate {i}")
     return Plan(space=space, candidates=candidates, sampled=sampled, seed=seed,
                 seconds=time.perf_counter() - start)
 
