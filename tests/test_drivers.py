@@ -22,6 +22,7 @@ from benchmark.cli import main
 from benchmark.search import ray_session
 from benchmark.search.study import StudyError, check_declared, declaration
 from benchmark.space.language import load_space
+from benchmark.space.source import parse_set
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -201,10 +202,11 @@ def test_an_edited_space_is_refused_in_one_line_and_nothing_changes(sqlite_study
 
 
 def test_what_changed_is_named_and_what_may_grow_continues(tmp_path):
-    space = load_space(space_file(tmp_path))
+    path = space_file(tmp_path)
+    space = load_space(path)
     recorded = {**declaration(space), "seeds": 2, "trials": 4}
-    check_declared(space.with_overrides(trials=9), 3, recorded, "s/_study.json", "s")   # more trials, seeds
-    edited = space.with_overrides(budget="200K", tokens="20K")
+    check_declared(load_space(path, [parse_set("trials=9")]), 3, recorded, "s/_study.json", "s")  # more trials, seeds
+    edited = load_space(path, [parse_set("budget=200K"), parse_set("training.tokens=20K")])
     with pytest.raises(StudyError) as err:
         check_declared(edited, 1, recorded, "r/s/_study.json", "s")
     assert str(err.value).startswith("the space changed since this study began (r/s/_study.json): budget: 100K "

@@ -20,6 +20,7 @@ from benchmark.data import DataConfig
 from benchmark.search import OPTUNA_DB, SearchOptions, ray_processes, run_search
 from benchmark.search import temp_dir as _ray_temp_dir
 from benchmark.space.language import load_space
+from benchmark.space.source import parse_set
 
 pytestmark = pytest.mark.slow
 
@@ -299,7 +300,7 @@ def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus,
     assert int(served[0]["params_total"]) == df.loc[0, "params_total"]
 
     with pytest.raises(StudyError, match="--sampler tpe"):
-        run_search(space.with_overrides(trials=4), SearchOptions(**{**options(corpus, results, "named").__dict__,
+        run_search(load_space(path, [parse_set("trials=4")]), SearchOptions(**{**options(corpus, results, "named").__dict__,
                                                                    "sampler": "random"}), policy=POLICY)
 
 

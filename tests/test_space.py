@@ -442,10 +442,10 @@ def test_a_sampled_ladder_starts_with_each_rung_once_and_budget_overrides_make_l
     assert first_points(space) == [{"budget": 500_000}, {"budget": 1_000_000}, {"budget": 2_000_000}]
     plan = make_plan(space)
     assert plan.sampled and [c.solution.budget for c in plan.candidates[:3]] == list(space.ladder)
-    one = space.with_overrides(budget="1M")
+    one = load_space(path, [Override(key="budget", value="1M", given="--budget 1M")])
     assert (one.budget, one.ladder, [a.key for a in one.axes][:1]) == (1_000_000, (), ["family"])
     assert "constant by construction" in warnings(one)[0]
-    two = one.with_overrides(budget="4M,1M")
+    two = load_space(path, [Override(key="budget", value="4M,1M", given="--budget 4M,1M")])
     assert two.ladder == (1_000_000, 4_000_000) and two.axes[0].key == "budget"
 
 

@@ -8,7 +8,7 @@ key.path: what is wrong`, with a "did you mean". Candidates of a space are candi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -116,23 +116,6 @@ class SearchSpace:
     trials: int = DEFAULT_TRIALS
     seeds: int = 1                  # every candidate trained with this many seeds (--seeds overrides)
     source: Source = field(default=Source("<space>"), compare=False, repr=False)
-
-    def with_overrides(self, *, budget: Any = None, count: str | None = None, trials: int | None = None,
-                       tokens: Any = None) -> SearchSpace:
-        """Command-line overrides; raises ValueError for a malformed budget or token amount."""
-        changes: dict[str, Any] = {}
-        if budget is not None:
-            budgets = parse_budgets(budget)
-            changes.update(budget=budgets[-1], ladder=budgets if len(budgets) > 1 else (),
-                           axes=with_ladder(self.axes, budgets))
-        if count is not None:
-            changes["count"] = one_of(count, COUNTS)
-        if trials is not None:
-            changes["trials"] = _positive_int(trials)
-        if tokens is not None:
-            parse_tokens(tokens)
-            changes["training"] = {**self.training, "tokens": tokens}
-        return replace(self, **changes)
 
     @property
     def budgets(self) -> tuple[int, ...]:
