@@ -227,7 +227,7 @@ def test_a_group_metric_compares_one_model_with_itself_paired_by_seed(tmp_path):
     reversed_ = LOOPS.replace("order: [r4, r2]", "order: [r2, r4]")
     assert check(reversed_, loop_rows(), tmp_path)[0].verdict == "contradicted"
     table = claims.table(claims.load(tmp_path / "claims.yaml"), [result])
-    assert table.columns[3].cells == ["val_loss_r4 vs val_loss_r2 (min)"]
+    assert next(c for c in table.columns if c.header == "Metric").cells == ["val_loss_r4 vs val_loss_r2 (min)"]
     # a group that names a metric needs no filter of its own: here the claim's `where` selects the rows
     shared = LOOPS.replace("    groups:", "    where: {family: abbie-d}\n    groups:").replace(
         "{family: abbie-d, metric:", "{metric:")
@@ -410,3 +410,13 @@ def test_a_boolean_axis_filter_matches_the_rows_true_and_false(tmp_path):
     (result,) = claims.evaluate(claims.load(path), trials)
     assert [round(g.mean, 4) for g in result.groups] == [4.01, 4.11]
     assert result.pairs[0].difference.estimate == pytest.approx(-0.1)
+
+
+def test_each_claim_says_which_parameter_count_its_study_matched(tmp_path):
+    trials = rows({"hyperloop": {0: 5.90, 1: 5.91}, "looped": {0: 5.94, 1: 5.96}}).assign(
+        budget_count="non_embedding_head")
+    (result,) = check(CLAIM, trials, tmp_path)
+    assert result.count == "non_embedding_head"
+    table = claims.table(claims.load(tmp_path / "claims.yaml"), [result])
+    assert next(c for c in table.columns if c.header == "Count").cells == ["non_embedding_head"]
+    assert claims.to_json(claims.load(tmp_path / "claims.yaml"), [result])["claims"][0]["count"] == "non_embedding_head"

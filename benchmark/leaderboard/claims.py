@@ -274,6 +274,7 @@ class Result:
     pairs: tuple[Pair, ...]
     verdict: str
     why: str = ""                    # for "no data": what is missing
+    count: str = ""                  # the parameter count the study's budget matched (budget_count)
 
 
 def evaluate(claims: ClaimsFile, trials: pd.DataFrame) -> list[Result]:
@@ -307,8 +308,9 @@ def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame) -> Re
         if not g.values:
             empty.setdefault(g.metric, []).append(g.name)
     why = "; ".join(f"no ok rows with a finite {col} in group {', '.join(names)}" for col, names in empty.items())
+    counts = sorted(map(str, pd.unique(ok["budget_count"].dropna()))) if "budget_count" in ok else []
     return Result(claim=claim, study=study, groups=groups, pairs=pairs, verdict=_overall([p.verdict for p in pairs]),
-                  why=why)
+                  why=why, count=", ".join(counts))
 
 
 def _match(src: Source, at: tuple, rows: pd.DataFrame, filters: Filters) -> np.ndarray:
@@ -431,14 +433,16 @@ _CAPTION = ("difference: better − worse, paired by seed where both groups hold
 
 def table(claims: ClaimsFile, results: list[Result]) -> Table:
     """One row per compared pair (a claim of n groups has n - 1)."""
-    heads = {"claim": "Claim", "source": "Source", "study": "Study", "metric": "Metric", "a": "Expected better",
+    heads = {"claim": "Claim", "source": "Source", "study": "Study", "count": "Count", "metric": "Metric",
+             "a": "Expected better",
              "b": "Expected worse", "expected": "Expected", **_SHARED_HEADS}
     cells: dict[str, list[str]] = {k: [] for k in heads}
     for r in results:
         digits = WITH_SE.get(r.claim.metric.column, 4)
         groups = {g.name: g for g in r.groups}
         for p in r.pairs or (None,):
-            row = {"claim": r.claim.claim, "source": r.claim.source, "study": r.study, "metric": r.claim.metric_text(),
+            row = {"claim": r.claim.claim, "source": r.claim.source, "study": r.study, "count": r.count or MISSING,
+                   "metric": r.claim.metric_text(),
                    "a": _group_cell(groups[p.better], digits) if p else MISSING,
                    "b": _group_cell(groups[p.worse], digits) if p else MISSING,
                    "expected": p.expected if p else MISSING, **_pair_cells(r, p)}
@@ -446,7 +450,8 @@ def table(claims: ClaimsFile, results: list[Result]) -> Table:
                 cells[k].append(v)
     return Table(title=f"Claims ({os.path.basename(claims.path)})",
                  columns=[Column(header=h, cells=cells[k]) for k, h in heads.items()],
-                 caption="groups: mean ± s.e. over seeds (a group's candidates averaged per seed); " + _CAPTION)
+                 caption="count: the parameters the study's budget matched (the paper's own count); groups: mean ± "
+                         "s.e. over seeds (a group's candidates averaged per seed); " + _CAPTION)
 
 
 def verdicts(claims: ClaimsFile, results: list[Result]) -> Table:
@@ -480,7 +485,7 @@ def to_json(claims: ClaimsFile, results: list[Result]) -> dict:
                 "detectable": _finite(d.detectable), "power": d.power}
 
     return {"file": claims.path, "description": claims.description, "claims": [{
-        "claim": r.claim.claim, "source": r.claim.source, "study": r.study, "note": r.claim.note,
+        "claim": r.claim.claim, "source": r.claim.source, "study": r.study, "count": r.count, "note": r.claim.note,
         "metric": r.claim.metric.column, "direction": r.claim.metric.direction, "order": list(r.claim.order),
         "verdict": r.verdict, "why": r.why,
         "groups": [{"name": g.name, "filters": g.filters, "metric": g.metric,
