@@ -155,6 +155,49 @@ def test_verdict_rates_match_the_level_and_the_stated_power():
     assert 0.72 <= np.mean(found == "reproduced") <= 0.88
 
 
+def test_p_values_match_scipys_t_tests():
+    """The p-value beside each verdict is scipy's paired t test where the seeds pair, and Welch's
+    unequal-variance test where they do not."""
+    from scipy import stats as scipy_stats
+
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(0, 0.02, 5), rng.normal(0.01, 0.02, 5)
+    paired = stats.compare(dict(enumerate(a)), dict(enumerate(b)))
+    assert paired.method == "paired" and paired.p == pytest.approx(scipy_stats.ttest_rel(a, b).pvalue, rel=1e-9)
+    c = rng.normal(0.03, 0.05, 7)
+    welch = stats.compare(dict(enumerate(a)), {10 + i: v for i, v in enumerate(c)})
+    assert welch.method == "welch"
+    assert welch.p == pytest.approx(scipy_stats.ttest_ind(a, c, equal_var=False).pvalue, rel=1e-9)
+
+
+def test_holm_adjusts_by_rank_keeps_order_and_skips_what_was_not_tested():
+    # sorted 0.005, 0.01, 0.03, 0.04 (m = 4): x4, x3, x2, x1 = 0.02, 0.03, 0.06, 0.04 -> 0.06 (monotone)
+    assert np.allclose(stats.holm([0.01, 0.04, np.nan, 0.03, 0.005]), [0.03, 0.06, np.nan, 0.06, 0.02],
+                       equal_nan=True)
+    assert stats.holm([0.3, 0.6]).tolist() == [0.6, 0.6] and stats.holm([0.9, 0.8]).tolist() == [1.0, 1.0]
+    # Under the null, the chance of any adjusted p < 0.05 among 10 tests stays near 5% (unadjusted: ~40%).
+    rng = np.random.default_rng(5)
+    p = rng.uniform(size=(2000, 10))
+    assert np.mean((p < 0.05).any(axis=1)) > 0.35
+    assert np.mean([(stats.holm(row) < 0.05).any() for row in p]) < 0.065
+
+
+def test_the_holm_adjustment_runs_over_every_pair_in_the_file(tmp_path):
+    """Three claims in one file: each pair's p is adjusted over the two tested (x2 for the smaller,
+    x1 for the larger, made monotone); a one-seed pair is no test and is not counted."""
+    trials = rows({"hyperloop": {0: 5.90, 1: 5.91, 2: 5.92}, "looped": {0: 5.94, 1: 5.96, 2: 5.98},
+                   "transformer": {0: 5.93, 1: 5.97, 2: 5.95}, "hc": {0: 5.0}})
+    second = CLAIM.replace("  - claim: Hyperloop beats Looped at matched parameters", "  - claim: second")
+    second = second.split("claims:\n", 1)[1].replace("looped", "transformer")
+    third = second.replace("claim: second", "claim: third").replace("transformer", "hc")
+    results = check(CLAIM + second + third, trials, tmp_path)
+    raw = [r.pairs[0].difference.p for r in results[:2]]
+    assert raw[0] < raw[1]
+    assert [r.pairs[0].p_holm for r in results[:2]] == [pytest.approx(2 * raw[0]),
+                                                        pytest.approx(max(2 * raw[0], raw[1]))]
+    assert math.isnan(results[2].pairs[0].p_holm)
+
+
 # --- the claims file ----------------------------------------------------------------------------
 
 def test_the_shipped_claims_cite_the_papers_sections():
@@ -362,7 +405,7 @@ def test_a_published_difference_below_the_detectable_is_said_so(tmp_path):
     assert cells == {"Claim": "Hyperloop beats Looped at matched parameters",
                      "Better − worse (metric)": "hyperloop − looped (val_loss)",
                      "Difference [95% CI]": "−0.0500 [−0.0748, −0.0252] (paired)", "Published": "−0.02",
-                     "Detectable (80%)": "0.0310",
+                     "Detectable (80%)": "0.0310", "p (Holm)": "0.013",   # t = 8.66 on 2 df, one pair
                      "Verdict": "reproduced (the published difference is below the detectable)"}
     full = {c.header: c.cells[0] for c in claims.table(loaded, [below]).columns}
     assert {k: full[k] for k in ("Difference [95% CI]", "Published", "Detectable (80%)", "Verdict")} == {

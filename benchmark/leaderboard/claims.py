@@ -51,7 +51,7 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -257,6 +257,7 @@ class Pair:
     difference: stats.Difference | None
     verdict: str
     published: float | None = None   # the paper's better - worse
+    p_holm: float = math.nan         # the difference's p-value, Holm-adjusted over every pair evaluated together
 
     @property
     def below_detectable(self) -> bool:
@@ -281,8 +282,19 @@ def evaluate(claims: ClaimsFile, trials: pd.DataFrame) -> list[Result]:
     """Every claim checked against `trials` (a board's trials: every row read, any status), in its
     study, or in each study when it names none."""
     studies = list(pd.unique(trials["study"]))
-    return [_evaluate(claims.origin, c, study, trials) for c in claims.claims for study in
-            ([c.study] if c.study else studies)]
+    results = [_evaluate(claims.origin, c, study, trials) for c in claims.claims for study in
+               ([c.study] if c.study else studies)]
+    return _with_holm(results)
+
+
+def _with_holm(results: list[Result]) -> list[Result]:
+    """Each pair's p-value adjusted (Holm) over every pair of the file: many claims checked at 5%
+    each find some "reproduced" or "contradicted" by chance; the adjusted p says which verdicts
+    survive the family-wise correction."""
+    pairs = [p for r in results for p in r.pairs]
+    adjusted = iter(stats.holm([p.difference.p if p.difference is not None and p.verdict != ONE_SEED else math.nan
+                                for p in pairs]))
+    return [replace(r, pairs=tuple(replace(p, p_holm=float(next(adjusted))) for p in r.pairs)) for r in results]
 
 
 def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame) -> Result:
@@ -420,15 +432,22 @@ def _pair_cells(r: Result, p: Pair | None) -> dict[str, str]:
     return {"diff": f"{_num(d.estimate, digits)}{interval} ({d.method})" if d else MISSING,
             "published": _published_cell(p),
             "detectable": _num(d.detectable, digits) if d else MISSING,
+            "p_holm": _p_cell(p.p_holm) if p is not None else MISSING,
             "verdict": _verdict(r, p)}
 
 
+def _p_cell(p: float) -> str:
+    return MISSING if not math.isfinite(p) else "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
 _SHARED_HEADS = {"diff": "Difference [95% CI]", "published": "Published", "detectable": "Detectable (80%)",
-                 "verdict": "Verdict"}
+                 "p_holm": "p (Holm)", "verdict": "Verdict"}
 _CAPTION = ("difference: better − worse, paired by seed where both groups hold the same seeds, else Welch; "
             "reproduced / contradicted: the 95% interval excludes 0 on the expected / the other side; published: "
             "the paper's own better − worse at its scale; detectable: the smallest true difference these seeds "
-            "detect with 80% power (5% two-sided)")
+            "detect with 80% power (5% two-sided); p (Holm): the difference's two-sided p-value, Holm-adjusted over "
+            "every pair of this table with 2 seeds or more a side: a verdict whose adjusted p is 0.05 or more may be "
+            "one of the chance verdicts expected among that many tests")
 
 
 def table(claims: ClaimsFile, results: list[Result]) -> Table:
@@ -481,6 +500,7 @@ def to_json(claims: ClaimsFile, results: list[Result]) -> dict:
         if d is None:
             return None
         return {"method": d.method, "estimate": _finite(d.estimate), "se": _finite(d.se), "df": _finite(d.df),
+                "p": _finite(d.p),
                 "interval": [_finite(d.lo), _finite(d.hi)], "level": d.level,
                 "detectable": _finite(d.detectable), "power": d.power}
 
@@ -492,6 +512,6 @@ def to_json(claims: ClaimsFile, results: list[Result]) -> dict:
                     "seeds": {str(s): v for s, v in g.values.items()},
                     "n": len(g.values), "mean": _finite(g.mean), "se": _finite(g.se)} for g in r.groups],
         "pairs": [{"better": p.better, "worse": p.worse, "expected": p.expected, "verdict": p.verdict,
-                   "difference": difference(p.difference), "published": p.published,
+                   "difference": difference(p.difference), "p_holm": _finite(p.p_holm), "published": p.published,
                    "published_below_detectable": p.below_detectable} for p in r.pairs],
     } for r in results]}

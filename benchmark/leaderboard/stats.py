@@ -15,7 +15,7 @@ import numpy as np
 
 # Student's t quantile, from scipy.special: scipy.stats imports every distribution for this one
 # function, a cost the leaderboard's start would pay each run.
-from scipy.special import stdtrit
+from scipy.special import stdtr, stdtrit
 
 LEVEL = 0.95   # two-sided confidence of every interval the leaderboard prints
 POWER = 0.80   # the power at which the minimum detectable difference is stated
@@ -27,6 +27,30 @@ def t_quantile(p: float, df) -> np.ndarray:
     df = np.asarray(df, dtype=float)
     ok = np.isfinite(df) & (df > 0)
     return np.where(ok, stdtrit(np.where(ok, df, 1.0), p), np.nan)
+
+
+def p_value(estimate, se, df) -> np.ndarray:
+    """The two-sided p-value of a t test of `estimate` = 0: 2 x P(T_df > |estimate / se|) (NaN
+    without a standard error)."""
+    se, df = np.asarray(se, dtype=float), np.asarray(df, dtype=float)
+    ok = np.isfinite(se) & (se > 0) & np.isfinite(df) & (df > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = np.abs(np.asarray(estimate, dtype=float) / np.where(ok, se, 1.0))
+    return np.where(ok, 2 * stdtr(np.where(ok, df, 1.0), -t), np.nan)
+
+
+def holm(p) -> np.ndarray:
+    """Holm's step-down adjustment (Holm 1979) of a family of p-values: the i-th smallest of m is
+    multiplied by m - i + 1 (i from 1), made non-decreasing in that order and capped at 1, so that
+    rejecting where the adjusted p < 0.05 keeps the chance of any false rejection under 5%. NaNs
+    are not tests: they stay NaN and do not count in m."""
+    p = np.asarray(p, dtype=float)
+    out = np.full(p.shape, np.nan)
+    tested = np.flatnonzero(np.isfinite(p))
+    order = tested[np.argsort(p[tested], kind="stable")]
+    m = len(order)
+    out[order] = np.minimum(1.0, np.maximum.accumulate(p[order] * (m - np.arange(m))))
+    return out
 
 
 def mean_se(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -102,6 +126,7 @@ class Difference:
     lo: float
     hi: float
     detectable: float
+    p: float = float("nan")   # two-sided p-value of first - second = 0 (p_value)
     level: float = LEVEL
     power: float = POWER
 
@@ -123,7 +148,7 @@ def compare(a: dict[int, float], b: dict[int, float]) -> Difference:
     est, se, df, same = differences([a.get(s, np.nan) for s in seeds], [b.get(s, np.nan) for s in seeds])
     lo, hi = interval(est, se, df)
     return Difference(method="paired" if same else "welch", estimate=float(est), se=float(se), df=float(df),
-                      lo=float(lo), hi=float(hi), detectable=float(detectable(se, df)))
+                      lo=float(lo), hi=float(hi), detectable=float(detectable(se, df)), p=float(p_value(est, se, df)))
 
 
 def _widened(values: np.ndarray) -> np.ndarray:
