@@ -184,7 +184,8 @@ def test_holm_adjusts_by_rank_keeps_order_and_skips_what_was_not_tested():
 
 def test_the_holm_adjustment_runs_over_every_pair_in_the_file(tmp_path):
     """Three claims in one file: each pair's p is adjusted over the two tested (x2 for the smaller,
-    x1 for the larger, made monotone); a one-seed pair is no test and is not counted."""
+    x1 for the larger, made monotone); a pair of one seed a side has no standard error, so no p,
+    and is not counted."""
     trials = rows({"hyperloop": {0: 5.90, 1: 5.91, 2: 5.92}, "looped": {0: 5.94, 1: 5.96, 2: 5.98},
                    "transformer": {0: 5.93, 1: 5.97, 2: 5.95}, "hc": {0: 5.0}})
     second = CLAIM.replace("  - claim: Hyperloop beats Looped at matched parameters", "  - claim: second")
@@ -463,3 +464,27 @@ def test_each_claim_says_which_parameter_count_its_study_matched(tmp_path):
     table = claims.table(claims.load(tmp_path / "claims.yaml"), [result])
     assert next(c for c in table.columns if c.header == "Count").cells == ["non_embedding_head"]
     assert claims.to_json(claims.load(tmp_path / "claims.yaml"), [result])["claims"][0]["count"] == "non_embedding_head"
+
+
+def test_a_zero_standard_error_gives_the_p_its_zero_width_interval_implies():
+    assert stats.p_value(-0.05, 0.0, 4) == 0.0 and stats.p_value(0.0, 0.0, 4) == 1.0
+    assert np.isnan(stats.p_value(-0.05, np.nan, np.nan))
+    same = stats.compare({0: 1.0, 1: 2.0, 2: 3.0}, {0: 1.5, 1: 2.5, 2: 3.5})   # every seed differs by -0.5
+    assert (same.lo, same.hi, same.p) == (-0.5, -0.5, 0.0)
+
+
+def test_a_claim_on_a_study_not_run_keeps_its_pairs_and_published_differences(tmp_path):
+    text = CLAIM.replace("study: demo", "study: later").replace("    groups:", "    published: -0.03\n    groups:")
+    (result,) = check(text, rows({"hyperloop": {0: 5.9}}), tmp_path)
+    assert result.verdict == "no data" and result.why == "no study later here (demo)"
+    (pair,) = result.pairs
+    assert (pair.better, pair.worse, pair.published, pair.difference) == ("hyperloop", "looped", -0.03, None)
+    cells = {c.header: c.cells[0] for c in claims.verdicts(claims.load(tmp_path / "claims.yaml"), [result]).columns}
+    assert cells["Published"] == "−0.03" and cells["Better − worse (metric)"] == "hyperloop − looped (val_loss)"
+    assert cells["Verdict"] == "no data: no study later here (demo)"
+
+
+def test_a_published_difference_on_the_wrong_side_of_the_order_is_refused(tmp_path):
+    assert_load_error(CLAIM.replace("    groups:", "    published: 0.03\n    groups:"), tmp_path,
+                      "claims.yaml:7:16: claims[0].published: hyperloop - looped = 0.03 is not < 0, the side the order "
+                      "expects for val_loss:min (hyperloop better): check the sign, or the order")

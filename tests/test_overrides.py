@@ -226,7 +226,7 @@ def test_a_per_loop_objective_needs_candidates_that_evaluate_that_loop_count(cap
     assert error(capsys, tiny, "--plan", *r4) == (
         "--set objectives=[val_loss_r4:min]: objectives[0]: val_loss_r4 is the loss at 4 loops, which candidate 0 "
         "(transformer) does not evaluate (its eval_loops: none); give the family eval_loops with 4, or keep this "
-        "objective to a space of families that evaluate it (AbbIE, Depth)")
+        "objective to families that evaluate it (abbie-c, abbie-d, depth)")
     rows, _ = plan(capsys, tiny, *r4, "--set", "axes.family=[abbie-d]")
     assert [r["family"] for r in rows] == ["abbie-d"]
     space = load_space(tiny, [parse_set("objectives=[val_loss_r4:min]")])

@@ -185,18 +185,25 @@ def _claim(src: Source, i: int, raw: Any) -> Claim:
                  groups={g: _filters(src, (*at, "groups", g), f, empty=g in own) for g, f in filters.items()},
                  where=_filters(src, (*at, "where"), raw.get("where") or {}, empty=True),
                  note=str(raw.get("note") or "").strip(), group_metrics=own,
-                 published=_published(src, (*at, "published"), raw["published"], len(order) - 1)
+                 published=_published(src, (*at, "published"), raw["published"], order, metric)
                  if "published" in raw else None)
 
 
-def _published(src: Source, at: tuple, raw: Any, pairs: int) -> tuple[float, ...]:
-    """The paper's differences, one per adjacent pair of the order (a bare number for one pair)."""
+def _published(src: Source, at: tuple, raw: Any, order: list, metric: Objective) -> tuple[float, ...]:
+    """The paper's differences, one per adjacent pair of the order (a bare number for one pair),
+    each on the side the order expects (a slip of sign would say the paper found the opposite)."""
+    pairs = len(order) - 1
     values = raw if isinstance(raw, list) else [raw]
     if len(values) != pairs or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                                        for v in values):
         want = "a number" if pairs == 1 else f"a list of {pairs} numbers"
         raise _error(src, at, f"expected {want} (the paper's better - worse for each adjacent pair of "
                               f"`order`), got {raw!r}")
+    for k, v in enumerate(values):
+        if (v > 0) != metric.maximize and v != 0:
+            side = "> 0" if metric.maximize else "< 0"
+            raise _error(src, at, f"{order[k]} - {order[k + 1]} = {v:g} is not {side}, the side the order expects "
+                                  f"for {metric} ({order[k]} better): check the sign, or the order")
     return tuple(float(v) for v in values)
 
 
@@ -275,7 +282,7 @@ class Result:
     pairs: tuple[Pair, ...]
     verdict: str
     why: str = ""                    # for "no data": what is missing
-    count: str = ""                  # the parameter count the study's budget matched (budget_count)
+    count: str = ""                  # the parameter count the groups' budgets matched (budget_count)
 
 
 def evaluate(claims: ClaimsFile, trials: pd.DataFrame) -> list[Result]:
@@ -292,16 +299,20 @@ def _with_holm(results: list[Result]) -> list[Result]:
     each find some "reproduced" or "contradicted" by chance; the adjusted p says which verdicts
     survive the family-wise correction."""
     pairs = [p for r in results for p in r.pairs]
-    adjusted = iter(stats.holm([p.difference.p if p.difference is not None and p.verdict != ONE_SEED else math.nan
-                                for p in pairs]))
+    # a pair without data, or with one seed a side (no standard error), has no p and is no test
+    adjusted = iter(stats.holm([p.difference.p if p.difference is not None else math.nan for p in pairs]))
     return [replace(r, pairs=tuple(replace(p, p_holm=float(next(adjusted))) for p in r.pairs)) for r in results]
 
 
 def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame) -> Result:
     rows = trials[trials["study"] == study]
+    published = claim.published or (None,) * (len(claim.order) - 1)
     if rows.empty:
         found = ", ".join(pd.unique(trials["study"]))
-        return Result(claim=claim, study=study, groups=(), pairs=(), verdict=NO_DATA,
+        expected = "> 0" if claim.metric.maximize else "< 0"
+        pairs = tuple(Pair(better=a, worse=b, expected=expected, difference=None, verdict=NO_DATA, published=p)
+                      for a, b, p in zip(claim.order, claim.order[1:], published))
+        return Result(claim=claim, study=study, groups=(), pairs=pairs, verdict=NO_DATA,
                       why=f"no study {study} here ({found})")
     at = ("claims", claim.index)
     for name in claim.order:
@@ -310,17 +321,17 @@ def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame) -> Re
             raise _error(src, key, f"the results have no column {col}")
     ok = rows[(rows["status"] == "ok").to_numpy()]
     ok = ok[_match(src, (*at, "where"), ok, claim.where)]
-    groups = tuple(_group(name, ok[_match(src, (*at, "groups", name), ok, claim.groups[name])], claim)
-                   for name in claim.order)
+    matched = {name: ok[_match(src, (*at, "groups", name), ok, claim.groups[name])] for name in claim.order}
+    groups = tuple(_group(name, matched[name], claim) for name in claim.order)
     sign = 1 if claim.metric.maximize else -1
-    published = claim.published or (None,) * (len(groups) - 1)
     pairs = tuple(_pair(a, b, sign, p) for a, b, p in zip(groups, groups[1:], published))
     empty: dict[str, list[str]] = {}
     for g in groups:
         if not g.values:
             empty.setdefault(g.metric, []).append(g.name)
     why = "; ".join(f"no ok rows with a finite {col} in group {', '.join(names)}" for col, names in empty.items())
-    counts = sorted(map(str, pd.unique(ok["budget_count"].dropna()))) if "budget_count" in ok else []
+    counts = sorted({str(c) for rows in matched.values() if "budget_count" in rows
+                     for c in rows["budget_count"].dropna()})
     return Result(claim=claim, study=study, groups=groups, pairs=pairs, verdict=_overall([p.verdict for p in pairs]),
                   why=why, count=", ".join(counts))
 
@@ -469,8 +480,9 @@ def table(claims: ClaimsFile, results: list[Result]) -> Table:
                 cells[k].append(v)
     return Table(title=f"Claims ({os.path.basename(claims.path)})",
                  columns=[Column(header=h, cells=cells[k]) for k, h in heads.items()],
-                 caption="count: the parameters the study's budget matched (the paper's own count); groups: mean ± "
-                         "s.e. over seeds (a group's candidates averaged per seed); " + _CAPTION)
+                 caption="count: the parameter count the groups' budgets matched (the space's count:, to compare with "
+                         "the paper's); groups: mean ± s.e. over seeds (a group's candidates averaged per seed); "
+                         + _CAPTION)
 
 
 def verdicts(claims: ClaimsFile, results: list[Result]) -> Table:

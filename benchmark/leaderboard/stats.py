@@ -30,13 +30,16 @@ def t_quantile(p: float, df) -> np.ndarray:
 
 
 def p_value(estimate, se, df) -> np.ndarray:
-    """The two-sided p-value of a t test of `estimate` = 0: 2 x P(T_df > |estimate / se|) (NaN
-    without a standard error)."""
+    """The two-sided p-value of a t test of `estimate` = 0: 2 x P(T_df > |estimate / se|); NaN
+    without a standard error. A zero standard error (every seed's difference the same) gives 0 for
+    a nonzero estimate and 1 for a zero one, as its zero-width interval does."""
+    estimate = np.asarray(estimate, dtype=float)
     se, df = np.asarray(se, dtype=float), np.asarray(df, dtype=float)
     ok = np.isfinite(se) & (se > 0) & np.isfinite(df) & (df > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        t = np.abs(np.asarray(estimate, dtype=float) / np.where(ok, se, 1.0))
-    return np.where(ok, 2 * stdtr(np.where(ok, df, 1.0), -t), np.nan)
+        t = np.abs(estimate / np.where(ok, se, 1.0))
+    exact = np.isfinite(df) & (df > 0) & (se == 0) & np.isfinite(estimate)
+    return np.where(ok, 2 * stdtr(np.where(ok, df, 1.0), -t), np.where(exact, (estimate == 0).astype(float), np.nan))
 
 
 def holm(p) -> np.ndarray:

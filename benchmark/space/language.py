@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from benchmark.arch.fields import did_you_mean, one_of, set_dotted
+from benchmark.arch.presets import PRESETS
 from benchmark.arch.spec import FFN_WIDTHS, SPEC_KEYS
 from benchmark.space.align import Align, parse_align
 from benchmark.space.budget import (
@@ -173,15 +174,17 @@ class SearchSpace:
     def check_objectives(self, spec, about: str = "") -> None:
         """SpaceError when an objective is a per-loop loss (val_loss_r4) this candidate's spec does not
         evaluate (its `eval_loops`): every one of its trials would have no value to optimise."""
+        loops_of = dict(zip(LOOP_LOSSES, LOOP_COUNTS))
         for i, (name, _) in enumerate(self.objectives):
             column = metric(name).column
-            if column in LOOP_LOSSES and LOOP_COUNTS[LOOP_LOSSES.index(column)] not in spec.eval_loops:
-                r = LOOP_COUNTS[LOOP_LOSSES.index(column)]
+            r = loops_of.get(column)
+            if r is not None and r not in spec.eval_loops:
                 evaluated = ", ".join(map(str, spec.eval_loops)) or "none"
+                families = ", ".join(f for f, p in PRESETS.items() if r in p.get("eval_loops", ()))
                 raise self.source.error(("objectives", i), f"{column} is the loss at {r} loops, which {about or 'a candidate'} "
                                         f"({spec.family}) does not evaluate (its eval_loops: {evaluated}); give the "
-                                        f"family eval_loops with {r}, or keep this objective to a space of "
-                                        "families that evaluate it (AbbIE, Depth)")
+                                        f"family eval_loops with {r}, or keep this objective to families that "
+                                        f"evaluate it ({families})")
 
 
 BUDGET_AXIS = "budget"
