@@ -86,6 +86,18 @@ def test_fits_per_structure_and_one_seed_without_intervals():
     assert all("[" not in cell for cell in cells)   # a value, no interval
 
 
+def test_a_rung_with_fewer_seeds_is_fitted_with_the_seeds_it_has():
+    """A ladder whose top rung is still running: 4 seeds at the lower budgets, 1 at the top (the
+    fit had stacked the rungs' seeds as if they were equal in number, and failed)."""
+    rows = ladder()
+    rows = rows[(rows["budget"] < 8e6) | (rows["seed"] == 0)]
+    result = fit(build_board(rows), target=113e6)
+    looped = result.fits[1]
+    assert looped.seeds.tolist() == [4, 4, 4, 1]
+    assert np.isnan(looped.se[-1]) and np.isfinite(looped.se[:3]).all()
+    assert np.allclose(looped.loss, truth("looped", BUDGETS), atol=0.03)
+
+
 def test_a_study_with_fewer_than_three_budgets_says_why():
     board = build_board(ladder(budgets=(1e6, 2e6)))
     result = fit(board, target=113e6)

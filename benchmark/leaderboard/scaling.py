@@ -190,7 +190,12 @@ def _fit_group(study: str, label: str, group: pd.DataFrame, values: np.ndarray, 
         seeds = np.isfinite(values[at]).sum(axis=1).max()
         samples.append(values[at, :seeds])  # rows are filled from the left: the rest is padding
         n.append(float(group[params].to_numpy(float)[at[0]]))
-    mean, se, seeds = stats.mean_se(np.stack([at[0] for at in samples]))
+    # the best candidate's seeds at each budget, NaN-padded: budgets may hold different numbers of
+    # seeds (a ladder whose top rung is still running)
+    best = np.full((len(samples), max(at.shape[1] for at in samples)), np.nan)
+    for p, at in enumerate(samples):
+        best[p, :at.shape[1]] = at[0]
+    mean, se, seeds = stats.mean_se(best)
     n0, a, alpha, c, boot = fit_points(np.array(n), samples, draws, rng)
     return Fit(study=study, group=label, family=str(group["family"].iloc[0]), n=np.array(n), loss=mean, se=se,
                seeds=seeds, n0=n0, a=a, alpha=alpha, c=c, draws=boot)
