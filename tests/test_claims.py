@@ -482,6 +482,8 @@ def test_a_claim_on_a_study_not_run_keeps_its_pairs_and_published_differences(tm
     cells = {c.header: c.cells[0] for c in claims.verdicts(claims.load(tmp_path / "claims.yaml"), [result]).columns}
     assert cells["Published"] == "−0.03" and cells["Better − worse (metric)"] == "hyperloop − looped (val_loss)"
     assert cells["Verdict"] == "no data: no study later here (demo)"
+    full = {c.header: c.cells[0] for c in claims.table(claims.load(tmp_path / "claims.yaml"), [result]).columns}
+    assert (full["Expected better"], full["Published"], full["Verdict"]) == ("—", "−0.03", cells["Verdict"])
 
 
 def test_a_published_difference_on_the_wrong_side_of_the_order_is_refused(tmp_path):

@@ -473,8 +473,8 @@ def table(claims: ClaimsFile, results: list[Result]) -> Table:
         for p in r.pairs or (None,):
             row = {"claim": r.claim.claim, "source": r.claim.source, "study": r.study, "count": r.count or MISSING,
                    "metric": r.claim.metric_text(),
-                   "a": _group_cell(groups[p.better], digits) if p else MISSING,
-                   "b": _group_cell(groups[p.worse], digits) if p else MISSING,
+                   "a": _group_cell(groups[p.better], digits) if p and p.better in groups else MISSING,
+                   "b": _group_cell(groups[p.worse], digits) if p and p.worse in groups else MISSING,
                    "expected": p.expected if p else MISSING, **_pair_cells(r, p)}
             for k, v in row.items():
                 cells[k].append(v)
