@@ -31,6 +31,7 @@ figure img { width: 100%; max-width: 1100px; border: 1px solid #eee; }
 .caption, .notes { color: #555; font-size: 12px; }
 .scroll { max-height: 36em; overflow: auto; }
 .fit { overflow-x: auto; }
+.wrap td { white-space: normal; min-width: 5em; max-width: 30em; }
 details { margin: -0.6em 0 1.2em; } summary { cursor: pointer; color: #555; font-size: 13px; }
 """
 
@@ -86,10 +87,10 @@ def page(board: Board, doc: tables.Document, plots: list[Plot], notes: list[str]
         f"<h1>Leaderboard: {html.escape(', '.join(board.studies))}</h1>",
         "<noscript>The tables are filled in by the page's script: enable JavaScript.</noscript>",
         f'<p class="caption">{html.escape(tables.objectives_line(board))}</p>',
-        *([f"<h2>{html.escape(doc.verdicts.title)}</h2>", _table_with_caption(doc.verdicts, titled=False)]
+        *([f"<h2>{html.escape(doc.verdicts.title)}</h2>", _table_with_caption(doc.verdicts, titled=False, wrap=True)]
           if doc.verdicts is not None else []),
         "<h2>Leaderboard</h2>", *(_ranked(board, t) for t in doc.ranked),
-        *([f"<h2>{html.escape(doc.claims.title)}</h2>", _table_with_caption(doc.claims, titled=False)]
+        *([f"<h2>{html.escape(doc.claims.title)}</h2>", _table_with_caption(doc.claims, titled=False, wrap=True)]
           if doc.claims is not None else []),
         *(["<h2>Frontiers</h2>", '<div class="plots">', *(_figure(p) for p in plots), "</div>"] if plots else []),
         "<h2>Hypervolume</h2>", _table_with_caption(doc.hypervolume, titled=False),
@@ -122,14 +123,15 @@ def _ranked(board: Board, table: formats.Table) -> str:
     return _table_with_caption(glance) + (full if len(glance.columns) < len(table.columns) else "")
 
 
-def _table_with_caption(table: formats.Table, titled: bool = True) -> str:
+def _table_with_caption(table: formats.Table, titled: bool = True, wrap: bool = False) -> str:
     caption = f'<p class="caption">{html.escape(table.caption)}</p>' if table.caption else ""
-    return _fit(formats.html_table(table, titled=titled)) + caption
+    return _fit(formats.html_table(table, titled=titled), wrap) + caption
 
 
-def _fit(table: str) -> str:
-    """A table wider than the window scrolls in its own box; the page itself never scrolls sideways."""
-    return f'<div class="fit">{table}</div>'
+def _fit(table: str, wrap: bool = False) -> str:
+    """A table wider than the window scrolls in its own box; the page itself never scrolls sideways.
+    `wrap`: its text wraps (the claims' sentences), so that the verdict at the end of a row shows."""
+    return f'<div class="fit{" wrap" if wrap else ""}">{table}</div>'
 
 
 def _figure(plot: Plot) -> str:
