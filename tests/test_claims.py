@@ -358,7 +358,7 @@ def test_cli_reports_claims_in_markdown_html_and_json(tmp_path, capsys):
     html = (tmp_path / "site" / "index.html").read_text()
     assert html.index("<h2>Verdicts (quickstart.yaml)</h2>") < html.index("<h2>Claims (quickstart.yaml)</h2>")
     # the claims' sentences wrap, so that the verdict at a row's end shows in the window
-    assert html.split("<h2>Verdicts (quickstart.yaml)</h2>", 1)[1].startswith('<div class="fit wrap">')
+    assert html.split("<h2>Verdicts (quickstart.yaml)</h2>", 1)[1].lstrip().startswith('<div class="fit wrap">')
     assert cli.main([str(tmp_path / "results"), "--claims", str(tmp_path / "nope.yaml")]) == 2
     assert "nope.yaml: cannot be read" in capsys.readouterr().err
 
