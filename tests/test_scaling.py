@@ -98,6 +98,18 @@ def test_a_rung_with_fewer_seeds_is_fitted_with_the_seeds_it_has():
     assert np.allclose(looped.loss, truth("looped", BUDGETS), atol=0.03)
 
 
+def test_the_diagnostics_of_a_ladder_name_each_rungs_budget():
+    """A ladder's rungs share family and structure: without the budget its diagnostic rows read alike."""
+    from benchmark.leaderboard import tables
+
+    rows = ladder().assign(stream_cosine=lambda f: np.where(f["family"] == "hyperloop", 0.99, np.nan))
+    diag = tables.diagnostics(build_board(rows))
+    cells = {c.header: c.cells for c in diag.columns}
+    assert cells["Family"] == ["hyperloop"] * 8 and sorted(set(cells["Budget"])) == ["1M", "2M", "4M", "8M"]
+    one = tables.diagnostics(build_board(rows[rows["budget"] == 1e6]))
+    assert "Budget" not in [c.header for c in one.columns]
+
+
 def test_a_study_with_fewer_than_three_budgets_says_why():
     board = build_board(ladder(budgets=(1e6, 2e6)))
     result = fit(board, target=113e6)

@@ -280,6 +280,8 @@ def diagnostics(board: Board) -> Table:
         *([text(rows, "study", "Study")] if len(board.studies) > 1 else []),
         text(rows, "family", "Family"), text(rows, "structure", "Structure"),
         *([text(rows, "variant", "Variant")] if _has_variants(rows) else []),
+        # a ladder's rungs share family and structure: the budget tells its rows apart
+        *([numeric(rows, "band", "Budget", counts)] if rows["band"].nunique() > 1 else []),
         *(numeric(rows, c, heading(c), decimals(4)) for c in cols),
         numeric(rows, "n_seeds", "Seeds", integers),
     ], caption="after training, on held-out text, mean over seeds: mean pairwise cosine of the streams "
