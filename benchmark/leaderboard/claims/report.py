@@ -1,0 +1,129 @@
+"""The claims' results as tables (in full, and in brief for a reader to quote) and as JSON."""
+
+from __future__ import annotations
+
+import math
+import os
+
+from benchmark.leaderboard import stats
+from benchmark.leaderboard.claims.check import NO_DATA, ClaimsFile, Group, Pair, Result
+from benchmark.leaderboard.formats import Column, Table
+from benchmark.leaderboard.tables import MISSING, WITH_SE
+
+def _num(value: float, digits: int) -> str:
+    return f"{value:.{digits}f}".replace("-", "−") if math.isfinite(value) else MISSING
+
+
+def _group_cell(g: Group, digits: int) -> str:
+    if not g.values:
+        return f"{g.name}: no rows"
+    se = f" ± {_num(g.se, digits)}" if math.isfinite(g.se) else ""
+    return f"{g.name}: {_num(g.mean, digits)}{se} ({len(g.values)} seed{'s' * (len(g.values) != 1)})"
+
+
+def _verdict(r: Result, p: Pair | None) -> str:
+    text = p.verdict if p else r.verdict
+    if r.why and (p is None or p.verdict == NO_DATA):  # what is missing, on the pairs it leaves without data
+        text += f": {r.why}"
+    if p is not None and p.below_detectable:
+        text += " (the published difference is below the detectable)"
+    return text
+
+
+def _published_cell(p: Pair | None) -> str:
+    """As the claims file gives it (its digits are the paper's)."""
+    return f"{p.published:g}".replace("-", "−") if p is not None and p.published is not None else MISSING
+
+
+def _pair_cells(r: Result, p: Pair | None) -> dict[str, str]:
+    """The cells every table of claims shares: the difference, the paper's, the detectable, the verdict."""
+    digits = WITH_SE.get(r.claim.metric.column, 4)
+    d = p.difference if p is not None else None
+    interval = (f" [{_num(d.lo, digits)}, {_num(d.hi, digits)}]" if math.isfinite(d.lo) else "") if d else ""
+    return {"diff": f"{_num(d.estimate, digits)}{interval} ({d.method})" if d else MISSING,
+            "published": _published_cell(p),
+            "detectable": _num(d.detectable, digits) if d else MISSING,
+            "p_holm": _p_cell(p.p_holm) if p is not None else MISSING,
+            "verdict": _verdict(r, p)}
+
+
+def _p_cell(p: float) -> str:
+    return MISSING if not math.isfinite(p) else "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+_SHARED_HEADS = {"diff": "Difference [95% CI]", "published": "Published", "detectable": "Detectable (80%)",
+                 "p_holm": "p (Holm)", "verdict": "Verdict"}
+_CAPTION = ("difference: better − worse, paired by seed where both groups hold the same seeds, else Welch; "
+            "reproduced / contradicted: the 95% interval excludes 0 on the expected / the other side; published: "
+            "the paper's own better − worse at its scale; detectable: the smallest true difference these seeds "
+            "detect with 80% power (5% two-sided); p (Holm): the difference's two-sided p-value, Holm-adjusted over "
+            "every pair of this table with 2 seeds or more a side: a verdict whose adjusted p is 0.05 or more may be "
+            "one of the chance verdicts expected among that many tests")
+
+
+def table(claims: ClaimsFile, results: list[Result]) -> Table:
+    """One row per compared pair (a claim of n groups has n - 1)."""
+    heads = {"claim": "Claim", "source": "Source", "study": "Study", "count": "Count", "metric": "Metric",
+             "a": "Expected better",
+             "b": "Expected worse", "expected": "Expected", **_SHARED_HEADS}
+    cells: dict[str, list[str]] = {k: [] for k in heads}
+    for r in results:
+        digits = WITH_SE.get(r.claim.metric.column, 4)
+        groups = {g.name: g for g in r.groups}
+        for p in r.pairs or (None,):
+            row = {"claim": r.claim.claim, "source": r.claim.source, "study": r.study, "count": r.count or MISSING,
+                   "metric": r.claim.metric_text(),
+                   "a": _group_cell(groups[p.better], digits) if p and p.better in groups else MISSING,
+                   "b": _group_cell(groups[p.worse], digits) if p and p.worse in groups else MISSING,
+                   "expected": p.expected if p else MISSING, **_pair_cells(r, p)}
+            for k, v in row.items():
+                cells[k].append(v)
+    return Table(title=f"Claims ({os.path.basename(claims.path)})",
+                 columns=[Column(header=h, cells=cells[k]) for k, h in heads.items()],
+                 caption="count: the parameter count the groups' budgets matched (the space's count:, to compare with "
+                         "the paper's); groups: mean ± s.e. over seeds (a group's candidates averaged per seed); "
+                         + _CAPTION)
+
+
+def verdicts(claims: ClaimsFile, results: list[Result]) -> Table:
+    """The claims table in brief, one row per compared pair: what a reader quotes."""
+    heads = {"claim": "Claim", "pair": "Better − worse (metric)", **_SHARED_HEADS}
+    cells: dict[str, list[str]] = {k: [] for k in heads}
+    for r in results:
+        for p in r.pairs or (None,):
+            pair = MISSING
+            if p is not None:
+                a, b = r.claim.metric_of(p.better).column, r.claim.metric_of(p.worse).column
+                pair = f"{p.better} − {p.worse} ({a if a == b else f'{a} − {b}'})"
+            for k, v in {"claim": r.claim.claim, "pair": pair, **_pair_cells(r, p)}.items():
+                cells[k].append(v)
+    return Table(title=f"Verdicts ({os.path.basename(claims.path)})",
+                 columns=[Column(header=h, cells=cells[k]) for k, h in heads.items()],
+                 caption=_CAPTION + "; the groups' means and sources: the claims table")
+
+
+def _finite(x: float) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def to_json(claims: ClaimsFile, results: list[Result]) -> dict:
+    """Every number behind the table, NaN as null."""
+    def difference(d: stats.Difference | None):
+        if d is None:
+            return None
+        return {"method": d.method, "estimate": _finite(d.estimate), "se": _finite(d.se), "df": _finite(d.df),
+                "p": _finite(d.p),
+                "interval": [_finite(d.lo), _finite(d.hi)], "level": d.level,
+                "detectable": _finite(d.detectable), "power": d.power}
+
+    return {"file": claims.path, "description": claims.description, "claims": [{
+        "claim": r.claim.claim, "source": r.claim.source, "study": r.study, "count": r.count, "note": r.claim.note,
+        "metric": r.claim.metric.column, "direction": r.claim.metric.direction, "order": list(r.claim.order),
+        "verdict": r.verdict, "why": r.why,
+        "groups": [{"name": g.name, "filters": g.filters, "metric": g.metric,
+                    "seeds": {str(s): v for s, v in g.values.items()},
+                    "n": len(g.values), "mean": _finite(g.mean), "se": _finite(g.se)} for g in r.groups],
+        "pairs": [{"better": p.better, "worse": p.worse, "expected": p.expected, "verdict": p.verdict,
+                   "difference": difference(p.difference), "p_holm": _finite(p.p_holm), "published": p.published,
+                   "published_below_detectable": p.below_detectable} for p in r.pairs],
+    } for r in results]}
