@@ -95,6 +95,8 @@ SPACE_NOTES = {
     "objectives": "metrics of the registry with `:min` / `:max`, e.g. `[val_loss:min, flops_per_token_train:min]`",
     "trials": "candidates to sample; `--trials` overrides",
     "seeds": "seeds per candidate; `--seeds` overrides",
+    "pruner": "`asha` (default: successive halving over tokens, with one objective measured in training) or "
+              "`none` (every trial trains to its end: a study of claims)",
 }
 
 TRAINING_NOTES = {

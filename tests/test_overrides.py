@@ -349,3 +349,21 @@ def test_a_trial_trains_the_tokens_its_plan_says(training, per):
     ctx = TrialContext(study="t", study_dir="/tmp/t", data=DataConfig(), training=space.training,
                        count=space.count, objectives=("val_loss",))
     assert space.tokens_for(params) == ctx.train_config(0).total_tokens(params) == 20 * params[per]
+
+
+def test_pruner_none_trains_every_trial_to_its_end(tiny):
+    """ASHA cuts a weak candidate at its first seed, which leaves a study of claims without pairs:
+    `pruner: none` (here through --set) turns it off, the study records it, and a study may resume
+    with another pruner (trials cut before stay cut)."""
+    from benchmark.search import driver
+    from benchmark.search.study import check_declared, declaration
+
+    asha, none = load_space(tiny), load_space(tiny, [parse_set("pruner=none")])
+    opts = SearchOptions(name="tiny-set")
+    assert (asha.pruner, none.pruner) == ("asha", "none")
+    assert driver._asha(asha, opts, ["val_loss"]) and not driver._asha(none, opts, ["val_loss"])
+    assert driver._context(none, opts, ["val_loss"], None, asha=False).training["eval_every"] == 0
+    assert declaration(none)["pruner"] == "none"
+    check_declared(none, 1, declaration(asha), "s/_study.json", "s")   # no error: not what defines the experiment
+    with pytest.raises(Exception, match=r"pruner: 'asa' is not one of asha, none"):
+        load_space(tiny, [parse_set("pruner=asa")])

@@ -338,8 +338,9 @@ def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -
 
 
 def _asha(space, opts: SearchOptions, names: list[str]) -> bool:
-    """Successive halving needs one objective that the trial reports while it trains."""
-    return opts.asha and len(names) == 1 and metrics.BY_NAME[names[0]].intermediate
+    """Successive halving, unless the space says `pruner: none`, needs one objective that the trial
+    reports while it trains."""
+    return opts.asha and space.pruner == "asha" and len(names) == 1 and metrics.BY_NAME[names[0]].intermediate
 
 
 def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console, driving: _Driving):

@@ -307,7 +307,7 @@ def declaration(space) -> dict[str, Any]:
                   "tolerance": space.tolerance, "solve": space.solve, "align": space.align, "anchor": space.anchor,
                   "base": space.base, "variants": space.variants, "axes": {a.key: axis(a) for a in space.axes},
                   "objectives": [list(o) for o in space.objectives], "training": dict(space.training),
-                  "quantize": dict(space.quantize)})
+                  "quantize": dict(space.quantize), "pruner": space.pruner})
 
 
 def check_declared(space, seeds: int, recorded: dict[str, Any], where: str, name: str) -> None:

@@ -36,7 +36,11 @@ from benchmark.trial.config import DEFAULTS as TRAINING_DEFAULTS
 from benchmark.trial.config import QUANTIZE_DEFAULTS, QuantizeConfig, QuantizeConfigError, TrainConfig, TrainConfigError
 
 TOP_KEYS = ("name", "description", "budget", "count", "tolerance", "solve", "align", "anchor", "base",
-            "variants", "axes", "training", "quantize", "objectives", "trials", "seeds")
+            "variants", "axes", "training", "quantize", "objectives", "trials", "seeds", "pruner")
+# What may stop a trial early: ASHA's successive halving over training tokens (when the space has
+# one objective measured during training), or nothing, which a study of claims needs: a candidate
+# pruned at its first seed never trains the others, and its claims have no pairs.
+PRUNERS = ("asha", "none")
 DEFAULT_TRIALS = 16
 _WIDTH_KEYS = tuple(f"ffn.{width}" for width, _, _ in FFN_WIDTHS.values())   # what `solve: ffn` sets
 _RATIO_KEYS = tuple(f"ffn.{ratio}" for _, ratio, _ in FFN_WIDTHS.values())
@@ -116,6 +120,7 @@ class SearchSpace:
     objectives: tuple[tuple[str, str], ...] = (("val_loss", "min"),)
     trials: int = DEFAULT_TRIALS
     seeds: int = 1                  # every candidate trained with this many seeds (--seeds overrides)
+    pruner: str = "asha"            # PRUNERS
     source: Source = field(default=Source("<space>"), compare=False, repr=False)
 
     @property
@@ -275,6 +280,7 @@ class _Reader:
             objectives=self.parsed("objectives", _objectives, (("val_loss", "min"),)),
             trials=self.parsed("trials", _positive_int, DEFAULT_TRIALS),
             seeds=self.parsed("seeds", _positive_int, 1),
+            pruner=self.parsed("pruner", lambda v: one_of(v, PRUNERS), "asha"),
             source=self.src,
         )
 
