@@ -492,3 +492,14 @@ def test_a_published_difference_on_the_wrong_side_of_the_order_is_refused(tmp_pa
     assert_load_error(CLAIM.replace("    groups:", "    published: 0.03\n    groups:"), tmp_path,
                       "claims.yaml:7:16: claims[0].published: hyperloop - looped = 0.03 is not < 0, the side the order "
                       "expects for val_loss:min (hyperloop better): check the sign, or the order")
+
+
+def test_an_empty_group_says_what_its_rows_were_instead(tmp_path):
+    """A candidate cut by ASHA at its first seed leaves its group without ok rows: the verdict says
+    it was pruned, so the reader knows to run the study without a pruner."""
+    trials = rows({"hyperloop": {0: 5.90, 1: 5.91}})
+    trials = pd.concat([trials, pd.DataFrame([{"study": "demo", "trial_id": "looped-0", "status": "pruned",
+                                               "family": "looped", "seed": 0, "val_loss": 5.99,
+                                               "budget": 1_500_000}])])
+    (result,) = check(CLAIM, trials, tmp_path)
+    assert result.why == "no ok rows with a finite val_loss in group looped (pruned 1)"

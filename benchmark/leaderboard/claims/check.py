@@ -283,6 +283,13 @@ def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame) -> Re
         if not g.values:
             empty.setdefault(g.metric, []).append(g.name)
     why = "; ".join(f"no ok rows with a finite {col} in group {', '.join(names)}" for col, names in empty.items())
+    if empty:  # what the empty groups' rows were instead (a pruned candidate, a failed one)
+        rest = rows[(rows["status"] != "ok").to_numpy()]
+        rest = rest[_match(src, (*at, "where"), rest, claim.where)]
+        statuses = pd.concat([rest[_match(src, (*at, "groups", n), rest, claim.groups[n])]["status"]
+                              for names in empty.values() for n in names]).value_counts()
+        if len(statuses):
+            why += f" ({', '.join(f'{status} {n}' for status, n in statuses.items())})"   # most first
     counts = sorted({str(c) for rows in matched.values() if "budget_count" in rows
                      for c in rows["budget_count"].dropna()})
     return Result(claim=claim, study=study, groups=groups, pairs=pairs, verdict=_overall([p.verdict for p in pairs]),
