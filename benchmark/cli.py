@@ -157,7 +157,7 @@ SHORT_FOR = {"budget": "budget", "count": "count", "trials": "trials", "tokens":
 def overrides(args: argparse.Namespace) -> list[Override]:
     """The `--set`s in the order given, then the flags that are short for one (so they win)."""
     out = [parse_set(text) for text in args.set or ()]
-    return out + [Override(key=key, value=getattr(args, flag), given=f"--{flag} {getattr(args, flag)}")
+    return out + [Override.flag(flag, key, getattr(args, flag))
                   for flag, key in SHORT_FOR.items() if getattr(args, flag) is not None]
 
 

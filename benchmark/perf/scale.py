@@ -44,7 +44,7 @@ def run_scale(space_path: str, budget: str | None, families: list[str], fixed: d
         prepare_device,
     )
 
-    space = load_space(space_path, [Override(key="budget", value=budget, given=f"--budget {budget}")] if budget else [])
+    space = load_space(space_path, [Override.flag("budget", "budget", budget)] if budget else [])
     seq_len = seq_len or space.training_value("seq_len")
     batch_size = batch_size or space.training_value("batch_size")
     device = default_device()

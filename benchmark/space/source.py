@@ -31,6 +31,11 @@ class Override:
     value: Any
     given: str
 
+    @classmethod
+    def flag(cls, flag: str, key: str, value: Any) -> Override:
+        """A command-line flag that is short for `--set key=value` (`--budget 600K`)."""
+        return cls(key=key, value=value, given=f"--{flag} {value}")
+
     @property
     def path(self) -> tuple[str, ...]:
         return tuple(self.key.split("."))

@@ -50,6 +50,11 @@ class Claim:
     group_metrics: Mapping[str, Objective] = field(default_factory=dict)  # a group's own metric
     published: tuple[float, ...] | None = None  # the paper's better - worse, per adjacent pair
 
+    @property
+    def expected(self) -> str:
+        """The sign of better - worse the order expects: '< 0' for a metric minimised."""
+        return _side(self.metric)
+
     def metric_of(self, group: str) -> Objective:
         return self.group_metrics.get(group, self.metric)
 
@@ -154,10 +159,13 @@ def _published(src: Source, at: tuple, raw: Any, order: list, metric: Objective)
                               f"`order`), got {raw!r}")
     for k, v in enumerate(values):
         if (v > 0) != metric.maximize and v != 0:
-            side = "> 0" if metric.maximize else "< 0"
-            raise _error(src, at, f"{order[k]} - {order[k + 1]} = {v:g} is not {side}, the side the order expects "
-                                  f"for {metric} ({order[k]} better): check the sign, or the order")
+            raise _error(src, at, f"{order[k]} - {order[k + 1]} = {v:g} is not {_side(metric)}, the side the order "
+                                  f"expects for {metric} ({order[k]} better): check the sign, or the order")
     return tuple(float(v) for v in values)
+
+
+def _side(metric: Objective) -> str:
+    return "> 0" if metric.maximize else "< 0"
 
 
 def _metric(src: Source, at: tuple, raw: Any) -> Objective:
@@ -262,8 +270,7 @@ def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame) -> Re
     published = claim.published or (None,) * (len(claim.order) - 1)
     if rows.empty:
         found = ", ".join(pd.unique(trials["study"]))
-        expected = "> 0" if claim.metric.maximize else "< 0"
-        pairs = tuple(Pair(better=a, worse=b, expected=expected, difference=None, verdict=NO_DATA, published=p)
+        pairs = tuple(Pair(better=a, worse=b, expected=claim.expected, difference=None, verdict=NO_DATA, published=p)
                       for a, b, p in zip(claim.order, claim.order[1:], published))
         return Result(claim=claim, study=study, groups=(), pairs=pairs, verdict=NO_DATA,
                       why=f"no study {study} here ({found})")
@@ -272,22 +279,19 @@ def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame) -> Re
         if (col := claim.metric_of(name).column) not in rows:
             key = (*at, "groups", name, GROUP_METRIC) if name in claim.group_metrics else (*at, "metric")
             raise _error(src, key, f"the results have no column {col}")
-    ok = rows[(rows["status"] == "ok").to_numpy()]
-    ok = ok[_match(src, (*at, "where"), ok, claim.where)]
-    matched = {name: ok[_match(src, (*at, "groups", name), ok, claim.groups[name])] for name in claim.order}
+    shared = rows[_match(src, (*at, "where"), rows, claim.where)]
+    every = {name: shared[_match(src, (*at, "groups", name), shared, claim.groups[name])] for name in claim.order}
+    matched = {name: m[(m["status"] == "ok").to_numpy()] for name, m in every.items()}
     groups = tuple(_group(name, matched[name], claim) for name in claim.order)
-    sign = 1 if claim.metric.maximize else -1
-    pairs = tuple(_pair(a, b, sign, p) for a, b, p in zip(groups, groups[1:], published))
+    pairs = tuple(_pair(a, b, claim, p) for a, b, p in zip(groups, groups[1:], published))
     empty: dict[str, list[str]] = {}
     for g in groups:
         if not g.values:
             empty.setdefault(g.metric, []).append(g.name)
     why = "; ".join(f"no ok rows with a finite {col} in group {', '.join(names)}" for col, names in empty.items())
     if empty:  # what the empty groups' rows were instead (a pruned candidate, a failed one)
-        rest = rows[(rows["status"] != "ok").to_numpy()]
-        rest = rest[_match(src, (*at, "where"), rest, claim.where)]
-        statuses = pd.concat([rest[_match(src, (*at, "groups", n), rest, claim.groups[n])]["status"]
-                              for names in empty.values() for n in names]).value_counts()
+        statuses = pd.concat([every[n]["status"] for names in empty.values() for n in names])
+        statuses = statuses[statuses != "ok"].value_counts()
         if len(statuses):
             why += f" ({', '.join(f'{status} {n}' for status, n in statuses.items())})"   # most first
     counts = sorted({str(c) for rows in matched.values() if "budget_count" in rows
@@ -345,17 +349,16 @@ def _group(name: str, rows: pd.DataFrame, claim: Claim) -> Group:
     return Group(name=name, filters=filters, metric=col, values=values, mean=float(mean), se=float(se))
 
 
-def _pair(a: Group, b: Group, sign: int, published: float | None) -> Pair:
-    expected = "> 0" if sign > 0 else "< 0"
-    if not a.values or not b.values:
-        return Pair(better=a.name, worse=b.name, expected=expected, difference=None, verdict=NO_DATA,
-                    published=published)
-    diff = stats.compare(a.values, b.values)
-    if min(len(a.values), len(b.values)) < 2:
-        return Pair(better=a.name, worse=b.name, expected=expected, difference=diff, verdict=ONE_SEED,
-                    published=published)
-    return Pair(better=a.name, worse=b.name, expected=expected, difference=diff,
-                verdict=str(stats.verdict(diff.lo, diff.hi, sign)), published=published)
+def _pair(a: Group, b: Group, claim: Claim, published: float | None) -> Pair:
+    diff = stats.compare(a.values, b.values) if a.values and b.values else None
+    if diff is None:
+        verdict = NO_DATA
+    elif min(len(a.values), len(b.values)) < 2:
+        verdict = ONE_SEED
+    else:
+        verdict = str(stats.verdict(diff.lo, diff.hi, 1 if claim.metric.maximize else -1))
+    return Pair(better=a.name, worse=b.name, expected=claim.expected, difference=diff, verdict=verdict,
+                published=published)
 
 
 def _overall(verdicts: list[str]) -> str:

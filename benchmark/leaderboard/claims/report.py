@@ -10,6 +10,7 @@ from benchmark.leaderboard.claims.check import NO_DATA, ClaimsFile, Group, Pair,
 from benchmark.leaderboard.formats import Column, Table
 from benchmark.leaderboard.tables import MISSING, WITH_SE
 
+
 def _num(value: float, digits: int) -> str:
     return f"{value:.{digits}f}".replace("-", "−") if math.isfinite(value) else MISSING
 
