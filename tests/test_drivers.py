@@ -277,6 +277,11 @@ def test_a_live_drivers_processes_are_left_and_a_dead_ones_ended(tmp_path):
     try:
         mine = ray_session.claim(study)                 # a second driver of the study, while the first lives
         assert mine.folder != folder and mine.folder.endswith(".1") and folder.endswith(".0")
+        # /proc can show the child's new command line a moment after the owner has printed its pid
+        # on a loaded machine: wait for it, boundedly, before asking that it is found
+        deadline = time.monotonic() + 10
+        while ray_session.ray_processes(folder) != [child] and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert _alive(child) and ray_session.ray_processes(folder) == [child]
         mine.release()
         os.kill(owner.pid, signal.SIGKILL)              # the first driver dies; its "Ray" lives on
@@ -290,6 +295,9 @@ def test_a_live_drivers_processes_are_left_and_a_dead_ones_ended(tmp_path):
         assert not _alive(child) and ray_session.ray_processes(folder) == []
         again.release()
     finally:
+        for slot in (locals().get("mine"), locals().get("again")):
+            if slot is not None:
+                slot.release()
         for pid in (owner.pid, child):
             try:
                 os.kill(pid, signal.SIGKILL)
