@@ -188,6 +188,30 @@ def test_a_search_runs_through_ray_tune_and_optuna(corpus, tmp_path, started_ray
     assert df.loc[df["trial_id"] == "t0004", "family"].item() == family  # the same candidate, run again
 
 
+def test_more_seeds_continue_a_study_training_only_the_seeds_it_lacks(corpus, tmp_path, started_ray):
+    """A study of two candidates at one seed, run again with two: each candidate trains seed 1
+    alone (a trial that continues its first, study.continue_unfinished), and Optuna is told the
+    mean of both seeds; a third run finds it complete."""
+    space = load_space(space_file(tmp_path, "grow", trials=2, axes="  family: [transformer, looped]"))
+    opts = options(corpus, tmp_path / "results", "grow")
+    run_search(space, opts, console=None, policy=POLICY)
+    more = replace(opts, seeds=2)
+    summary = run_search(space, more, console=None, policy=POLICY)
+    assert summary.ran == 2 and summary.written == 2
+    df = pd.read_parquet(tmp_path / "results" / "grow")
+    assert len(df) == 4 and set(df["status"]) == {"ok"}
+    assert df.groupby("family")["seed"].apply(sorted).to_dict() == {"looped": [0, 1], "transformer": [0, 1]}
+    study = optuna.load_study(study_name="grow", storage=f"sqlite:///{tmp_path / 'results' / 'grow' / OPTUNA_DB}")
+    continuing = [t for t in study.trials if t.user_attrs.get("continues")]
+    assert sorted(t.user_attrs["continues"] for t in continuing) == [[0], [1]]
+    for t in continuing:
+        rows = df[df["family"] == t.params["family"]]
+        assert t.state.name == "COMPLETE" and t.user_attrs["seeds"] == [0, 1]
+        assert t.values[0] == pytest.approx(rows["val_loss"].mean())
+    again = run_search(space, more, console=None, policy=POLICY)
+    assert again.ran == 0 and len(pd.read_parquet(tmp_path / "results" / "grow")) == 4
+
+
 def test_diverging_and_raising_trials_are_recorded_and_the_search_completes(corpus, tmp_path, started_ray):
     # vocab 200 < the tokenizer's: that candidate raises (and is retried once); lr 50 without
     # (effectively no) clipping makes the other diverge.

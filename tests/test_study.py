@@ -108,3 +108,115 @@ def test_the_best_trial_is_the_best_at_the_declared_objective():
     assert best_row(ok, "params", "min", "non_embedding")["trial_id"] == "b"
     assert best_row(ok, "params", "min", "total")["trial_id"] == "c"
     assert best_row(ok, "val_loss_r4", "min", "total") is None      # no row has the column
+
+
+# ---- a trial stopped part-way through its seeds, or a study that now asks more --------------------
+
+def _context(tmp_path, seeds: int) -> TrialContext:
+    return TrialContext(study="s", study_dir=str(tmp_path), data=None, training={}, count="total",
+                        objectives=("val_loss",), seeds=seeds, retries=1)
+
+
+def _seed_row(tmp_path, number: int, seed: int, loss: float, status="ok", attempt=0):
+    write_row(tmp_path, {"study": "s", "optuna_trial": number, "trial_id": f"t{number:04d}-s{seed}", "seed": seed,
+                         "attempt": attempt, "status": status, "val_loss": loss, "family": "looped",
+                         "spec": "{\"family\": \"looped\"}"})
+
+
+def _study():
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(storage="sqlite:///:memory:", study_name="s")
+
+
+def test_a_trial_stopped_between_its_seeds_is_continued_with_the_seeds_it_lacks(tmp_path):
+    """Trial 0 of a 3-seed study ran seeds 0 and 1 when its driver stopped. It is failed, not told
+    the mean of two seeds; one trial of its parameters is enqueued to continue it, counted as
+    the same candidate, and trains seed 2 alone; the two trials' rows are its three seeds."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
+
+    from benchmark.search.rows import CONTINUES, finished_seeds
+    from benchmark.search.study import Quota, close_running
+
+    ctx, study = _context(tmp_path, 3), _study()
+    stopped = study.ask({"family": CategoricalDistribution(["looped", "hyperloop"])})
+    _seed_row(tmp_path, stopped.number, 0, 4.0)
+    _seed_row(tmp_path, stopped.number, 1, 4.2)
+    close_running(study, ctx)
+    first, waiting = study.get_trials()
+    assert first.state == TrialState.FAIL and first.user_attrs["seeds"] == [0, 1] and first.values is None
+    assert waiting.state == TrialState.WAITING and waiting.user_attrs[CONTINUES] == [0]
+    assert waiting.system_attrs["fixed_params"] == first.params           # asked with its parameters
+    assert Quota(str(tmp_path), 1).taken(study) == 0 and not Quota(str(tmp_path), 1).reached(study)
+    close_running(study, ctx)                                  # a second resume: still one continuation
+    assert [t.state for t in study.get_trials()] == [TrialState.FAIL, TrialState.WAITING]
+
+    again = study.ask()                                        # the next driver's trial is the continuation
+    assert again.number == 1 and again.user_attrs[CONTINUES] == [0]
+    assert again.suggest_categorical("family", ["looped", "hyperloop"]) == first.params["family"]
+    earlier = finished_seeds(trial_rows(tmp_path, again.number, [0]), ctx.retries)
+    assert sorted(earlier) == [0, 1]                           # so it trains seed 2 alone
+    _seed_row(tmp_path, again.number, 2, 4.4)
+    found = trial_rows(tmp_path, again.number, [0])
+    assert sorted((r["trial_id"], r["seed"]) for r in found) == [("t0000-s0", 0), ("t0000-s1", 1), ("t0001-s2", 2)]
+    assert values(found, ["val_loss"], "total") == [pytest.approx(4.2)]
+    assert user_attrs(found)["seeds"] == [0, 1, 2]
+    assert Quota(str(tmp_path), 1).taken(study) == 1           # the candidate once, though two trials hold rows
+
+
+def test_more_seeds_continue_every_finished_trial_once(tmp_path):
+    """A 1-seed study resumed with 2 seeds: its measured trials are continued (once each); a pruned
+    trial and one whose every seed failed are not."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
+
+    from benchmark.search.rows import CONTINUES
+    from benchmark.search.study import continue_unfinished
+
+    study = _study()
+    dist = {"family": CategoricalDistribution(["looped", "hyperloop", "transformer", "hc"])}
+    for family, status in (("looped", "ok"), ("hyperloop", "diverged"), ("transformer", "pruned"), ("hc", "failed")):
+        t = study.ask(dist)
+        t.set_user_attr("status", status)
+        t.set_user_attr("seeds", [0])
+        study.tell(t, 4.0 if status == "ok" else None,
+                   state=TrialState.COMPLETE if status == "ok" else TrialState.FAIL)
+    assert continue_unfinished(study, _context(tmp_path, 1)) == []
+    assert continue_unfinished(study, _context(tmp_path, 2)) == [0, 1]
+    assert continue_unfinished(study, _context(tmp_path, 2)) == []                  # once
+    waiting = [t for t in study.get_trials() if t.state == TrialState.WAITING]
+    assert [t.user_attrs[CONTINUES] for t in waiting] == [[0], [1]]
+
+
+def test_a_seeds_final_row_is_measured_or_failed_at_its_last_attempt(tmp_path):
+    from benchmark.search.rows import finished_seeds
+
+    _seed_row(tmp_path, 4, 0, 4.0)
+    _seed_row(tmp_path, 4, 1, float("nan"), status="diverged")
+    _seed_row(tmp_path, 4, 2, float("nan"), status="failed")               # a retry was still to come
+    _seed_row(tmp_path, 4, 3, float("nan"), status="failed", attempt=1)    # its last attempt
+    assert sorted(finished_seeds(trial_rows(tmp_path, 4), retries=1)) == [0, 1, 3]
+    assert sorted(finished_seeds(trial_rows(tmp_path, 4), retries=0)) == [0, 1, 2, 3]
+
+
+def test_a_continuing_trial_trains_only_the_seeds_it_lacks(tmp_path, monkeypatch):
+    """The trainable of trial 1, continuing trial 0 (seeds 0 and 1 finished, seed 2 not): it trains
+    seed 2 alone, and Optuna is told the mean over the three seeds."""
+    import benchmark.data
+    from benchmark.search import trainable
+
+    _seed_row(tmp_path, 0, 0, 4.0)
+    _seed_row(tmp_path, 0, 1, 4.2)
+    trained = []
+
+    def attempts(config, ctx, trial_id, seed, data, report):
+        trained.append((trial_id, report is not None))
+        return {"status": "ok", "seed": seed, "val_loss": 4.4, "wall_s": 7.0, "tokens_trained": 100}
+
+    monkeypatch.setattr(trainable, "attempts", attempts)
+    monkeypatch.setattr(benchmark.data, "prepare", lambda data: None)
+    final = trainable._trial({"optuna_trial": 1, "continues": [0], "family": "looped"}, _context(tmp_path, 3), None)
+    assert trained == [("t0001-s2", True)]           # the first seed it trains reports ASHA's rungs
+    assert final["val_loss"] == pytest.approx(4.2) and final["status"] == "ok" and final["trial_wall_s"] == 7.0

@@ -136,7 +136,7 @@ def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] 
 def check_declared(space, opts: SearchOptions) -> None:
     """StudyError, writing nothing, when `space` is not the space the study declared."""
     studies.check_declared(space, opts.seeds, read_study_info(opts.study_dir), location.join(opts.study_dir, STUDY_FILE),
-                           opts.name)
+                           opts.name, first_seed=opts.seed)
 
 
 def _storage_kind(opts: SearchOptions) -> str:

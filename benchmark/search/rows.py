@@ -20,7 +20,10 @@ from benchmark.store import metrics
 from benchmark.store.results import read_files, trial_files, write_row
 
 ERROR_CHARS = 1500
-NOT_AXES = ("spec", "optuna_trial", "node_id")
+NOT_AXES = ("spec", "optuna_trial", "node_id", "continues")
+# The Optuna user attribute (and config key) of a trial that continues earlier trials of the same
+# candidate, which stopped before every seed had its row: their rows count as its own seeds.
+CONTINUES = "continues"
 
 
 def identity(ctx: TrialContext, config: Mapping[str, Any], trial_id: str) -> dict[str, Any]:
@@ -76,15 +79,32 @@ def now() -> str:
 
 # ---- reading a trial's rows back: Optuna's values and attributes ------------------------------
 
-def trial_rows(study_dir: str | Path, number: int) -> list[dict[str, Any]]:
+def trial_rows(study_dir: str | Path, number: int, continues: tuple[int, ...] | list[int] = ()) -> list[dict[str, Any]]:
     """The latest attempt of each seed of Optuna trial `number` (files t0007.a0.parquet,
-    t0007-s1.a1.parquet, ...), read from the study's files alone."""
+    t0007-s1.a1.parquet, ...), read from the study's files alone; with `continues` (the trials it
+    continues), their rows of the seeds it has none of as well."""
+    own = _latest(number, study_dir)
+    seeds = {r.get("seed") for r in own}
+    for earlier in continues:
+        own += [r for r in _latest(earlier, study_dir) if r.get("seed") not in seeds]
+        seeds = {r.get("seed") for r in own}
+    return own
+
+
+def _latest(number: int, study_dir: str | Path) -> list[dict[str, Any]]:
     files = trial_files(study_dir, f"t{number:04d}.a") + trial_files(study_dir, f"t{number:04d}-s")
     latest: dict[str, dict[str, Any]] = {}
     for row in read_files(files):
         if row["trial_id"] not in latest or row["attempt"] >= latest[row["trial_id"]]["attempt"]:
             latest[row["trial_id"]] = row
     return list(latest.values())
+
+
+def finished_seeds(found: list[Mapping[str, Any]], retries: int) -> dict[int, dict[str, Any]]:
+    """Seed -> its final row: measured (ok or diverged), or failed on its last allowed attempt.
+    A seed without one (never reached, or stopped between retries) is still to train."""
+    return {int(r["seed"]): dict(r) for r in found if _present(r.get("seed"))
+            and (r.get("status") != "failed" or int(r.get("attempt") or 0) >= retries)}
 
 
 def values(rows: list[Mapping[str, Any]], names: tuple[str, ...] | list[str], count: str) -> list[float]:

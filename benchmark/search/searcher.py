@@ -80,7 +80,8 @@ class AttributedSearch(OptunaSearch):
             self._completed_trials.add(trial_id)
             return None
         try:
-            attrs = rows.user_attrs(rows.trial_rows(self._ctx.study_dir, ot_trial.number))
+            attrs = rows.user_attrs(rows.trial_rows(self._ctx.study_dir, ot_trial.number,
+                                                    ot_trial.user_attrs.get(rows.CONTINUES) or ()))
         except Exception:  # noqa: BLE001  (a damaged row must not stop the search; resume sets it aside)
             attrs = {}
         if not attrs:  # stopped by ASHA, or its worker died: the Tune callback writes its row

@@ -176,23 +176,56 @@ def set_study_attrs(study, info: dict[str, Any]) -> None:
 
 
 def close_running(study, ctx: TrialContext, live: set[str] = frozenset()) -> None:
-    """No trial of a driver that has ended stays RUNNING: one with Parquet rows is told its values
-    (or failed if none was ok); one without rows never finished and is failed and enqueued to run
-    again. The trials of the `live` drivers (ids: drivers.Driver.id) are theirs to finish."""
+    """No trial of a driver that has ended stays RUNNING: one with a final row for every seed is
+    told its values (or failed if none was ok); one stopped part-way through its seeds is failed,
+    its rows kept, and continued (continue_unfinished); one without rows never finished and is
+    failed and enqueued to run again. The trials of the `live` drivers (ids: drivers.Driver.id) are
+    theirs to finish."""
     from optuna.trial import TrialState
 
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if t.user_attrs.get(DRIVER) in live:
             continue
-        found = rows.trial_rows(ctx.study_dir, t.number)
+        earlier = list(t.user_attrs.get(rows.CONTINUES) or ())
+        found = rows.trial_rows(ctx.study_dir, t.number, earlier)
         for key, value in rows.user_attrs(found).items():
             study._storage.set_trial_user_attr(t._trial_id, key, value)
-        if any(r["status"] == "ok" for r in found):
+        finished = rows.finished_seeds(found, ctx.retries)
+        if found and set(finished) >= set(ctx.seed_list()) and any(r["status"] == "ok" for r in found):
             study.tell(t.number, rows.values(found, ctx.objectives, ctx.count))
         else:
             study.tell(t.number, state=TrialState.FAIL)
             if not found:
-                study.enqueue_trial(t.params)
+                study.enqueue_trial(t.params, user_attrs={rows.CONTINUES: earlier} if earlier else None)
+    continue_unfinished(study, ctx)
+
+
+MEASURED = frozenset({"ok", "diverged"})
+
+
+def continue_unfinished(study, ctx: TrialContext) -> list[int]:
+    """Each finished trial that lacks a seed of the study's (stopped part-way through its seeds,
+    or the study now asks more seeds) is continued once: a trial of the same parameters is
+    enqueued, naming it (user attribute `continues`), which trains only the seeds it lacks and is
+    told the mean over all of them. Pruned, infeasible and wholly failed trials are not continued.
+    Returns the numbers continued now."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    continued = {n for t in trials for n in t.user_attrs.get(rows.CONTINUES) or ()}
+    wanted = set(ctx.seed_list())
+    now = []
+    for t in trials:
+        if t.state not in (TrialState.COMPLETE, TrialState.FAIL) or t.number in continued:
+            continue
+        statuses = set(str(t.user_attrs.get("status", "")).split(","))
+        if not statuses & MEASURED or statuses & {"pruned", "infeasible", "surplus"}:
+            continue
+        if wanted - set(t.user_attrs.get("seeds") or ()):
+            study.enqueue_trial(t.params, user_attrs={rows.CONTINUES: [*(t.user_attrs.get(rows.CONTINUES) or ()),
+                                                                        t.number]})
+            now.append(t.number)
+    return now
 
 
 DRIVER = "driver"  # the user attribute naming the driver that asked a trial
@@ -219,8 +252,10 @@ class Quota:
 
         from benchmark.store.results import trial_files
 
+        trials = study.get_trials(deepcopy=False)
         numbers = {n for f in trial_files(self.study_dir) if (n := trial_number(f)) is not None}
-        numbers |= {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+        numbers |= {t.number for t in trials if t.state == TrialState.RUNNING}
+        numbers -= {n for t in trials for n in t.user_attrs.get(rows.CONTINUES) or ()}  # one candidate, counted once
         return sum(1 for n in numbers if upto is None or n <= upto)
 
     def reached(self, study) -> bool:
@@ -264,7 +299,8 @@ class Sample:
             self.space.schedule(count_params(config["spec"]), about=f"trial {trial.number} ({config['family']}, "
                                 f"budget {fmt_count(config['budget'])})")
             self.space.check_objectives(ArchSpec.from_dict(config["spec"]), about=f"trial {trial.number}")
-            return {**config, "optuna_trial": trial.number}
+            earlier = trial.user_attrs.get(rows.CONTINUES)
+            return {**config, "optuna_trial": trial.number, **({rows.CONTINUES: earlier} if earlier else {})}
         except SpaceError as e:  # recorded as an infeasible trial, not a crashed search
             return {"optuna_trial": trial.number, "infeasible": str(e)}
 
@@ -310,7 +346,8 @@ def declaration(space) -> dict[str, Any]:
                   "quantize": dict(space.quantize), "pruner": space.pruner})
 
 
-def check_declared(space, seeds: int, recorded: dict[str, Any], where: str, name: str) -> None:
+def check_declared(space, seeds: int, recorded: dict[str, Any], where: str, name: str,
+                   first_seed: int | None = None) -> None:
     """StudyError, one line, when the space differs from the study's declaration (`recorded`,
     from <study>/_study.json) in what makes it another experiment; nothing is written."""
     if not recorded:
@@ -319,6 +356,8 @@ def check_declared(space, seeds: int, recorded: dict[str, Any], where: str, name
     changes = [c for key in DECLARED if key in recorded for c in _diff(key, recorded[key], now[key])]
     if recorded.get("seeds") and seeds < recorded["seeds"]:
         changes.append(f"seeds: {recorded['seeds']} -> {seeds} (fewer than its trials were trained with)")
+    if recorded.get("seed") is not None and first_seed is not None and first_seed != recorded["seed"]:
+        changes.append(f"seed: {recorded['seed']} -> {first_seed} (its trials' seeds start at {recorded['seed']})")
     if changes:
         raise StudyError(f"the space changed since this study began ({where}): {'; '.join(changes)}. A study is "
                          f"one experiment: undo the change to resume it, or run the changed space as a new study "

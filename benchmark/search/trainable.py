@@ -50,11 +50,19 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
         rows.write(ctx, rows.infeasible(ctx, config))
         return {**NO_VALUES, "status": "infeasible", "error": config["infeasible"]}
     data = prepare(ctx.data)
-    written = []
-    for k, seed in enumerate(ctx.seed_list()):
-        report = _intermediate_report(tune) if k == 0 else None
-        written.append(attempts(config, ctx, ctx.trial_id(number, seed), seed, data, report))
-    wall = sum(r.get("wall_s") or 0 for r in written)
+    # A seed with its final row is not trained again: one of the trials this one continues finished
+    # it (study.continue_unfinished), or this trial's own earlier run did (Tune's retry after a lost node).
+    earlier = rows.finished_seeds(rows.trial_rows(ctx.study_dir, number, config.get(rows.CONTINUES) or ()),
+                                  ctx.retries)
+    written, trained = [], []
+    for seed in ctx.seed_list():
+        if seed in earlier:
+            written.append(earlier[seed])
+            continue
+        report = _intermediate_report(tune) if not trained else None  # ASHA's rungs: the first seed trained
+        trained.append(attempts(config, ctx, ctx.trial_id(number, seed), seed, data, report))
+        written.append(trained[-1])
+    wall = sum(r.get("wall_s") or 0 for r in trained)
     if not any(r["status"] == "ok" for r in written):  # Optuna has no value: the trial ends as FAIL
         return {**NO_VALUES, "status": written[-1]["status"], "error": written[-1]["error"], "trial_wall_s": wall}
     final = dict(zip(metrics.SEARCHABLE, rows.values(written, metrics.SEARCHABLE, ctx.count)))
