@@ -220,3 +220,14 @@ def test_a_continuing_trial_trains_only_the_seeds_it_lacks(tmp_path, monkeypatch
     final = trainable._trial({"optuna_trial": 1, "continues": [0], "family": "looped"}, _context(tmp_path, 3), None)
     assert trained == [("t0001-s2", True)]           # the first seed it trains reports ASHA's rungs
     assert final["val_loss"] == pytest.approx(4.2) and final["status"] == "ok" and final["trial_wall_s"] == 7.0
+
+
+def test_a_resumed_study_keeps_its_first_seed(tmp_path):
+    """Its trials' seeds are the list from the first one: another would make every trial lack seeds."""
+    from benchmark.search.study import check_declared, declaration
+
+    s = space(tmp_path)
+    recorded = {**declaration(s), "seeds": 3, "seed": 0}
+    check_declared(s, 5, recorded, "r/s/_study.json", "s", first_seed=0)   # more seeds: the study continues
+    with pytest.raises(StudyError, match=r"seed: 0 -> 2 \(its trials' seeds start at 0\)"):
+        check_declared(s, 3, recorded, "r/s/_study.json", "s", first_seed=2)
