@@ -122,8 +122,13 @@ def normed_linear(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Te
     if fused(x):
         from benchmark.models.kernels import hc
         return hc.normed_linear(x, weight, eps)
-    dt = compute_dtype(x.dtype)   # bf16 x: the projection in bf16, as autocast runs it
-    return F.linear(x, weight.to(x.dtype)).to(dt) * torch.rsqrt(x.to(dt).pow(2).mean(-1, keepdim=True) + eps)
+    dt = compute_dtype(x.dtype)
+    # The projection too, not only what follows it, in float32 under autocast (mHC eq. 14-15: phi
+    # in tf32, as the fused kernel's tl.dot of float32 tiles): in bf16 the gates' logits would carry
+    # bf16's 3-digit rounding into every coefficient of the residual mixing.
+    with float32_region(x.device.type):
+        z = x.to(dt)
+        return F.linear(z, weight.to(dt)) * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + eps)
 
 
 class Connection(nn.Module):
