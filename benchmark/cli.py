@@ -34,7 +34,7 @@ from benchmark.store.results import check_study_name
 from benchmark.trial.config import PRECISIONS, TrainConfig
 
 DEFAULT_SPACE = Path(__file__).resolve().parent.parent / "search_spaces" / "default.yaml"
-SEARCH_ONLY = ("name", "results", "resume", "address", "seeds", "time_budget", "concurrency", "sampler", "storage",
+SEARCH_ONLY = ("name", "results", "resume", "address", "seeds", "time_budget", "concurrency", "sampler", "storage", "rerun",
                "cpus_per_trial", "gpus_per_trial", "workers_per_trial", "parallel", "yes", "pending_timeout")  # search-only flags
 # A search estimated to take longer than this on one machine is a cluster job: it asks first.
 LIMIT_HOURS = 24
@@ -80,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--storage", help="Optuna storage URL shared by several drivers, e.g. postgresql://... "
                    "(default: SQLite in the study folder)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted study")
+    p.add_argument("--rerun", action="append", metavar="COLUMN=VALUE", help="train anew the finished candidates whose rows match")
     p.add_argument("--address", help="Ray cluster address, e.g. auto")
     p.add_argument("--seeds", type=_positive, help="train every chosen candidate with N seeds (default: the "
                    "space's `seeds`, else 1)")
@@ -253,7 +254,7 @@ def _options(space: SearchSpace, args: argparse.Namespace, name: str):
     return SearchOptions(name=name, results_dir=args.results or Path("results"), seed=args.seed,
                          seeds=args.seeds or space.seeds, concurrency=args.concurrency, address=args.address,
                          storage=args.storage, cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
-                         workers_per_trial=args.workers_per_trial, parallel=args.parallel or "auto",
+                         workers_per_trial=args.workers_per_trial, parallel=args.parallel or "auto", rerun=tuple(args.rerun or ()),
                          data=_data(args), sampler=args.sampler, resume_command=_resume_command(args, name),
                          time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
                          **({"pending_timeout_s": parse_duration(args.pending_timeout)} if args.pending_timeout else {}))

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from benchmark.data import DataConfig
-from benchmark.search import OPTUNA_DB, SearchOptions, ray_processes, run_search
+from benchmark.search import OPTUNA_DB, SearchOptions, StudyError, ray_processes, run_search
 from benchmark.search import temp_dir as _ray_temp_dir
 from benchmark.space.language import load_space
 from benchmark.space.source import parse_set
@@ -190,7 +190,7 @@ def test_a_search_runs_through_ray_tune_and_optuna(corpus, tmp_path, started_ray
 
 def test_more_seeds_continue_a_study_training_only_the_seeds_it_lacks(corpus, tmp_path, started_ray):
     """A study of two candidates at one seed, run again with two: each candidate trains seed 1
-    alone (a trial that continues its first, study.continue_unfinished), and Optuna is told the
+    alone (a trial that continues its first, resume.continue_unfinished), and Optuna is told the
     mean of both seeds; a third run finds it complete."""
     space = load_space(space_file(tmp_path, "grow", trials=2, axes="  family: [transformer, looped]"))
     opts = options(corpus, tmp_path / "results", "grow")
@@ -210,6 +210,19 @@ def test_more_seeds_continue_a_study_training_only_the_seeds_it_lacks(corpus, tm
         assert t.values[0] == pytest.approx(rows["val_loss"].mean())
     again = run_search(space, more, console=None, policy=POLICY)
     assert again.ran == 0 and len(pd.read_parquet(tmp_path / "results" / "grow")) == 4
+    # --rerun family=looped: the candidate's rows of both its trials (the first and its
+    # continuation) are set aside, and it trains anew once, at both seeds
+    old = set(df.loc[df["family"] == "looped", "trial_id"])
+    rerun = run_search(space, replace(more, rerun=("family=looped",)), console=None, policy=POLICY)
+    assert rerun.ran == 1 and rerun.written == 2
+    assert any(note.startswith("--rerun family=looped: the rows of 2 trials moved to") for note in rerun.notes)
+    df = pd.read_parquet(tmp_path / "results" / "grow")
+    looped = df[df["family"] == "looped"]
+    assert sorted(looped["seed"]) == [0, 1] and not set(looped["trial_id"]) & old and len(df) == 4
+    (kept,) = (tmp_path / "results" / "grow" / "_superseded").iterdir()
+    assert sorted(p.name.split(".")[0] for p in kept.iterdir()) == sorted(old)
+    with pytest.raises(StudyError, match="--rerun family=hyperlop: no row of the study matches"):
+        run_search(space, replace(more, rerun=("family=hyperlop",)), console=None, policy=POLICY)
 
 
 def test_diverging_and_raising_trials_are_recorded_and_the_search_completes(corpus, tmp_path, started_ray):

@@ -138,7 +138,8 @@ def test_a_trial_stopped_between_its_seeds_is_continued_with_the_seeds_it_lacks(
     from optuna.trial import TrialState
 
     from benchmark.search.rows import CONTINUES, finished_seeds
-    from benchmark.search.study import Quota, close_running
+    from benchmark.search.resume import close_running
+    from benchmark.search.study import Quota
 
     ctx, study = _context(tmp_path, 3), _study()
     stopped = study.ask({"family": CategoricalDistribution(["looped", "hyperloop"])})
@@ -173,7 +174,7 @@ def test_more_seeds_continue_every_finished_trial_once(tmp_path):
     from optuna.trial import TrialState
 
     from benchmark.search.rows import CONTINUES
-    from benchmark.search.study import continue_unfinished
+    from benchmark.search.resume import continue_unfinished
 
     study = _study()
     dist = {"family": CategoricalDistribution(["looped", "hyperloop", "transformer", "hc"])}

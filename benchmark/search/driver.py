@@ -36,21 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.data import DataConfig
-from benchmark.search import drivers, ray_session
+from benchmark.search import drivers, ray_session, resume
 from benchmark.search import study as studies
 from benchmark.search.context import TrialContext
 from benchmark.search.rows import best_row
 from benchmark.search.halt import Halt, SearchHalted  # noqa: F401  (SearchHalted re-exported)
 from benchmark.search.study import OPTUNA_DB  # noqa: F401  (re-exported: where the study lives)
 from benchmark.store import location, metrics
-from benchmark.store.results import (
-    finished_trials,
-    quarantine,
-    read_study,
-    recover,
-    sweep_orphans,
-    trial_files,
-)
+from benchmark.store.results import finished_trials, read_study, trial_files
 from benchmark.store.study import STUDY_FILE, read_study_info, write_study_info
 
 # What one trial leaves in the results store, for the free-space check before a search: a row
@@ -80,6 +73,7 @@ class SearchOptions:
     checkpoints: bool = False        # keep each trial's weights under <study>/_checkpoints
     sampler: str | None = None       # None: the study's recorded sampler, else "auto" (study.py)
     resume_command: str = ""         # how the user goes on after a stop, for the one line that says so
+    rerun: tuple[str, ...] = ()      # --rerun COLUMN=VALUE: the finished trials with a matching row train anew
 
     @property
     def study_dir(self) -> str:
@@ -145,15 +139,15 @@ def _storage_kind(opts: SearchOptions) -> str:
 
 def _search(space, opts: SearchOptions, console, policy, registry, others, slot) -> SearchSummary:
     t0 = time.perf_counter()
-    notes, set_aside = prepare_store(opts, alone=not others)
+    notes, set_aside = resume.prepare_store(opts.study_dir, opts.storage, fallback_dir(opts), others, opts.rerun)
     before = set(trial_files(opts.study_dir))
     done = studies.finished_numbers(finished_trials(opts.study_dir))
     names, modes = [n for n, _ in space.objectives], [m for _, m in space.objectives]
     study, storage = _open(space, opts, names, modes)
-    studies.run_again(study, set_aside, done)
+    resume.run_again(study, set_aside, done)
     sampler = studies.resolve_sampler(opts.sampler, study.user_attrs.get("sampler"), space, len(names))
     ctx = _context(space, opts, names, policy, asha=_asha(space, opts, names))
-    studies.close_running(study, ctx, live={d.id for d in others})
+    resume.close_running(study, ctx, live={d.id for d in others})
     summary = SearchSummary(study_dir=opts.study_dir, requested=space.trials, finished_before=len(done),
                             ranked_by=(names[0], modes[0], space.count), sampler=sampler, storage=opts.storage, notes=notes,
                             others=[d.describe() for d in others])
@@ -187,22 +181,6 @@ class _Driving:
     slot: ray_session.Slot | None
     quota: studies.Quota
     asked: list[int]
-
-
-def prepare_store(opts: SearchOptions, alone: bool = True) -> tuple[list[str], list[str]]:
-    """Before any training: the results location is usable (ResultsPathError otherwise), rows a
-    killed writer left half-written are removed (while another driver runs the study, only old
-    ones: its own may be mid-write), damaged row files are set aside in <study>/_quarantine (their
-    trials run again), rows kept in the fallback folder when the disk was full are brought back,
-    and a study kept by another driver is fetched (study.mirror)."""
-    location.check_results(opts.study_dir)
-    sweep_orphans(opts.study_dir, older_than_s=0.0 if alone else 600.0)
-    set_aside = quarantine(opts.study_dir)
-    notes = [f"set aside damaged row file {p} (its trial runs again)" for p in set_aside]
-    notes += [f"recovered row {name} kept in {fallback_dir(opts)} when the disk was full"
-              for name in recover(opts.study_dir, fallback_dir(opts))]
-    studies.mirror(opts.study_dir, opts.storage, push=False)
-    return notes, set_aside
 
 
 def _space_line(space, opts: SearchOptions, remaining: int) -> str:
@@ -287,7 +265,7 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
     import optuna
 
     if not halt or halt.kind != "store_full":  # else trials stay RUNNING: --resume closes them from their rows
-        studies.close_running(optuna.load_study(study_name=opts.name, storage=storage), ctx,
+        resume.close_running(optuna.load_study(study_name=opts.name, storage=storage), ctx,
                               live={d.id for d in driving.registry.others()})
     return halt
 

@@ -4,7 +4,7 @@ the values. Attributes are set before the trial is told, as Optuna freezes a fin
 
 A trial that ended `failed` or `infeasible` (the trainable reports NaN values) is told as FAIL.
 One that ended because the results disk is full is not told at all: it stays RUNNING, and the
-next `--resume` closes it from its row once the row is recovered (study.close_running).
+next `--resume` closes it from its row once the row is recovered (resume.close_running).
 
 Each trial it asks names this driver (user attribute `driver`), and it asks none once the study's
 `trials:` are taken by every driver running the study together (study.Quota): then it tells Tune

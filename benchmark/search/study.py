@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.search import rows
-from benchmark.search.context import TrialContext
 
 OPTUNA_DB = "_optuna.db"
 SAMPLERS = ("auto", "tpe", "nsga2", "gp", "random")
@@ -175,59 +174,6 @@ def set_study_attrs(study, info: dict[str, Any]) -> None:
             study.set_user_attr(key, value)
 
 
-def close_running(study, ctx: TrialContext, live: set[str] = frozenset()) -> None:
-    """No trial of a driver that has ended stays RUNNING: one with a final row for every seed is
-    told its values (or failed if none was ok); one stopped part-way through its seeds is failed,
-    its rows kept, and continued (continue_unfinished); one without rows never finished and is
-    failed and enqueued to run again. The trials of the `live` drivers (ids: drivers.Driver.id) are
-    theirs to finish."""
-    from optuna.trial import TrialState
-
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if t.user_attrs.get(DRIVER) in live:
-            continue
-        earlier = list(t.user_attrs.get(rows.CONTINUES) or ())
-        found = rows.trial_rows(ctx.study_dir, t.number, earlier)
-        for key, value in rows.user_attrs(found).items():
-            study._storage.set_trial_user_attr(t._trial_id, key, value)
-        finished = rows.finished_seeds(found, ctx.retries)
-        if found and set(finished) >= set(ctx.seed_list()) and any(r["status"] == "ok" for r in found):
-            study.tell(t.number, rows.values(found, ctx.objectives, ctx.count))
-        else:
-            study.tell(t.number, state=TrialState.FAIL)
-            if not found:
-                study.enqueue_trial(t.params, user_attrs={rows.CONTINUES: earlier} if earlier else None)
-    continue_unfinished(study, ctx)
-
-
-MEASURED = frozenset({"ok", "diverged"})
-
-
-def continue_unfinished(study, ctx: TrialContext) -> list[int]:
-    """Each finished trial that lacks a seed of the study's (stopped part-way through its seeds,
-    or the study now asks more seeds) is continued once: a trial of the same parameters is
-    enqueued, naming it (user attribute `continues`), which trains only the seeds it lacks and is
-    told the mean over all of them. Pruned, infeasible and wholly failed trials are not continued.
-    Returns the numbers continued now."""
-    from optuna.trial import TrialState
-
-    trials = study.get_trials(deepcopy=False)
-    continued = {n for t in trials for n in t.user_attrs.get(rows.CONTINUES) or ()}
-    wanted = set(ctx.seed_list())
-    now = []
-    for t in trials:
-        if t.state not in (TrialState.COMPLETE, TrialState.FAIL) or t.number in continued:
-            continue
-        statuses = set(str(t.user_attrs.get("status", "")).split(","))
-        if not statuses & MEASURED or statuses & {"pruned", "infeasible", "surplus"}:
-            continue
-        if wanted - set(t.user_attrs.get("seeds") or ()):
-            study.enqueue_trial(t.params, user_attrs={rows.CONTINUES: [*(t.user_attrs.get(rows.CONTINUES) or ()),
-                                                                        t.number]})
-            now.append(t.number)
-    return now
-
-
 DRIVER = "driver"  # the user attribute naming the driver that asked a trial
 
 
@@ -263,20 +209,6 @@ class Quota:
 
     def surplus(self, study, number: int) -> bool:
         return self.taken(study, upto=number) > self.target
-
-
-def run_again(study, set_aside: list[str], done: dict[int, list[dict]]) -> None:
-    """Trials whose row files were damaged and set aside run again with the same parameters
-    (their Optuna trials stay as they were; the rerun is a new trial number)."""
-    import re
-
-    from benchmark.store.location import basename
-
-    numbers = {int(m.group(1)) for p in set_aside if (m := re.match(r"t(\d+)", basename(p)))}
-    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
-    for number in sorted(numbers - set(done)):
-        if number in by_number and by_number[number].params:
-            study.enqueue_trial(by_number[number].params)
 
 
 class Sample:

@@ -51,7 +51,7 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
         return {**NO_VALUES, "status": "infeasible", "error": config["infeasible"]}
     data = prepare(ctx.data)
     # A seed with its final row is not trained again: one of the trials this one continues finished
-    # it (study.continue_unfinished), or this trial's own earlier run did (Tune's retry after a lost node).
+    # it (resume.continue_unfinished), or this trial's own earlier run did (Tune's retry after a lost node).
     earlier = rows.finished_seeds(rows.trial_rows(ctx.study_dir, number, config.get(rows.CONTINUES) or ()),
                                   ctx.retries)
     written, trained = [], []

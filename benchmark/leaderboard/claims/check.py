@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -16,7 +15,7 @@ from benchmark.arch.fields import did_you_mean
 from benchmark.leaderboard import stats
 from benchmark.leaderboard.objectives import Objective
 from benchmark.leaderboard.studies import LeaderboardError
-from benchmark.space.budget import parse_amount
+from benchmark.space import select
 from benchmark.space.source import Source
 from benchmark.space.yamlsafe import YamlError, load_yaml
 from benchmark.store.metrics import MetricError
@@ -24,7 +23,6 @@ from benchmark.store.metrics import MetricError
 TOP_KEYS = ("description", "claims")
 CLAIM_KEYS = ("claim", "source", "study", "metric", "order", "groups", "where", "published", "note")
 SOURCE_KEYS = ("paper", "where")
-AXES_PREFIX = "axes."                # a filter on a search axis: `axes.hyper.mixing: diagonal`
 GROUP_METRIC = "metric"              # in a group's mapping: its metric, not a column filter
 ONE_SEED, NO_DATA = "inconclusive (1 seed)", "no data"
 
@@ -301,39 +299,10 @@ def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame) -> Re
 
 
 def _match(src: Source, at: tuple, rows: pd.DataFrame, filters: Filters) -> np.ndarray:
-    keep = np.ones(len(rows), dtype=bool)
-    for column, wanted in filters.items():
-        if column.startswith(AXES_PREFIX) and column not in rows and "axes" in rows:
-            values = _axis_values(rows["axes"], column[len(AXES_PREFIX):])
-        elif column not in rows:
-            hint = did_you_mean(column, rows.columns)
-            raise ClaimsError(str(src.error((*at, column), f"no column {column!r} in the results{hint}", value=False)))
-        else:
-            values = rows[column]
-        if pd.api.types.is_numeric_dtype(values):
-            keep &= values.isin([_number(src, (*at, column), w) for w in wanted]).to_numpy()
-        else:
-            keep &= values.astype(str).isin([str(w) for w in wanted]).to_numpy()
-    return keep
-
-
-def _axis_values(axes: pd.Series, key: str) -> pd.Series:
-    """The value each row's search point gave `key` (the row's `axes` JSON: `hyper.mixing`,
-    `variant`, ...), as text; None where the point did not decide it."""
-    def value(text):
-        point = json.loads(text) if isinstance(text, str) and text else {}
-        return None if point.get(key) is None else str(point[key])
-    return axes.map(value).astype(object)
-
-
-def _number(src: Source, at: tuple, value: Any) -> float:
-    """A filter value for a numeric column: a number, or an amount such as 1.5M (a budget)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
     try:
-        return float(parse_amount(value))
-    except ValueError:
-        raise _error(src, at, f"this column holds numbers; {value!r} is none") from None
+        return select.mask(rows, filters)
+    except select.FilterError as e:
+        raise ClaimsError(str(src.error((*at, e.column), str(e), value=e.value))) from None
 
 
 def _group(name: str, rows: pd.DataFrame, claim: Claim) -> Group:

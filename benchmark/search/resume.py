@@ -1,0 +1,146 @@
+"""What a driver does with what it finds when it starts on a study: the store made ready (rows a
+killed writer left half-written, damaged or superseded row files set aside, rows kept elsewhere
+when the disk was full), trials left RUNNING by a driver that ended closed, trials short of the
+study's seeds continued, and the candidates whose rows were set aside run again."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from benchmark.search import rows
+from benchmark.search.context import TrialContext
+from benchmark.search.study import DRIVER, StudyError, mirror, trial_number
+from benchmark.store import location
+from benchmark.store.results import quarantine, recover, sweep_orphans
+
+
+def prepare_store(study_dir: str, storage: str | None, fallback: str, others: Sequence = (),
+                  rerun: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """Before any training: the results location is usable (ResultsPathError otherwise), rows a
+    killed writer left half-written are removed (while another driver runs the study, only old
+    ones: its own may be mid-write), damaged row files are set aside in <study>/_quarantine (their
+    trials run again), so are those `--rerun` names (supersede), rows kept in the fallback folder
+    when the disk was full are brought back, and a study kept by another driver is fetched
+    (study.mirror). Returns the notes for the summary and the set-aside files."""
+    location.check_results(study_dir)
+    sweep_orphans(study_dir, older_than_s=600.0 if others else 0.0)
+    set_aside = quarantine(study_dir)
+    notes = [f"set aside damaged row file {p} (its trial runs again)" for p in set_aside]
+    if rerun:
+        moved = supersede(study_dir, rerun, others)
+        set_aside += moved
+        notes.append(f"--rerun {' '.join(rerun)}: the rows of {len({trial_number(p) for p in moved})} trials moved "
+                     f"to {location.join(study_dir, SUPERSEDED)}/; they run again")
+    notes += [f"recovered row {name} kept in {fallback} when the disk was full" for name in recover(study_dir, fallback)]
+    mirror(study_dir, storage, push=False)
+    return notes, set_aside
+
+
+def close_running(study, ctx: TrialContext, live: set[str] = frozenset()) -> None:
+    """No trial of a driver that has ended stays RUNNING: one with a final row for every seed is
+    told its values (or failed if none was ok); one stopped part-way through its seeds is failed,
+    its rows kept, and continued (continue_unfinished); one without rows never finished and is
+    failed and enqueued to run again. The trials of the `live` drivers (ids: drivers.Driver.id) are
+    theirs to finish."""
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.user_attrs.get(DRIVER) in live:
+            continue
+        earlier = list(t.user_attrs.get(rows.CONTINUES) or ())
+        found = rows.trial_rows(ctx.study_dir, t.number, earlier)
+        for key, value in rows.user_attrs(found).items():
+            study._storage.set_trial_user_attr(t._trial_id, key, value)
+        finished = rows.finished_seeds(found, ctx.retries)
+        if found and set(finished) >= set(ctx.seed_list()) and any(r["status"] == "ok" for r in found):
+            study.tell(t.number, rows.values(found, ctx.objectives, ctx.count))
+        else:
+            study.tell(t.number, state=TrialState.FAIL)
+            if not found:
+                study.enqueue_trial(t.params, user_attrs={rows.CONTINUES: earlier} if earlier else None)
+    continue_unfinished(study, ctx)
+
+
+MEASURED = frozenset({"ok", "diverged"})
+
+
+def continue_unfinished(study, ctx: TrialContext) -> list[int]:
+    """Each finished trial that lacks a seed of the study's (stopped part-way through its seeds,
+    or the study now asks more seeds) is continued once: a trial of the same parameters is
+    enqueued, naming it (user attribute `continues`), which trains only the seeds it lacks and is
+    told the mean over all of them. Pruned, infeasible and wholly failed trials are not continued.
+    Returns the numbers continued now."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    continued = {n for t in trials for n in t.user_attrs.get(rows.CONTINUES) or ()}
+    wanted = set(ctx.seed_list())
+    now = []
+    for t in trials:
+        if t.state not in (TrialState.COMPLETE, TrialState.FAIL) or t.number in continued:
+            continue
+        statuses = set(str(t.user_attrs.get("status", "")).split(","))
+        if not statuses & MEASURED or statuses & {"pruned", "infeasible", "surplus"}:
+            continue
+        if wanted - set(t.user_attrs.get("seeds") or ()):
+            study.enqueue_trial(t.params, user_attrs={rows.CONTINUES: [*(t.user_attrs.get(rows.CONTINUES) or ()),
+                                                                        t.number]})
+            now.append(t.number)
+    return now
+
+
+def run_again(study, set_aside: list[str], done: dict[int, list[dict]]) -> None:
+    """Trials whose row files were set aside (damaged, or superseded by `--rerun`) run again with
+    the same parameters, once per candidate (their Optuna trials stay as they were; the rerun is a
+    new trial number, and trains every seed)."""
+    import re
+
+    numbers = {int(m.group(1)) for p in set_aside if (m := re.match(r"t(\d+)", location.basename(p)))}
+    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+    enqueued = set()
+    for number in sorted(numbers - set(done)):
+        params = by_number[number].params if number in by_number else None
+        if params and (key := tuple(sorted(params.items(), key=str))) not in enqueued:
+            enqueued.add(key)
+            study.enqueue_trial(params)
+
+
+SUPERSEDED = "_superseded"
+
+
+def supersede(study_dir: str, rerun: Sequence[str], others: Sequence = ()) -> list[str]:
+    """`--rerun COLUMN=VALUE ...`: every row file of each trial that has a row matching them all
+    (select.mask) moves to <study>/_superseded/<UTC time>/, kept and out of every reader ("_"), for
+    run_again to train those candidates anew (after a change to the code they run). Returns the
+    new locations; StudyError when another driver runs the study, a filter is malformed or names
+    no column, or no row matches."""
+    import time
+
+    from benchmark.space import select
+    from benchmark.store.results import read_study, trial_files
+
+    given = " ".join(rerun)
+    if others:
+        raise StudyError(f"--rerun {given}: {len(others)} other driver(s) run this study now; rerun once it runs alone")
+    try:
+        filters = dict(select.parse(text, "--rerun") for text in rerun)
+    except ValueError as e:
+        raise StudyError(str(e)) from None
+    df = read_study(study_dir)
+    if not len(df):
+        raise StudyError(f"--rerun {given}: the study has no rows yet")
+    try:
+        keep = select.mask(df, filters)
+    except select.FilterError as e:
+        raise StudyError(f"--rerun {given}: {e}") from None
+    numbers = sorted({int(n) for n in df.loc[keep, "optuna_trial"].dropna()})
+    if not numbers:
+        raise StudyError(f"--rerun {given}: no row of the study matches")
+    folder = location.join(study_dir, SUPERSEDED, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    moved = []
+    for n in numbers:
+        for path in trial_files(study_dir, f"t{n:04d}.a") + trial_files(study_dir, f"t{n:04d}-s"):
+            target = location.join(folder, location.basename(path))
+            location.move(path, target)
+            moved.append(target)
+    return moved
