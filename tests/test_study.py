@@ -169,7 +169,8 @@ def test_a_trial_stopped_between_its_seeds_is_continued_with_the_seeds_it_lacks(
 
 def test_more_seeds_continue_every_finished_trial_once(tmp_path):
     """A 1-seed study resumed with 2 seeds: its measured trials are continued (once each); a pruned
-    trial and one whose every seed failed are not."""
+    trial, one whose every seed failed, and one whose rows were set aside (it runs again whole:
+    run_again) are not."""
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState
 
@@ -177,9 +178,12 @@ def test_more_seeds_continue_every_finished_trial_once(tmp_path):
     from benchmark.search.resume import continue_unfinished
 
     study = _study()
-    dist = {"family": CategoricalDistribution(["looped", "hyperloop", "transformer", "hc"])}
-    for family, status in (("looped", "ok"), ("hyperloop", "diverged"), ("transformer", "pruned"), ("hc", "failed")):
+    dist = {"family": CategoricalDistribution(["looped", "hyperloop", "transformer", "hc", "mhc"])}
+    for family, status in (("looped", "ok"), ("hyperloop", "diverged"), ("transformer", "pruned"), ("hc", "failed"),
+                           ("mhc", "ok")):
         t = study.ask(dist)
+        if family != "mhc":                    # mhc's rows were set aside
+            _seed_row(tmp_path, t.number, 0, 4.0, status=status)
         t.set_user_attr("status", status)
         t.set_user_attr("seeds", [0])
         study.tell(t, 4.0 if status == "ok" else None,

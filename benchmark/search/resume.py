@@ -82,7 +82,8 @@ def continue_unfinished(study, ctx: TrialContext) -> list[int]:
         statuses = set(str(t.user_attrs.get("status", "")).split(","))
         if not statuses & MEASURED or statuses & {"pruned", "infeasible", "surplus"}:
             continue
-        if wanted - set(t.user_attrs.get("seeds") or ()):
+        # one whose rows were set aside (damaged, or superseded by --rerun) runs again whole instead
+        if wanted - set(t.user_attrs.get("seeds") or ()) and rows.trial_files_of(ctx.study_dir, t.number):
             study.enqueue_trial(t.params, user_attrs={rows.CONTINUES: [*(t.user_attrs.get(rows.CONTINUES) or ()),
                                                                         t.number]})
             now.append(t.number)
@@ -117,7 +118,7 @@ def supersede(study_dir: str, rerun: Sequence[str], others: Sequence = ()) -> li
     import time
 
     from benchmark.space import select
-    from benchmark.store.results import read_study, trial_files
+    from benchmark.store.results import read_study
 
     given = " ".join(rerun)
     if others:
@@ -139,7 +140,7 @@ def supersede(study_dir: str, rerun: Sequence[str], others: Sequence = ()) -> li
     folder = location.join(study_dir, SUPERSEDED, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     moved = []
     for n in numbers:
-        for path in trial_files(study_dir, f"t{n:04d}.a") + trial_files(study_dir, f"t{n:04d}-s"):
+        for path in rows.trial_files_of(study_dir, n):
             target = location.join(folder, location.basename(path))
             location.move(path, target)
             moved.append(target)

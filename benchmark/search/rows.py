@@ -91,8 +91,13 @@ def trial_rows(study_dir: str | Path, number: int, continues: tuple[int, ...] | 
     return own
 
 
+def trial_files_of(study_dir: str | Path, number: int) -> list[str]:
+    """The row files of Optuna trial `number`: every seed, every attempt."""
+    return trial_files(study_dir, f"t{number:04d}.a") + trial_files(study_dir, f"t{number:04d}-s")
+
+
 def _latest(number: int, study_dir: str | Path) -> list[dict[str, Any]]:
-    files = trial_files(study_dir, f"t{number:04d}.a") + trial_files(study_dir, f"t{number:04d}-s")
+    files = trial_files_of(study_dir, number)
     latest: dict[str, dict[str, Any]] = {}
     for row in read_files(files):
         if row["trial_id"] not in latest or row["attempt"] >= latest[row["trial_id"]]["attempt"]:
