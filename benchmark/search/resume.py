@@ -94,9 +94,7 @@ def run_again(study, set_aside: list[str], done: dict[int, list[dict]]) -> None:
     """Trials whose row files were set aside (damaged, or superseded by `--rerun`) run again with
     the same parameters, once per candidate (their Optuna trials stay as they were; the rerun is a
     new trial number, and trains every seed)."""
-    import re
-
-    numbers = {int(m.group(1)) for p in set_aside if (m := re.match(r"t(\d+)", location.basename(p)))}
+    numbers = {n for p in set_aside if (n := trial_number(p)) is not None}
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
     enqueued = set()
     for number in sorted(numbers - set(done)):
