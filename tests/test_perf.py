@@ -232,3 +232,63 @@ def test_runs_at_different_hours_judge_a_target_by_their_spread(tmp_path):
     assert run(1.01, code="steady")[0].endswith("(target <= 3%: met)")
     assert len(speeds.ratio_runs(path, "hyperloop/looped", "steady")) == speeds.KEEP_RUNS
     assert models.model_code() == models.model_code() and len(models.model_code()) == 12
+
+
+def test_paths_timed_together_each_report_their_own_peak_memory(monkeypatch):
+    """`measure_together` builds every path before the rounds: the peak of the second path must not
+    count the first's weights and optimiser state (seen: `perf scale` then read a baseline-plus-HC
+    peak as HC's)."""
+    from benchmark.trial import training
+
+    mem = {"held": 1000, "peak": 1000}  # a fake allocator: bytes held now, the high-water mark
+    size = {"transformer": 300, "hc": 500}
+
+    class Allocating:
+        def __init__(self, model, optimizer, policy, device, fresh=True):
+            self.size = size[model.spec.family]
+            mem["held"] += self.size                 # weights and optimiser state stay held
+
+        def __call__(self, x, y):
+            mem["peak"] = max(mem["peak"], mem["held"] + self.size // 10)  # the step's activations
+            return torch.zeros(())
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(step, "TrainStep", Allocating)
+    monkeypatch.setattr(training, "held_memory_bytes", lambda device: mem["held"])
+    monkeypatch.setattr(training, "peak_memory_bytes", lambda device: mem["peak"])
+    monkeypatch.setattr(training, "reset_peak_memory", lambda device: mem.update(peak=mem["held"]))
+    tiny = {"d_model": 32, "n_heads": 2, "vocab_size": 64}
+    specs = [ArchSpec.from_dict({"family": f, **tiny}) for f in ("transformer", "hc")]
+    out = perf.measure_together([(s, ExecPolicy(compile=False)) for s in specs], steps=3, warmup=1,
+                                seq_len=8, batch_size=2)
+    assert [m.peak_mem_bytes for m in out] == [330, 550]  # each its own size plus its activations
+
+
+def test_scale_times_each_hyper_family_with_its_baseline_at_each_stream_dtype(monkeypatch):
+    """`perf scale --stream-dtypes auto,fp32`: the Transformer, HC and mHC are built together and
+    their steps interleaved, HC and mHC once per storage of their streams; the ratios read each
+    against the Transformer from the paired rounds."""
+    from benchmark.perf import scale
+
+    groups = []
+
+    def fake_together(paths, steps, warmup, seq_len, batch_size):
+        groups.append([(s.family, s.hyper and s.hyper.stream_dtype) for s, _ in paths])
+        base = [1.0, 1.2, 0.9, 1.1]  # a drifting machine: the paired ratios cancel it
+        slower = {None: 1.0, "auto": 1.08, "fp32": 1.2}
+        return [perf.Measurement(1.0, 1.0, 1.0, 1e9, 0, tuple(t * slower[s.hyper and s.hyper.stream_dtype]
+                                                               for t in base)) for s, _ in paths]
+
+    monkeypatch.setattr(scale, "measure_together", fake_together)
+    monkeypatch.setattr(step, "matmul_peak", lambda dtype, *a, **kw: 1e12)
+    results = scale.run_scale("search_spaces/default.yaml", "20M", ["transformer", "hc", "mhc", "looped"], {},
+                              ["default"], 4, 64, 2, ["auto", "fp32"])
+    assert groups == [[("transformer", None), ("mhc", "auto"), ("mhc", "fp32"), ("hc", "auto"), ("hc", "fp32")],
+                      [("looped", None)]]
+    lines = scale.ratio_lines(results, "default", ["auto", "fp32"])
+    assert lines[0].startswith("mhc (streams auto) vs transformer: +8.0% time per token, 95% interval +8.0% to +8.0%")
+    assert lines[0].endswith("over 4 paired rounds (target <= 10%: met)")
+    assert lines[1].startswith("mhc (streams fp32) vs transformer: +20.0%") and lines[1].endswith("missed)")
+    assert [ln.split(":")[0] for ln in lines[2:]] == ["hc (streams auto) vs transformer", "hc (streams fp32) vs transformer"]

@@ -66,11 +66,12 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def fused(t: torch.Tensor) -> bool:
     """Whether the connections' hot path runs the Triton kernels (models/kernels): CUDA tensors
-    only, when triton imports. The CPU path is the PyTorch code below."""
+    only, where SHAPEBENCH_HC_KERNELS=triton asks for them and triton imports. Otherwise the
+    PyTorch code below runs (compiled on a GPU, the faster path there: kernels/__init__.py)."""
     if not t.is_cuda:
         return False
     from benchmark.models import kernels
-    return kernels.available()
+    return kernels.chosen() and kernels.available()
 
 
 def home_stream_logits(n: int, index: int) -> torch.Tensor:

@@ -3,6 +3,7 @@
     python -m benchmark.perf models [--minutes 9] [--steps 60] [--families transformer,looped,...]
     python -m benchmark.perf scale [SPACE] [--budget 113M] [--families transformer,hyperloop]
                                    [--set shape.layers=12 ...] [--precisions default,fp32]
+                                   [--stream-dtypes auto,fp32]
 
 `models` trains every family for a few steps at a reference size (~4.8M non-embedding
 parameters, seq 256, batch 16) with the default execution policy, plus eager float32 for
@@ -18,7 +19,10 @@ model code), and from the third run a target is judged between runs, as a shared
 
 `scale` measures one training step of each family as a space solves it at its budget (default:
 the default space at 113M, with its sequence length and micro-batch): tokens/s, model-FLOPs
-utilisation against the bf16 matmul peak measured in the same run, and peak memory. It is the
+utilisation against the bf16 matmul peak measured in the same run, and each path's own peak
+memory. Each hyper-connection family is timed in interleaved rounds with its baseline (as
+`models` does) and its time per token over the baseline printed with a paired interval;
+`--stream-dtypes auto,fp32` times a hyper family with each storage of its streams. It is the
 GPU-sized check; on a CPU a 113M step takes minutes.
 
 `machine_flops()` is the throughput time estimates fall back on before any trial has run here

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 import benchmark.perf as perf
-from benchmark.arch.spec import FAMILIES
+from benchmark.arch.spec import FAMILIES, STREAM_DTYPES
 from benchmark.trial.config import PRECISIONS
 
 # `scale` times each path at the execution policy's own choice ("default") or at a fixed precision.
@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmark.perf") 
     ap.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
                     help="scale: an axis value, e.g. shape.layers=12 (default: each range's middle, each choice's first)")
     ap.add_argument("--precisions", default="default", help=f"scale: comma-separated: {', '.join(SCALE_PRECISIONS)}")
+    ap.add_argument("--stream-dtypes", default="auto",
+                    help=f"scale: comma-separated hyper.stream_dtype values a hyper family runs at ({', '.join(STREAM_DTYPES)}; "
+                         "default: %(default)s)")
     ap.add_argument("--seq-len", type=int, help="scale: sequence length (default: the space's)")
     ap.add_argument("--batch-size", type=int, help="scale: micro-batch (default: the space's)")
     args = ap.parse_args(argv)
@@ -48,8 +51,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmark.perf") 
     bad = set(precisions) - set(SCALE_PRECISIONS)
     if bad:
         ap.error(f"unknown precisions: {', '.join(sorted(bad))} ({', '.join(SCALE_PRECISIONS)})")
+    streams = [s.strip() for s in args.stream_dtypes.split(",") if s.strip()]
+    bad = set(streams) - set(STREAM_DTYPES)
+    if bad or not streams:
+        ap.error(f"unknown stream dtypes: {', '.join(sorted(bad))} ({', '.join(STREAM_DTYPES)})")
     perf.run_scale(args.space, args.budget, families, dict(args.set), precisions, args.steps or 8, args.seq_len,
-              args.batch_size)
+                   args.batch_size, streams)
     return 0
 
 

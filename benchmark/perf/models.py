@@ -153,7 +153,7 @@ def paired_ratio(a: Measurement, b: Measurement) -> tuple[float, float, float, i
     return (*map(float, ratio_interval(a.step_times[:rounds], b.step_times[:rounds])), rounds)
 
 
-def _judged(lo: float, hi: float, limit: float, unresolved: str) -> str:
+def judged(lo: float, hi: float, limit: float, unresolved: str) -> str:
     """A time-ratio target's verdict from an interval (lo, hi): `met` only with the whole interval
     at or under `limit`, `missed` with all of it over, else `unresolved`."""
     from benchmark.leaderboard.stats import VERDICTS, verdict
@@ -174,7 +174,7 @@ def _ratios(results, between: list[str] = ()) -> list[str]:
         if t(a) and t(b):
             est, lo, hi, rounds = paired_ratio(results[(a, "default")], results[(b, "default")])
             if rounds >= MIN_ROUNDS:
-                found = _judged(lo, hi, limit, "not resolved at this noise")
+                found = judged(lo, hi, limit, "not resolved at this noise")
                 line = (f"{a} vs {b}: {est:+.1%} time per token, {LEVEL:.0%} interval {lo:+.1%} to {hi:+.1%} "
                         f"over {rounds} paired rounds")
             else:  # too few rounds for an interval: the medians' ratio alone
@@ -232,7 +232,7 @@ def across_runs(results, path, code: str, now: float) -> list[str]:
             continue
         mean, se, n = (float(v) for v in mean_se([r for _, r, _ in runs]))
         lo, hi = (math.expm1(float(v)) for v in interval(mean, se, n - 1))
-        found = _judged(lo, hi, limit, "not resolved")
+        found = judged(lo, hi, limit, "not resolved")
         span = " to ".join(time.strftime("%Y-%m-%d %H:%M", time.gmtime(w)) for w in (runs[0][0], runs[-1][0]))
         lines.append(f"{a} vs {b} over the last {len(runs)} runs of this code here ({span} UTC): {math.expm1(mean):+.1%}, "
                      f"{LEVEL:.0%} interval {lo:+.1%} to {hi:+.1%} between runs (target <= {limit:.0%}: {found})")

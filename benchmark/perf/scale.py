@@ -1,9 +1,12 @@
 """`python -m benchmark.perf scale`: one training step of each family as a space solves it at its
-budget (the GPU-sized check)."""
+budget (the GPU-sized check), each hyper-connection family interleaved with its baseline."""
 
 from __future__ import annotations
 
-from benchmark.perf.timing import measure
+import dataclasses
+
+from benchmark.perf.models import HYPER_TARGETS, judged, comparison_groups, paired_ratio
+from benchmark.perf.timing import MIN_ROUNDS, measure_together
 from benchmark.store import speeds
 
 
@@ -28,12 +31,26 @@ def reference_values(space, family: str, fixed: dict[str, object]) -> dict[str, 
     return choose(space, pick)
 
 
+def with_streams(spec, stream_dtype: str):
+    """`spec` with its streams stored in `stream_dtype` (hyper.stream_dtype); a model without
+    streams is returned as it is."""
+    if spec.hyper is None or stream_dtype == spec.hyper.stream_dtype:
+        return spec
+    return dataclasses.replace(spec, hyper=dataclasses.replace(spec.hyper, stream_dtype=stream_dtype))
+
+
 def run_scale(space_path: str, budget: str | None, families: list[str], fixed: dict[str, object],
-              precisions: list[str], steps: int, seq_len: int | None, batch_size: int | None) -> dict:
+              precisions: list[str], steps: int, seq_len: int | None, batch_size: int | None,
+              stream_dtypes: list[str] = ("auto",)) -> dict:
+    """The table (and, for the families of HYPER_TARGETS asked with their baselines, the paired
+    ratios): each group of comparison_groups is built together and its steps go round the paths
+    (measure_together), so a ratio is read from back-to-back steps; each path's peak memory is its
+    own. A hyper family runs once per stream dtype of `stream_dtypes`."""
     import torch
     from rich.table import Table
 
     from benchmark.console import console as wide_console
+    from benchmark.models.hyper import resolve_stream_dtype
     from benchmark.space.candidates import resolve
     from benchmark.space.language import load_space
     from benchmark.space.source import Override
@@ -56,25 +73,59 @@ def run_scale(space_path: str, budget: str | None, families: list[str], fixed: d
     console.print(f"{name}: matmul peak fp32 {peak['fp32'] / 1e12:.1f} TFLOP/s (TF32 where CUDA has it), "
                   f"bf16 {peak['bf16'] / 1e12:.1f} TFLOP/s; torch {torch.__version__}")
     table = Table(title=f"One training step at {space.name}'s budget (seq {seq_len}, micro-batch {batch_size})")
-    for col in ("family", "structure", "d_model", "params", "path", "first step s", "step s", "tokens/s",
-                "TFLOP/s", "MFU", "peak mem GiB"):
+    for col in ("family", "structure", "d_model", "params", "path", "streams", "first step s", "step s",
+                "tokens/s", "TFLOP/s", "MFU", "peak mem GiB"):
         table.add_column(col, justify="right")
-    results = {}
-    for fam in families:
-        cand = resolve(space, reference_values(space, fam, fixed))
-        spec = cand.solution.spec
-        for prec in precisions:
-            policy = ExecPolicy() if prec == "default" else ExecPolicy(precision=prec)
-            path = f"{policy.autocast_dtype(device) or 'fp32'} compiled" + (" (default)" if prec == "default" else "")
-            console.print(f"[dim]{fam} {spec.structure()} / {path} ...[/dim]")
-            m = measure(spec, policy, steps=steps, warmup=3, seq_len=seq_len, batch_size=batch_size)
-            results[(fam, prec)] = m
-            dtype = "bf16" if policy.autocast_dtype(device) is not None else "fp32"
-            table.add_row(fam, spec.structure(), str(spec.d_model), f"{cand.solution.params['total'] / 1e6:.1f}M",
-                          path, f"{m.first_step_s:.1f}", f"{m.step_s:.4f}", f"{m.tokens_per_s:,.0f}",
-                          f"{m.flops_per_s / 1e12:.1f}", f"{m.flops_per_s / peak[dtype]:.0%}",
-                          f"{m.peak_mem_bytes / 2**30:.1f}")
+    solved = {fam: resolve(space, reference_values(space, fam, fixed)) for fam in families}
+    results, rows = {}, []
+    for group in comparison_groups(families):
+        paths = []  # (family, precision, stream dtype setting, spec, policy)
+        for fam in group:
+            spec = solved[fam].solution.spec
+            for prec in precisions:
+                policy = ExecPolicy() if prec == "default" else ExecPolicy(precision=prec)
+                for sd in (stream_dtypes if spec.hyper is not None else ["auto"]):
+                    paths.append((fam, prec, sd, with_streams(spec, sd), policy))
+        console.print(f"[dim]{', '.join(group)}: {len(paths)} paths, steps interleaved ...[/dim]")
+        measured = measure_together([(spec, policy) for *_, spec, policy in paths], steps=steps, warmup=3,
+                                    seq_len=seq_len, batch_size=batch_size)
+        for (fam, prec, sd, spec, policy), m in zip(paths, measured):
+            results[(fam, prec, sd)] = m
+            autocast = policy.autocast_dtype(device)
+            dtype = "bf16" if autocast is not None else "fp32"
+            path = f"{dtype} compiled" + (" (default)" if prec == "default" else "")
+            streams = "-" if spec.hyper is None else \
+                {torch.bfloat16: "bf16", torch.float32: "fp32"}[resolve_stream_dtype(sd, device.type, autocast)]
+            rows.append((fam, [fam, spec.structure(), str(spec.d_model),
+                               f"{solved[fam].solution.params['total'] / 1e6:.1f}M", path, streams,
+                               f"{m.first_step_s:.1f}", f"{m.step_s:.4f}", f"{m.tokens_per_s:,.0f}",
+                               f"{m.flops_per_s / 1e12:.1f}", f"{m.flops_per_s / peak[dtype]:.0%}",
+                               f"{m.peak_mem_bytes / 2**30:.1f}"]))
+    for _, cells in sorted(rows, key=lambda r: families.index(r[0])):
+        table.add_row(*cells)
     console.print(table)
     console.print("MFU: count_flops' training FLOPs per token x tokens/s over the matmul peak measured above "
-                  "in the path's precision (not the datasheet's).")
+                  "in the path's precision (not the datasheet's). Peak memory: each path's own (the allocator's "
+                  "high-water mark over what was held before it was built).")
+    for line in ratio_lines(results, precisions[0], stream_dtypes):
+        console.print(line)
     return results
+
+
+def ratio_lines(results, prec: str, stream_dtypes) -> list[str]:
+    """Each target of HYPER_TARGETS measured with its baseline, per stream dtype, in time per
+    token from the paired rounds (paired_ratio), judged against the target's limit."""
+    from benchmark.leaderboard.stats import LEVEL
+
+    lines = []
+    for a, b, limit in HYPER_TARGETS:
+        for sd in stream_dtypes:
+            if (a, prec, sd) not in results or (b, prec, "auto") not in results:
+                continue
+            est, lo, hi, rounds = paired_ratio(results[(a, prec, sd)], results[(b, prec, "auto")])
+            if rounds < MIN_ROUNDS:
+                continue
+            found = judged(lo, hi, limit, "not resolved at this noise")
+            lines.append(f"{a} (streams {sd}) vs {b}: {est:+.1%} time per token, {LEVEL:.0%} interval "
+                         f"{lo:+.1%} to {hi:+.1%} over {rounds} paired rounds (target <= {limit:.0%}: {found})")
+    return lines

@@ -21,7 +21,7 @@ class Measurement:
     first_step_s: float    # includes compilation
     tokens_per_s: float
     flops_per_s: float     # achieved training FLOP/s (count_flops' train FLOPs per token x tokens/s)
-    peak_mem_bytes: int = 0  # the step's peak (CUDA allocator; on a CPU the process's high-water mark)
+    peak_mem_bytes: int = 0  # the path's own peak (CUDA allocator; on a CPU the process's resident memory)
     step_times: tuple[float, ...] = ()  # the timed steps, one per round of measure_together (paired_ratio)
 
 
@@ -44,13 +44,16 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
     Up to `steps` rounds, fewer (never under MIN_ROUNDS) where the next would end after `until`, a
     time.perf_counter() deadline. `focus`, indices into `paths`: only these go on after MIN_ROUNDS
     rounds (the others' medians need no interval), so the rounds that an interval is read from come
-    faster. Peak memory is that of all the paths together."""
+    faster. Each path's peak memory is its own: the high-water mark while it was built and warmed up
+    (the first step allocates the optimiser's state), over what was held before (the paths built
+    earlier), so that paths timed together report what each needs alone."""
     import torch
 
     from benchmark.models import build_model
     from benchmark.trial.config import TrainConfig
     from benchmark.trial.step import TrainStep, default_device, prepare_device
     from benchmark.trial.training import (
+        held_memory_bytes,
         make_optimizer,
         peak_memory_bytes,
         reset_peak_memory,
@@ -58,7 +61,6 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
 
     device = default_device()
     prepare_device(device)
-    reset_peak_memory(device)
     gen = torch.Generator().manual_seed(seed)
     vocab = min(spec.vocab_size for spec, _ in paths)
     data = torch.randint(0, vocab, (batch_size, seq_len + 1), generator=gen).to(device)
@@ -75,14 +77,19 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
         opt = make_optimizer(model, TrainConfig(lr=1e-4))  # the trial's optimiser (fused AdamW on CUDA)
         return TrainStep(model, opt, policy, device, fresh=fresh)
 
+    peaks: list[int] = []
+
     def run() -> list[list[float]]:
-        """Each path's step times; its models are freed when it returns."""
+        """Each path's step times (and its own peak into `peaks`); its models are freed when it returns."""
         built, times = [], []
         try:
             for i, (spec, policy) in enumerate(paths):
+                held = held_memory_bytes(device)
+                reset_peak_memory(device)
                 # only the first drops dynamo's compiled code: the others' must stay for the rounds
                 built.append(build(spec, policy, fresh=i == 0))
                 times.append([timed(built[-1]) for _ in range(warmup)])
+                peaks.append(max(0, peak_memory_bytes(device) - held))
             last = 0.0  # the previous round's seconds: the next one's forecast
             for r in range(steps):
                 start = time.perf_counter()
@@ -101,9 +108,8 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
         return times
 
     times = run()
-    peak = peak_memory_bytes(device)  # the high-water mark of all the paths together
     out = []
-    for (spec, _), ts in zip(paths, times):
+    for (spec, _), ts, peak in zip(paths, times, peaks):
         step_s = statistics.median(ts[warmup:])
         tps = batch_size * seq_len / step_s
         out.append(Measurement(step_s, ts[0], tps, tps * count_flops(spec, seq_len)["train"], peak,

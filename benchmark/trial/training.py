@@ -221,6 +221,21 @@ def reset_peak_memory(device: torch.device) -> None:
         pass
 
 
+def held_memory_bytes(device: torch.device) -> int:
+    """What is held now, on the scale peak_memory_bytes reads: CUDA's allocated bytes, else the
+    process's resident memory (VmRSS; 0 where /proc is missing)."""
+    if device.type == "cuda":
+        return int(torch.cuda.memory_allocated(device))
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def peak_memory_bytes(device: torch.device) -> int:
     """CUDA: peak allocated by torch since reset_peak_memory. CPU: the process's resident
     high-water mark since then (VmHWM; where /proc is missing, the lifetime peak ru_maxrss)."""
