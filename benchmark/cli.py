@@ -107,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "files (default: %(default)s)")
     p.add_argument("--tokenizer", default=DataConfig.tokenizer, help="bpe, bpe:VOCAB, gpt2 or hf:NAME "
                    "(default: %(default)s; bpe = 8192)")
-    p.add_argument("--precision", choices=PRECISIONS, default=TrainConfig.precision, help="autocast policy "
-                   "(default: %(default)s)")
+    p.add_argument("--precision", choices=PRECISIONS, help="autocast policy (default: the space's "
+                   f"training.precision, else {TrainConfig.precision})")
     p.add_argument("--no-compile", action="store_true", help="train eagerly (no torch.compile)")
     return p
 
@@ -186,12 +186,12 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
 
 
 def _policy(args: argparse.Namespace) -> dict:
-    return {"precision": args.precision, "compile": not args.no_compile}
+    """The flags' training settings, over the space's `training:`: only those given (its fp32 holds)."""
+    return {**({"precision": args.precision} if args.precision else {}), **({"compile": False} if args.no_compile else {})}
 
 
 def _data(args: argparse.Namespace):
     from benchmark.data import DataConfig
-
     return DataConfig(source=args.data, tokenizer=args.tokenizer)
 
 
@@ -268,7 +268,7 @@ def _resume_command(args: argparse.Namespace, name: str) -> str:
     parts = ["python run_search.py"] + ([args.space] if args.space else [])
     parts += [f"--name {name}"] + ([f"--results {args.results}"] if args.results else [])
     parts += [f"--{flag} {getattr(args, flag)}" for flag in (*SHORT_FOR, "seeds") if getattr(args, flag) is not None]
-    defaults = {"data": DataConfig.source, "tokenizer": DataConfig.tokenizer, "precision": TrainConfig.precision}
+    defaults = {"data": DataConfig.source, "tokenizer": DataConfig.tokenizer, "precision": None}
     parts += [f"--{flag} {getattr(args, flag)}" for flag, default in defaults.items() if getattr(args, flag) != default]
     parts += ["--no-compile"] if args.no_compile else []
     parts += ([f"--storage {args.storage}"] if args.storage else []) + ["--resume"]

@@ -367,3 +367,20 @@ def test_pruner_none_trains_every_trial_to_its_end(tiny):
     check_declared(none, 1, declaration(asha), "s/_study.json", "s")   # no error: not what defines the experiment
     with pytest.raises(Exception, match=r"pruner: 'asa' is not one of asha, none"):
         load_space(tiny, [parse_set("pruner=asa")])
+
+
+@pytest.mark.parametrize("flags,expected", [([], "fp32"), (["--precision", "bf16"], "bf16"), (["--no-compile"], "fp32")])
+def test_a_space_s_training_precision_reaches_the_trial_unless_a_flag_overrides_it(tiny, flags, expected):
+    """`--set training.precision=fp32` (or the space's own `training:`) is what each trial trains
+    in; only a `--precision` given on the command line overrides it (seen: the flag's default,
+    `auto`, always overrode it, and a study asked for in fp32 trained in bf16)."""
+    from benchmark.cli import _policy, overrides
+    from benchmark.search.context import TrialContext
+
+    args = _args(tiny, "--set", "training.precision=fp32", *flags)
+    space = load_space(tiny, overrides(args))
+    ctx = TrialContext(study="s", study_dir="/tmp/s", data=None, training=space.trial_training, count="total",
+                       objectives=("val_loss",), policy=_policy(args))
+    cfg = ctx.train_config(seed=0)
+    assert cfg.precision == expected
+    assert cfg.compile == ("--no-compile" not in flags)

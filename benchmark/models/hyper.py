@@ -245,8 +245,8 @@ class SigmoidGate(Connection):
     def logits(self, Y: torch.Tensor):
         """The pre-activations α W z + b of H_pre, H_post and H_res: (B, T, n) x 2 and (B, T, n_res)."""
         B, T, n, d = Y.shape
-        # The projection may run in bf16 under autocast; the gates (sigmoid, Sinkhorn's 20
-        # normalisations) run in float32 whatever the streams' storage (mHC eq. 16-19).
+        # The projection (normed_linear) and the gates (sigmoid, Sinkhorn's 20 normalisations)
+        # run in float32 under autocast too, whatever the streams' storage (mHC eq. 14-19).
         proj = normed_linear(Y.reshape(B, T, n * d), self.weight, self.eps)   # W z: (B, T, 2n + n_res)
         pre = self.alpha[0] * proj[..., :n] + self.bias[:n]
         post = self.alpha[1] * proj[..., n:2 * n] + self.bias[n:2 * n]
