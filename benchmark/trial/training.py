@@ -221,19 +221,24 @@ def reset_peak_memory(device: torch.device) -> None:
         pass
 
 
+def _proc_status_bytes(field: str) -> int | None:
+    """A memory line of /proc/self/status (VmRSS, VmHWM) in bytes; None where /proc is missing."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def held_memory_bytes(device: torch.device) -> int:
     """What is held now, on the scale peak_memory_bytes reads: CUDA's allocated bytes, else the
     process's resident memory (VmRSS; 0 where /proc is missing)."""
     if device.type == "cuda":
         return int(torch.cuda.memory_allocated(device))
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return _proc_status_bytes("VmRSS") or 0
 
 
 def peak_memory_bytes(device: torch.device) -> int:
@@ -241,11 +246,7 @@ def peak_memory_bytes(device: torch.device) -> int:
     high-water mark since then (VmHWM; where /proc is missing, the lifetime peak ru_maxrss)."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    hwm = _proc_status_bytes("VmHWM")
+    if hwm is not None:
+        return hwm
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
