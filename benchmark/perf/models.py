@@ -153,7 +153,7 @@ def paired_ratio(a: Measurement, b: Measurement) -> tuple[float, float, float, i
     return (*map(float, ratio_interval(a.step_times[:rounds], b.step_times[:rounds])), rounds)
 
 
-def judged(lo: float, hi: float, limit: float, unresolved: str) -> str:
+def _judged(lo: float, hi: float, limit: float, unresolved: str) -> str:
     """A time-ratio target's verdict from an interval (lo, hi): `met` only with the whole interval
     at or under `limit`, `missed` with all of it over, else `unresolved`."""
     from benchmark.leaderboard.stats import VERDICTS, verdict
@@ -161,26 +161,33 @@ def judged(lo: float, hi: float, limit: float, unresolved: str) -> str:
     return dict(zip(VERDICTS, ("met", "missed", unresolved)))[str(verdict(lo - limit, hi - limit, expected_sign=-1))]
 
 
+def paired_line(label: str, a: Measurement, b: Measurement, limit: float) -> str | None:
+    """`label`: a's time per token over b's from their paired rounds, with its interval, judged
+    against the target `limit`; None with fewer than MIN_ROUNDS rounds (no interval)."""
+    from benchmark.leaderboard.stats import LEVEL
+
+    est, lo, hi, rounds = paired_ratio(a, b)
+    if rounds < MIN_ROUNDS:
+        return None
+    return (f"{label}: {est:+.1%} time per token, {LEVEL:.0%} interval {lo:+.1%} to {hi:+.1%} over {rounds} "
+            f"paired rounds (target <= {limit:.0%}: {_judged(lo, hi, limit, 'not resolved at this noise')})")
+
+
 def _ratios(results, between: list[str] = ()) -> list[str]:
     """The comparisons the model-zoo issue asks for, as time-per-token ratios: from the paired
     rounds where there are enough (the table's medians, taken path by path, can sit outside the
     paired interval), else the medians' ratio; then `between`, the same over runs (across_runs)."""
-    from benchmark.leaderboard.stats import LEVEL
-
     def t(fam, path="default"):
         return 1 / results[(fam, path)].tokens_per_s if (fam, path) in results else None
     lines = []
     for a, b, limit in HYPER_TARGETS:
         if t(a) and t(b):
-            est, lo, hi, rounds = paired_ratio(results[(a, "default")], results[(b, "default")])
-            if rounds >= MIN_ROUNDS:
-                found = judged(lo, hi, limit, "not resolved at this noise")
-                line = (f"{a} vs {b}: {est:+.1%} time per token, {LEVEL:.0%} interval {lo:+.1%} to {hi:+.1%} "
-                        f"over {rounds} paired rounds")
-            else:  # too few rounds for an interval: the medians' ratio alone
+            line = paired_line(f"{a} vs {b}", results[(a, "default")], results[(b, "default")], limit)
+            if line is None:  # too few rounds for an interval: the medians' ratio alone
                 over = t(a) / t(b) - 1
-                found, line = "met" if over <= limit else "missed", f"{a} vs {b}: {over:+.1%} time per token"
-            lines.append(f"{line} (target <= {limit:.0%}: {found})")
+                found = "met" if over <= limit else "missed"
+                line = f"{a} vs {b}: {over:+.1%} time per token (target <= {limit:.0%}: {found})"
+            lines.append(line)
     if any("paired rounds" in line for line in lines):
         lines.append("(each interval is this run's rounds; on a shared CPU a run at another time can read outside it)")
     lines += between
@@ -232,7 +239,7 @@ def across_runs(results, path, code: str, now: float) -> list[str]:
             continue
         mean, se, n = (float(v) for v in mean_se([r for _, r, _ in runs]))
         lo, hi = (math.expm1(float(v)) for v in interval(mean, se, n - 1))
-        found = judged(lo, hi, limit, "not resolved")
+        found = _judged(lo, hi, limit, "not resolved")
         span = " to ".join(time.strftime("%Y-%m-%d %H:%M", time.gmtime(w)) for w in (runs[0][0], runs[-1][0]))
         lines.append(f"{a} vs {b} over the last {len(runs)} runs of this code here ({span} UTC): {math.expm1(mean):+.1%}, "
                      f"{LEVEL:.0%} interval {lo:+.1%} to {hi:+.1%} between runs (target <= {limit:.0%}: {found})")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from benchmark.perf.models import HYPER_TARGETS, judged, comparison_groups, paired_ratio
-from benchmark.perf.timing import MIN_ROUNDS, measure_together
+from benchmark.perf.models import HYPER_TARGETS, comparison_groups, paired_line
+from benchmark.perf.timing import measure_together
 from benchmark.store import speeds
 
 
@@ -50,7 +50,7 @@ def run_scale(space_path: str, budget: str | None, families: list[str], fixed: d
     from rich.table import Table
 
     from benchmark.console import console as wide_console
-    from benchmark.models.hyper import resolve_stream_dtype
+    from benchmark.models.hyper import stream_record
     from benchmark.space.candidates import resolve
     from benchmark.space.language import load_space
     from benchmark.space.source import Override
@@ -94,8 +94,7 @@ def run_scale(space_path: str, budget: str | None, families: list[str], fixed: d
             autocast = policy.autocast_dtype(device)
             dtype = "bf16" if autocast is not None else "fp32"
             path = f"{dtype} compiled" + (" (default)" if prec == "default" else "")
-            streams = "-" if spec.hyper is None else \
-                {torch.bfloat16: "bf16", torch.float32: "fp32"}[resolve_stream_dtype(sd, device.type, autocast)]
+            streams = stream_record(spec.hyper, device.type, dtype).get("stream_dtype", "-")
             rows.append((fam, [fam, spec.structure(), str(spec.d_model),
                                f"{solved[fam].solution.params['total'] / 1e6:.1f}M", path, streams,
                                f"{m.first_step_s:.1f}", f"{m.step_s:.4f}", f"{m.tokens_per_s:,.0f}",
@@ -114,18 +113,11 @@ def run_scale(space_path: str, budget: str | None, families: list[str], fixed: d
 
 def ratio_lines(results, prec: str, stream_dtypes) -> list[str]:
     """Each target of HYPER_TARGETS measured with its baseline, per stream dtype, in time per
-    token from the paired rounds (paired_ratio), judged against the target's limit."""
-    from benchmark.leaderboard.stats import LEVEL
-
+    token from the paired rounds (paired_line)."""
     lines = []
     for a, b, limit in HYPER_TARGETS:
         for sd in stream_dtypes:
-            if (a, prec, sd) not in results or (b, prec, "auto") not in results:
-                continue
-            est, lo, hi, rounds = paired_ratio(results[(a, prec, sd)], results[(b, prec, "auto")])
-            if rounds < MIN_ROUNDS:
-                continue
-            found = judged(lo, hi, limit, "not resolved at this noise")
-            lines.append(f"{a} (streams {sd}) vs {b}: {est:+.1%} time per token, {LEVEL:.0%} interval "
-                         f"{lo:+.1%} to {hi:+.1%} over {rounds} paired rounds (target <= {limit:.0%}: {found})")
+            if (a, prec, sd) in results and (b, prec, "auto") in results:
+                line = paired_line(f"{a} (streams {sd}) vs {b}", results[(a, prec, sd)], results[(b, prec, "auto")], limit)
+                lines += [line] if line else []
     return lines
