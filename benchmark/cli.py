@@ -12,8 +12,8 @@ the `--set`s. `--plan` resolves and prints the candidates without training; with
 runs (`run_study` -> search.run_search). `--spec` trains and evaluates one architecture. Exit codes:
 0 done, 2 a problem with the space, the spec or the flags (a space edited since its study began
 included), reported as one line (`path:line:col: key: what is wrong`), 3 the search stopped early
-for the machine's sake (a full disk, Ray that could not start or lost its head): finished rows are
-kept and the line says how to resume.
+for the machine's sake (a full disk, Ray that could not start or lost its head, the study's
+database away for longer than --storage-wait): finished rows are kept and the line says how to resume.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from benchmark.data import DataConfig
 from benchmark.search import SAMPLERS
+from benchmark.search.storage import WAIT_S
 from benchmark.space.budget import COUNTS, parse_tokens
 from benchmark.space.language import SearchSpace, SpaceError, load_space, parse_budgets
 from benchmark.space.source import Override, parse_set
@@ -35,7 +36,8 @@ from benchmark.trial.config import PRECISIONS, TrainConfig
 
 DEFAULT_SPACE = Path(__file__).resolve().parent.parent / "search_spaces" / "default.yaml"
 SEARCH_ONLY = ("name", "results", "resume", "address", "seeds", "time_budget", "concurrency", "sampler", "storage", "rerun",
-               "cpus_per_trial", "gpus_per_trial", "workers_per_trial", "parallel", "yes", "pending_timeout")  # search-only flags
+               "cpus_per_trial", "gpus_per_trial", "workers_per_trial", "parallel", "yes", "pending_timeout",
+               "storage_wait")  # search-only flags
 # A search estimated to take longer than this on one machine is a cluster job: it asks first.
 LIMIT_HOURS = 24
 # For the GPU-hours in that message only (no GPU is measured here): an assumed achieved training
@@ -79,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                    f"(pyarrow.fs; default: {RESULTS_ROOT}/)")
     p.add_argument("--storage", help="Optuna storage URL shared by several drivers, e.g. postgresql://... "
                    "(default: SQLite in the study folder)")
+    p.add_argument("--storage-wait", type=_checked(parse_duration), help=f"how long the study's database may "
+                   "be away (a restart, a failover) before the search stops, resumable (default {WAIT_S:g} s)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted study")
     p.add_argument("--rerun", action="append", metavar="COLUMN=VALUE", help="train anew the finished candidates whose rows match")
     p.add_argument("--address", help="Ray cluster address, e.g. auto")
@@ -237,7 +241,7 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
         print(f"run_search.py: {name}: {e}", file=sys.stderr)
         return 2
     except SearchHalted as e:
-        if e.kind == "ray":  # one line: what failed, Ray's logs, what to try, how to go on
+        if e.kind in ("ray", "storage"):  # one line: what failed, where, what to try, how to go on
             print(f"run_search.py: {name}: stopped: {e}; then: {_resume_command(args, name)}", file=sys.stderr)
             return e.halt.exit_code
         print(f"run_search.py: {name}: stopped: {e}", file=sys.stderr)
@@ -257,7 +261,8 @@ def _options(space: SearchSpace, args: argparse.Namespace, name: str):
                          workers_per_trial=args.workers_per_trial, parallel=args.parallel or "auto", rerun=tuple(args.rerun or ()),
                          data=_data(args), sampler=args.sampler, resume_command=_resume_command(args, name),
                          time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
-                         **({"pending_timeout_s": parse_duration(args.pending_timeout)} if args.pending_timeout else {}))
+                         **({"pending_timeout_s": parse_duration(args.pending_timeout)} if args.pending_timeout else {}),
+                         **({"storage_wait_s": parse_duration(args.storage_wait)} if args.storage_wait else {}))
 
 
 def _resume_command(args: argparse.Namespace, name: str) -> str:

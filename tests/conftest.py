@@ -122,3 +122,24 @@ def count_encodes(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(Tokenizer, "encode_batch", counting)
     return calls
+
+
+@pytest.fixture(scope="module")
+def postgres_server():
+    """A PostgreSQL server (tests/postgres.py) for one test module; skipped, saying why, where
+    none can start. A test that stops it leaves it running again."""
+    from postgres import Unavailable, start_server
+
+    try:
+        server = start_server()
+    except Unavailable as e:
+        pytest.skip(str(e))
+    try:
+        yield server
+    finally:
+        server.end()
+
+
+@pytest.fixture(scope="module")
+def postgres_url(postgres_server) -> str:
+    return postgres_server.url

@@ -2,7 +2,6 @@
 and with the SQLite file beside the rows; a driver never ends the processes of a live one; and a
 space edited after its study began is refused in one line, with nothing in the study changed."""
 
-import glob
 import os
 import re
 import shutil
@@ -10,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -52,60 +50,6 @@ def space_file(folder: Path, families: str = "transformer, looped", name: str = 
 def flags(space: Path, results: Path, corpus: Path, *more: str) -> list[str]:
     return [str(space), "--name", "shared", "--results", str(results), "--data", str(corpus / "text.txt"),
             "--tokenizer", "bpe:320", "--no-compile", "--precision", "fp32", "--concurrency", "1", *more]
-
-
-# ---- a throwaway PostgreSQL server ------------------------------------------------------------
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _pg_bin(name: str) -> str | None:
-    found = shutil.which(name) or sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
-    return found if isinstance(found, str) else (found[-1] if found else None)
-
-
-@pytest.fixture(scope="module")
-def postgres_url():
-    """A PostgreSQL server in a temporary folder on 127.0.0.1 (Debian's `postgresql` package;
-    .ci/run installs it), run as the `postgres` user when the tests run as root (initdb refuses
-    root); skipped, saying why, where it cannot start."""
-    import importlib.util
-
-    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is None:
-        pytest.skip("no PostgreSQL driver: pip install -e '.[postgres]'")
-    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
-    if not (initdb and pg_ctl):
-        pytest.skip("no PostgreSQL server here (apt-get install postgresql)")
-    as_user: list[str] = []
-    folder = tempfile.mkdtemp(prefix="sbpg-")
-    if os.geteuid() == 0:
-        try:
-            import pwd
-
-            owner = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root and there is no `postgres` user to run the server as")
-        os.chown(folder, owner.pw_uid, owner.pw_gid)
-        as_user = ["runuser", "-u", "postgres", "--"]
-    data, port = os.path.join(folder, "data"), _free_port()
-    ctl = [*as_user, pg_ctl, "-D", data]
-    try:
-        done = subprocess.run([*as_user, initdb, "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"],
-                              capture_output=True, text=True, timeout=60)
-        if done.returncode:
-            pytest.skip(f"initdb failed: {done.stderr.strip()[-300:]}")
-        done = subprocess.run([*ctl, "-w", "-t", "30", "-l", os.path.join(folder, "log"), "-o",
-                               f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off", "start"],
-                              capture_output=True, text=True, timeout=60)
-        if done.returncode:
-            pytest.skip(f"PostgreSQL did not start: {done.stderr.strip()[-300:]}")
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*ctl, "-m", "immediate", "stop"], capture_output=True, timeout=60)
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 # ---- two drivers at once ----------------------------------------------------------------------

@@ -113,6 +113,6 @@ class StopAll(Stopper):
 
     def stop_all(self) -> bool:
         searcher = self.callback.searcher
-        if searcher is not None and searcher.full:
-            self.callback.stop(searcher.full)  # the study database could not be written
+        if searcher is not None and searcher.halt:
+            self.callback.stop(searcher.halt)  # the study's database is full, or did not answer
         return self.callback.halt is not None

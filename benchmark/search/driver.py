@@ -23,8 +23,9 @@ machine (SQLite's file locks serialise its writers there). A study on a URI keep
 per driver, which a second driver would overwrite: that one is refused, in one line.
 
 The search stops early (SearchHalted, carrying a halt.Halt) when the results disk is full, no trial
-can start on the cluster, or Ray cannot start or loses its head; what is finished is kept, and the
-message says how to go on.
+can start on the cluster, Ray cannot start or loses its head, or the study's database does not
+answer for --storage-wait (a shorter absence is ridden through: storage.py); what is finished is
+kept, and the message says how to go on.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from benchmark.search import study as studies
 from benchmark.search.context import TrialContext
 from benchmark.search.rows import best_row
 from benchmark.search.halt import Halt, SearchHalted  # noqa: F401  (SearchHalted re-exported)
+from benchmark.search.storage import WAIT_S, StorageUnavailable
 from benchmark.search.study import OPTUNA_DB  # noqa: F401  (re-exported: where the study lives)
 from benchmark.store import location, metrics
 from benchmark.store.results import finished_trials, read_study, trial_files
@@ -64,6 +66,7 @@ class SearchOptions:
     parallel: str = "auto"                # such a trial's wrapper: ddp, fsdp, or auto (trial/distributed.py)
     address: str | None = None       # an existing Ray cluster ("auto", "HOST:PORT")
     storage: str | None = None       # an Optuna RDB URL; default: SQLite beside the rows (study.storage_url)
+    storage_wait_s: float = WAIT_S   # how long its database may be away: a restart or failover (storage.py)
     time_budget_s: float | None = None
     retries: int = 1                 # an exception is retried this many times, then recorded as failed
     node_retries: int = 3            # a trial whose worker or node is lost runs again elsewhere
@@ -121,6 +124,8 @@ def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] 
     try:
         registry.beat(force=True)
         return _search(space, opts, console, policy, registry, others, slot)
+    except StorageUnavailable as e:  # opening, preparing or closing the study: rows kept, resumable
+        raise SearchHalted(Halt("storage", str(e))) from None
     finally:
         registry.end()
         if slot is not None:
@@ -216,7 +221,7 @@ def _open(space, opts: SearchOptions, names, modes):
     from benchmark.space.plan import first_points
 
     return studies.open_study(studies.storage_url(opts.study_dir, opts.storage), opts.name, names,
-                              [f"{m}imize" for m in modes], first_points(space))
+                              [f"{m}imize" for m in modes], first_points(space), wait_s=opts.storage_wait_s)
 
 
 def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, console, driving: _Driving):
@@ -264,7 +269,7 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
         ray_session.stop(owned)
     import optuna
 
-    if not halt or halt.kind != "store_full":  # else trials stay RUNNING: --resume closes them from their rows
+    if not halt or halt.kind not in ("store_full", "storage"):  # else trials stay RUNNING: --resume closes them
         resume.close_running(optuna.load_study(study_name=opts.name, storage=storage), ctx,
                               live={d.id for d in driving.registry.others()})
     return halt
@@ -358,7 +363,7 @@ def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console, dr
     )
     with view, ray_session.quiet_full_disk():
         tuner.fit()
-    return view, callback.halt or searcher.full
+    return view, callback.halt or searcher.halt
 
 
 def study_info(space, opts: SearchOptions, sampler: str, data) -> dict[str, Any]:

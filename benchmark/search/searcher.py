@@ -8,7 +8,11 @@ next `--resume` closes it from its row once the row is recovered (resume.close_r
 
 Each trial it asks names this driver (user attribute `driver`), and it asks none once the study's
 `trials:` are taken by every driver running the study together (study.Quota): then it tells Tune
-the search is finished."""
+the search is finished.
+
+A call to the study rides through its database being away for a moment (search/storage.py); one
+that fails for the whole wait, or finds the study's disk full, stops the search (`halt`), keeping
+every row: the trial it was telling stays RUNNING, and `--resume` tells it from its rows."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from ray.tune.search.optuna import OptunaSearch
 from benchmark.search import rows
 from benchmark.search.context import TrialContext
 from benchmark.search.halt import Halt
+from benchmark.search.storage import StorageUnavailable
 from benchmark.search.study import DRIVER, Quota
 from benchmark.store.location import disk_full
 
@@ -31,11 +36,11 @@ class AttributedSearch(OptunaSearch):
     def __init__(self, *args, ctx: TrialContext, driver: str = "", quota: Quota | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self._ctx, self._driver, self._quota = ctx, driver, quota
-        self.full: Halt | None = None  # the study's database found a full disk: the search stops
+        self.halt: Halt | None = None  # the study's database is full or gone: the search stops
         self.asked: list[int] = []     # the Optuna trial numbers this driver asked
 
     def suggest(self, trial_id: str):
-        if self.full:
+        if self.halt:
             return None
         try:
             if self._quota is not None and self._quota.reached(self._ot_study):
@@ -43,7 +48,7 @@ class AttributedSearch(OptunaSearch):
             config = super().suggest(trial_id)
             return self._own(trial_id, config)
         except Exception as e:
-            return self._full(e)
+            return self._stop(e)
 
     def _own(self, trial_id: str, config):
         ot_trial = self._ot_trials[trial_id]
@@ -63,13 +68,16 @@ class AttributedSearch(OptunaSearch):
             return self._complete(trial_id, result, error)
         except Exception as e:
             self._completed_trials.add(trial_id)  # its row is written; --resume tells Optuna from it
-            return self._full(e)
+            return self._stop(e)
 
-    def _full(self, error: Exception) -> None:
-        if not disk_full(error):
+    def _stop(self, error: Exception) -> None:
+        if isinstance(error, StorageUnavailable):
+            self.halt = self.halt or Halt("storage", str(error))
+        elif disk_full(error):
+            self.halt = self.halt or Halt("store_full", f"{self._ctx.study_dir}: the disk is full (the Optuna study "
+                                                        "could not be written)")
+        else:
             raise error
-        self.full = Halt("store_full", f"{self._ctx.study_dir}: the disk is full (the Optuna study could not be "
-                                       "written)")
 
     def _complete(self, trial_id: str, result: dict[str, Any] | None, error: bool):
         ot_trial = self._ot_trials.get(trial_id)

@@ -140,17 +140,20 @@ def engine_url(url: str) -> str:
 
 
 def open_study(url: str, name: str, ctx_names: list[str], directions: list[str],
-               grid_points: list[dict[str, Any]] = ()):
+               grid_points: list[dict[str, Any]] = (), wait_s: float | None = None):
     """Load or create the persisted study and name its metrics (also on resume, for studies made
     before names existed). A new study of a finite space starts with its points enqueued, so no
     candidate repeats while others are untried: by the driver that created it, so two drivers
-    starting together enqueue them once."""
+    starting together enqueue them once. The storage rides through its database being away for
+    up to `wait_s` (search/storage.py), else raises StorageUnavailable."""
     import optuna
+
+    from benchmark.search.storage import WAIT_S, PatientStorage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    storage = optuna.storages.RDBStorage(engine_url(url))
+    storage = PatientStorage(engine_url(url), wait_s=WAIT_S if wait_s is None else wait_s)
     try:
         study, created = optuna.create_study(storage=storage, study_name=name, directions=directions), True
     except optuna.exceptions.DuplicatedStudyError:

@@ -1,0 +1,186 @@
+"""The Optuna study's database, reached patiently: a dropped connection, a server restart or a
+failover does not stop a search, and a database that stays away stops it in one line.
+
+Two layers, each a kept library's:
+- SQLAlchemy's pool (`ENGINE`): a pooled connection the server has ended since its last use is
+  replaced before it is used (`pool_pre_ping`), and none is kept long enough for a firewall or a
+  load balancer to drop it silently (`pool_recycle`);
+- a call that finds the server gone (a refused connection, AdminShutdown, a dropped socket:
+  SQLAlchemy's OperationalError or InterfaceError, which Optuna wraps in StorageInternalError) is
+  retried with a bounded exponential backoff (tenacity) for up to `wait_s`, each call of the
+  storage on its own: what the driver and the searcher ask (ask, tell, user attributes, enqueue,
+  the quota's reads) goes through it. Optuna retries only a new trial's creation, and only for a
+  deadlock (RDBStorage._create_new_trial), so every other call needs this.
+
+A call that succeeds after a retry says one line (`say`). One that fails for `wait_s` raises
+StorageUnavailable, whose message names the database (without its password) and what to do;
+the search stops on it with exit code 3 (halt.py), keeping every row, and `--resume` tells the
+study what it missed (resume.close_running). A full disk is never retried (location.disk_full).
+
+A retried write whose first attempt was committed but not acknowledged (the connection dropped
+between the two) is seen for what it is where it matters: a tell that finds its trial already
+told with the same state succeeds. A new trial created twice that way stays a rare surplus trial,
+which close_running fails and re-enqueues like any trial whose driver ended."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import time
+import types
+
+from optuna.storages import RDBStorage
+
+WAIT_S = 120.0   # --storage-wait: a managed database's failover takes one to two minutes
+BACKOFF_S = 0.5  # the first retry's wait, doubled (with jitter) up to BACKOFF_MAX_S
+BACKOFF_MAX_S = 8.0
+# A load balancer or NAT in front of the server drops a connection idle for a few minutes without
+# telling either end (AWS NLB: 350 s); a pre-ping on such a socket would hang, so none is kept that long.
+RECYCLE_S = 300
+CONNECT_TIMEOUT_S = 10  # psycopg waits for the OS's TCP timeout (minutes) on an unreachable host
+
+
+class StorageUnavailable(RuntimeError):
+    """The study's database did not answer for the whole wait; the message is one line."""
+
+
+def shown(url: str) -> str:
+    """The storage URL as messages show it: without its password."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001  (not a URL SQLAlchemy reads: shown as given, up to its credentials)
+        scheme, sep, rest = url.partition("://")
+        return f"{scheme}{sep}{rest.rpartition('@')[2]}" if sep else url
+
+
+def transient(error: BaseException) -> bool:
+    """Whether an error is the database being away for a moment: a connection refused, ended or
+    dropped (SQLAlchemy's OperationalError/InterfaceError, anywhere in the chain Optuna raises),
+    not a full disk."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    from benchmark.store.location import disk_full
+
+    if disk_full(error):
+        return False
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, (OperationalError, InterfaceError)):
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
+
+
+def reason(error: BaseException) -> str:
+    """The database driver's own first line for an error (psycopg's 'connection refused'), from
+    the first SQLAlchemy DBAPIError in the chain (which carries it as `orig`)."""
+    from sqlalchemy.exc import DBAPIError
+
+    inner, seen = error, 0
+    while inner is not None and seen < 8 and not isinstance(inner, DBAPIError):
+        inner, seen = inner.__cause__ or inner.__context__, seen + 1
+    inner = getattr(inner, "orig", None) or inner or error
+    first = next((line.strip() for line in str(inner).splitlines() if line.strip()), "")
+    return f"{type(inner).__name__}: {first[:200]}" if first else type(inner).__name__
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def engine_kwargs(url: str) -> dict:
+    kwargs = {"pool_pre_ping": True, "pool_recycle": RECYCLE_S}
+    if url.startswith(("postgresql", "postgres")):
+        kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
+    return kwargs
+
+
+class PatientStorage(RDBStorage):
+    """Optuna's RDBStorage whose every call rides through the database being away for up to
+    `wait_s` seconds; `say` gets the one line of a call that succeeded after waiting."""
+
+    def __init__(self, url: str, wait_s: float = WAIT_S, say=_to_stderr):
+        self.wait_s, self.say = wait_s, say
+        self._local = threading.local()
+        self._patiently(RDBStorage.__init__, self, url, engine_kwargs=engine_kwargs(url))
+
+    def __getstate__(self):  # Tune pickles the searcher, and the searcher this storage
+        state = super().__getstate__()
+        state.pop("_local", None)
+        return state
+
+    def __setstate__(self, state) -> None:
+        self._local = threading.local()
+        self.__dict__.update(wait_s=state["wait_s"], say=state["say"])
+        self._patiently(RDBStorage.__setstate__, self, state)
+
+    def set_trial_state_values(self, trial_id, state, values=None) -> bool:
+        retried = []
+
+        def tell() -> bool:
+            from optuna.exceptions import UpdateFinishedTrialError
+
+            try:
+                return RDBStorage.set_trial_state_values(self, trial_id, state, values)
+            except UpdateFinishedTrialError:
+                # the first attempt was committed, its answer lost with the connection
+                if retried and RDBStorage.get_trial(self, trial_id).state == state:
+                    return True
+                raise
+            finally:
+                retried.append(True)
+
+        return self._patiently(tell)
+
+    def _patiently(self, call, *args, **kwargs):
+        """`call`, retried while the database is away; only the outermost of nested calls retries."""
+        import tenacity
+
+        if getattr(self._local, "inside", False):
+            return call(*args, **kwargs)
+        self._local.inside = True
+        start, failed = time.monotonic(), []
+        try:
+            for attempt in tenacity.Retrying(
+                    stop=tenacity.stop_after_delay(self.wait_s),
+                    wait=(tenacity.wait_exponential(multiplier=BACKOFF_S, max=BACKOFF_MAX_S)
+                          + tenacity.wait_random(0, BACKOFF_S)),  # jitter: drivers do not retry in step
+                    retry=tenacity.retry_if_exception(transient), reraise=True,
+                    before_sleep=lambda state: failed.append(state.outcome.exception())):
+                with attempt:
+                    result = call(*args, **kwargs)
+        except Exception as e:
+            if not transient(e):
+                raise
+            raise StorageUnavailable(
+                f"the study's database {shown(self.url)} has not answered for {time.monotonic() - start:.0f} s "
+                f"({reason(e)}); finished rows are kept. Check that the server is up and reachable from here "
+                "(or wait longer with --storage-wait)") from None
+        finally:
+            self._local.inside = False
+        if failed:
+            self.say(f"the study's database {shown(self.url)} did not answer ({reason(failed[0])}); it answered "
+                     f"again after {time.monotonic() - start:.1f} s")
+        return result
+
+
+def _patient(name: str):
+    method = getattr(RDBStorage, name)
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        return self._patiently(method, self, *args, **kwargs)
+
+    return call
+
+
+# What the study asks of its storage: its public calls, and the private ones Optuna's cache in
+# front of it makes (optuna.storages._cached_storage); not the helpers that run inside a session.
+CACHED = ("_create_new_trial", "_set_trial_param", "_get_trials", "_get_best_trial_id", "_get_stale_trial_ids")
+for _name, _method in list(vars(RDBStorage).items()):
+    if (isinstance(_method, types.FunctionType) and (not _name.startswith("_") or _name in CACHED)
+            and _name not in vars(PatientStorage)):
+        setattr(PatientStorage, _name, _patient(_name))
