@@ -22,7 +22,7 @@ import pytest
 from benchmark.cli import main
 from benchmark.search import rows as trial_rows
 from benchmark.search import searcher as searcher_module
-from benchmark.search.study import engine_url
+from benchmark.search.study import DRIVER, engine_url
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +76,8 @@ def server(postgres_server):
 
 def assert_agree(study_dir: Path, storage: str, name: str, trials: int = 3) -> None:
     """Every trial has its row, every COMPLETE trial has exactly one ok row, and the study carries
-    each row's user attributes as the rows record them; nothing is left RUNNING."""
+    each row's user attributes as the rows record them (the ~18 rows.user_attrs gives) and its
+    values; nothing is left RUNNING or WAITING."""
     df = pd.read_parquet(study_dir)
     study = optuna.load_study(study_name=name, storage=engine_url(storage))
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
@@ -89,6 +90,7 @@ def assert_agree(study_dir: Path, storage: str, name: str, trials: int = 3) -> N
         expected = trial_rows.user_attrs(found)
         assert len(expected) >= 15
         assert {k: t.user_attrs.get(k) for k in expected} == expected, t.number
+        assert t.user_attrs.get(DRIVER)   # and the driver that asked it
         assert t.values == [found[0]["val_loss"]]
 
 
@@ -132,3 +134,82 @@ def test_a_restart_while_trials_complete_loses_nothing_and_says_one_line(tmp_pat
                         r"answer \(OperationalError: connection failed: .*Connection refused\); it answered again "
                         r"after \d\.\d s", said[0]), said[0]
     assert_agree(tmp_path / "results" / "restart", server.url, "restart")
+
+
+def test_a_database_down_at_the_start_is_one_line_and_exit_3(tmp_path, corpus, server, capfd):
+    server.stop()
+    capfd.readouterr()
+    assert main(flags(tmp_path, corpus, "down", "--storage", server.url, "--storage-wait", "2s")) == 3
+    err = stderr_lines(capfd)
+    assert "Traceback" not in "\n".join(err)
+    about = [line for line in err if "database" in line]
+    assert about == [err[-1]], "\n".join(err)   # one line, the last
+    assert re.fullmatch(
+        r"run_search\.py: down: stopped: the study's database postgresql\+psycopg://postgres@127\.0\.0\.1:\d+/postgres "
+        r"has not answered for [2-9] s \(OperationalError: connection failed: .*Connection refused\); finished rows "
+        r"are kept\. Check that the server is up and reachable from here \(or wait longer with --storage-wait\); "
+        r"then: python run_search\.py .* --storage postgresql://postgres@127\.0\.0\.1:\d+/postgres --resume", err[-1])
+    study_dir = tmp_path / "results" / "down"   # the wait is bounded (2 s), and nothing else ran:
+    assert not list(study_dir.glob("trials/*")) and not (study_dir / "_ray").exists()   # no Ray, no trial
+
+
+def test_a_database_away_past_the_wait_stops_in_one_line_and_resume_completes(tmp_path, corpus, server, started_ray,
+                                                                               capfd, monkeypatch):
+    seen = on_completion(monkeypatch, server.stop)   # down as the first trial completes, and stays down
+    args = flags(tmp_path, corpus, "away", "--storage", server.url, "--storage-wait", "3s")
+    capfd.readouterr()
+    assert main(args) == 3
+    err = stderr_lines(capfd)
+    assert seen == [0] and "Traceback" not in "\n".join(err)
+    assert err[-1].startswith("run_search.py: away: stopped: the study's database postgresql+psycopg://postgres@"), err
+    waited = re.search(r" has not answered for (\d+) s \(OperationalError: connection failed: ", err[-1])
+    assert waited and 3 <= int(waited.group(1)) < 20, err[-1]   # --storage-wait 3s, and a backoff step
+    assert err[-1].endswith(f"--storage {server.url} --resume")
+    study_dir = tmp_path / "results" / "away"
+    assert list(pd.read_parquet(study_dir)["optuna_trial"]) == [0]      # the finished trial's row is kept
+
+    server.start()
+    monkeypatch.undo()
+    study = optuna.load_study(study_name="away", storage=engine_url(server.url))
+    assert study.trials[0].state.name == "RUNNING" and "val_loss" not in study.trials[0].user_attrs
+    assert main([*args[:-2], "--resume"]) == 0
+    assert_agree(study_dir, server.url, "away")   # trial 0 told from its row, attributes included
+
+
+# ---- Ray's head lost mid-search -----------------------------------------------------------------
+
+def test_a_lost_ray_head_ends_the_driver_in_one_line_and_resume_completes(tmp_path, corpus, started_ray):
+    from benchmark.search.ray_session import ray_processes, temp_dir
+
+    args = flags(tmp_path, corpus, "head")
+    study_dir = tmp_path / "results" / "head"
+    log = tmp_path / "driver.log"
+    with open(log, "w") as out:
+        driver = subprocess.Popen([sys.executable, str(ROOT / "run_search.py"), *args], cwd=ROOT, stdout=out,
+                                  stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(study_dir.glob("trials/t0000*.parquet")):   # the first trial's row: mid-search
+            assert driver.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        heads = [pid for pid in ray_processes(temp_dir(study_dir))
+                 if b"gcs_server" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert len(heads) == 1, heads
+        killed = time.monotonic()
+        import os
+
+        os.kill(heads[0], signal.SIGKILL)
+        assert driver.wait(timeout=60) == 3
+        gone_after = time.monotonic() - killed
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    assert "Traceback" not in log.read_text()
+    assert lines[-1].startswith("run_search.py: head: stopped: Ray lost its head node: "), lines[-3:]
+    assert lines[-1].endswith(f"--precision fp32 --no-compile --resume") and " --name head " in lines[-1]
+    assert gone_after < 30   # the watchdog's three refused connections, not Ray's own minute
+
+    assert main([*args, "--resume"]) == 0   # ends what is left of the dead driver's Ray, then goes on
+    assert not ray_processes(temp_dir(study_dir))
+    assert_agree(study_dir, f"sqlite:///{study_dir / '_optuna.db'}", "head")
