@@ -7,6 +7,7 @@ path, the study and the rows agree at the end."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -156,7 +157,7 @@ def test_a_database_down_at_the_start_is_one_line_and_exit_3(tmp_path, corpus, s
 def test_a_database_away_past_the_wait_stops_in_one_line_and_resume_completes(tmp_path, corpus, server, started_ray,
                                                                                capfd, monkeypatch):
     seen = on_completion(monkeypatch, server.stop)   # down as the first trial completes, and stays down
-    args = flags(tmp_path, corpus, "away", "--storage", server.url, "--storage-wait", "3s")
+    args = flags(tmp_path, corpus, "away", "--trials", "2", "--storage", server.url, "--storage-wait", "3s")
     capfd.readouterr()
     assert main(args) == 3
     err = stderr_lines(capfd)
@@ -173,7 +174,7 @@ def test_a_database_away_past_the_wait_stops_in_one_line_and_resume_completes(tm
     study = optuna.load_study(study_name="away", storage=engine_url(server.url))
     assert study.trials[0].state.name == "RUNNING" and "val_loss" not in study.trials[0].user_attrs
     assert main([*args[:-2], "--resume"]) == 0
-    assert_agree(study_dir, server.url, "away")   # trial 0 told from its row, attributes included
+    assert_agree(study_dir, server.url, "away", trials=2)   # trial 0 told from its row, attributes included
 
 
 # ---- Ray's head lost mid-search -----------------------------------------------------------------
@@ -181,7 +182,7 @@ def test_a_database_away_past_the_wait_stops_in_one_line_and_resume_completes(tm
 def test_a_lost_ray_head_ends_the_driver_in_one_line_and_resume_completes(tmp_path, corpus, started_ray):
     from benchmark.search.ray_session import ray_processes, temp_dir
 
-    args = flags(tmp_path, corpus, "head")
+    args = flags(tmp_path, corpus, "head", "--trials", "2")
     study_dir = tmp_path / "results" / "head"
     log = tmp_path / "driver.log"
     with open(log, "w") as out:
@@ -196,8 +197,6 @@ def test_a_lost_ray_head_ends_the_driver_in_one_line_and_resume_completes(tmp_pa
                  if b"gcs_server" in Path(f"/proc/{pid}/cmdline").read_bytes()]
         assert len(heads) == 1, heads
         killed = time.monotonic()
-        import os
-
         os.kill(heads[0], signal.SIGKILL)
         assert driver.wait(timeout=60) == 3
         gone_after = time.monotonic() - killed
@@ -207,9 +206,10 @@ def test_a_lost_ray_head_ends_the_driver_in_one_line_and_resume_completes(tmp_pa
     lines = [line for line in log.read_text().splitlines() if line.strip()]
     assert "Traceback" not in log.read_text()
     assert lines[-1].startswith("run_search.py: head: stopped: Ray lost its head node: "), lines[-3:]
-    assert lines[-1].endswith(f"--precision fp32 --no-compile --resume") and " --name head " in lines[-1]
+    assert f" --name head --results {tmp_path / 'results'} --trials 2 --data " in lines[-1]
+    assert lines[-1].endswith("--no-compile --resume")
     assert gone_after < 30   # the watchdog's three refused connections, not Ray's own minute
 
     assert main([*args, "--resume"]) == 0   # ends what is left of the dead driver's Ray, then goes on
     assert not ray_processes(temp_dir(study_dir))
-    assert_agree(study_dir, f"sqlite:///{study_dir / '_optuna.db'}", "head")
+    assert_agree(study_dir, f"sqlite:///{study_dir / '_optuna.db'}", "head", trials=2)
