@@ -12,8 +12,8 @@ the `--set`s. `--plan` resolves and prints the candidates without training; with
 runs (`run_study` -> search.run_search). `--spec` trains and evaluates one architecture. Exit codes:
 0 done, 2 a problem with the space, the spec or the flags (a space edited since its study began
 included), reported as one line (`path:line:col: key: what is wrong`), 3 the search stopped early
-for the machine's sake (a full disk, Ray that could not start or lost its head, the study's
-database away for longer than --storage-wait): finished rows are kept and the line says how to resume.
+for the machine's sake (a full disk, Ray that could not start or lost its head, the study's database
+away past --storage-wait): finished rows are kept and the line says how to resume.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ import sys
 from pathlib import Path
 
 from benchmark.data import DataConfig
-from benchmark.search import SAMPLERS
-from benchmark.search.storage import WAIT_S
+from benchmark.search import SAMPLERS, STORAGE_WAIT_S
 from benchmark.space.budget import COUNTS, parse_tokens
 from benchmark.space.language import SearchSpace, SpaceError, load_space, parse_budgets
 from benchmark.space.source import Override, parse_set
@@ -36,8 +35,7 @@ from benchmark.trial.config import PRECISIONS, TrainConfig
 
 DEFAULT_SPACE = Path(__file__).resolve().parent.parent / "search_spaces" / "default.yaml"
 SEARCH_ONLY = ("name", "results", "resume", "address", "seeds", "time_budget", "concurrency", "sampler", "storage", "rerun",
-               "cpus_per_trial", "gpus_per_trial", "workers_per_trial", "parallel", "yes", "pending_timeout",
-               "storage_wait")  # search-only flags
+               "storage_wait", "cpus_per_trial", "gpus_per_trial", "workers_per_trial", "parallel", "yes", "pending_timeout")  # search-only flags
 # A search estimated to take longer than this on one machine is a cluster job: it asks first.
 LIMIT_HOURS = 24
 # For the GPU-hours in that message only (no GPU is measured here): an assumed achieved training
@@ -82,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--storage", help="Optuna storage URL shared by several drivers, e.g. postgresql://... "
                    "(default: SQLite in the study folder)")
     p.add_argument("--storage-wait", type=_checked(parse_duration), help=f"how long the study's database may "
-                   "be away (a restart, a failover) before the search stops, resumable (default {WAIT_S:g} s)")
+                   "be away (a restart, a failover) before the search stops, resumable (default {STORAGE_WAIT_S:g} s)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted study")
     p.add_argument("--rerun", action="append", metavar="COLUMN=VALUE", help="train anew the finished candidates whose rows match")
     p.add_argument("--address", help="Ray cluster address, e.g. auto")
@@ -240,13 +238,10 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
     except (StudyError, ResultsError) as e:  # a study that cannot go on as asked, a results path that cannot be used
         print(f"run_search.py: {name}: {e}", file=sys.stderr)
         return 2
-    except SearchHalted as e:
-        if e.kind in ("ray", "storage"):  # one line: what failed, where, what to try, how to go on
-            print(f"run_search.py: {name}: stopped: {e}; then: {_resume_command(args, name)}", file=sys.stderr)
-            return e.halt.exit_code
-        print(f"run_search.py: {name}: stopped: {e}", file=sys.stderr)
-        if e.halt.resumable:
-            print(f"finished rows are kept; once there is space: {_resume_command(args, name)}", file=sys.stderr)
+    except SearchHalted as e:  # one line: what failed, where, what to try, and how to go on
+        then = "finished rows are kept; once there is space: " if e.kind == "store_full" else "then: "
+        print(f"run_search.py: {name}: stopped: {e}" + (f"; {then}{_resume_command(args, name)}" if e.halt.resumable
+                                                        else ""), file=sys.stderr)
         return e.halt.exit_code
     _print_summary(console, s)
     return 0
@@ -261,8 +256,8 @@ def _options(space: SearchSpace, args: argparse.Namespace, name: str):
                          workers_per_trial=args.workers_per_trial, parallel=args.parallel or "auto", rerun=tuple(args.rerun or ()),
                          data=_data(args), sampler=args.sampler, resume_command=_resume_command(args, name),
                          time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
-                         **({"pending_timeout_s": parse_duration(args.pending_timeout)} if args.pending_timeout else {}),
-                         **({"storage_wait_s": parse_duration(args.storage_wait)} if args.storage_wait else {}))
+                         **{f"{flag}_s": parse_duration(text) for flag in ("pending_timeout", "storage_wait")
+                            if (text := getattr(args, flag))})
 
 
 def _resume_command(args: argparse.Namespace, name: str) -> str:

@@ -9,6 +9,7 @@ _EXPORTS = {
     "SearchHalted": "halt",
     "ray_processes": "ray_session", "temp_dir": "ray_session",
     "OPTUNA_DB": "study", "SAMPLERS": "study", "StudyError": "study", "storage_url": "study",
+    "STORAGE_WAIT_S": "storage",
 }
 __all__ = list(_EXPORTS)
 

@@ -42,7 +42,7 @@ from benchmark.search import study as studies
 from benchmark.search.context import TrialContext
 from benchmark.search.rows import best_row
 from benchmark.search.halt import Halt, SearchHalted  # noqa: F401  (SearchHalted re-exported)
-from benchmark.search.storage import WAIT_S, StorageUnavailable
+from benchmark.search.storage import STORAGE_WAIT_S, StorageUnavailable
 from benchmark.search.study import OPTUNA_DB  # noqa: F401  (re-exported: where the study lives)
 from benchmark.store import location, metrics
 from benchmark.store.results import finished_trials, read_study, trial_files
@@ -66,7 +66,7 @@ class SearchOptions:
     parallel: str = "auto"                # such a trial's wrapper: ddp, fsdp, or auto (trial/distributed.py)
     address: str | None = None       # an existing Ray cluster ("auto", "HOST:PORT")
     storage: str | None = None       # an Optuna RDB URL; default: SQLite beside the rows (study.storage_url)
-    storage_wait_s: float = WAIT_S   # how long its database may be away: a restart or failover (storage.py)
+    storage_wait_s: float = STORAGE_WAIT_S  # how long its database may be away: a restart, a failover (storage.py)
     time_budget_s: float | None = None
     retries: int = 1                 # an exception is retried this many times, then recorded as failed
     node_retries: int = 3            # a trial whose worker or node is lost runs again elsewhere

@@ -32,7 +32,7 @@ import types
 
 from optuna.storages import RDBStorage
 
-WAIT_S = 120.0   # --storage-wait: a managed database's failover takes one to two minutes
+STORAGE_WAIT_S = 120.0   # --storage-wait: a managed database's failover takes one to two minutes
 BACKOFF_S = 0.5  # the first retry's wait, doubled (with jitter) up to BACKOFF_MAX_S
 BACKOFF_MAX_S = 8.0
 # A load balancer or NAT in front of the server drops a connection idle for a few minutes without
@@ -102,7 +102,7 @@ class PatientStorage(RDBStorage):
     """Optuna's RDBStorage whose every call rides through the database being away for up to
     `wait_s` seconds; `say` gets the one line of a call that succeeded after waiting."""
 
-    def __init__(self, url: str, wait_s: float = WAIT_S, say=_to_stderr):
+    def __init__(self, url: str, wait_s: float = STORAGE_WAIT_S, say=_to_stderr):
         self.wait_s, self.say = wait_s, say
         self._local = threading.local()
         self._patiently(RDBStorage.__init__, self, url, engine_kwargs=engine_kwargs(url))

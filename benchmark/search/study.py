@@ -148,12 +148,12 @@ def open_study(url: str, name: str, ctx_names: list[str], directions: list[str],
     up to `wait_s` (search/storage.py), else raises StorageUnavailable."""
     import optuna
 
-    from benchmark.search.storage import WAIT_S, PatientStorage
+    from benchmark.search.storage import STORAGE_WAIT_S, PatientStorage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    storage = PatientStorage(engine_url(url), wait_s=WAIT_S if wait_s is None else wait_s)
+    storage = PatientStorage(engine_url(url), wait_s=STORAGE_WAIT_S if wait_s is None else wait_s)
     try:
         study, created = optuna.create_study(storage=storage, study_name=name, directions=directions), True
     except optuna.exceptions.DuplicatedStudyError:
