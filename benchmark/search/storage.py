@@ -2,7 +2,7 @@
 failover does not stop a search, and a database that stays away stops it in one line.
 
 Two layers, each a kept library's:
-- SQLAlchemy's pool (`ENGINE`): a pooled connection the server has ended since its last use is
+- SQLAlchemy's pool (`engine_kwargs`): a pooled connection the server has ended since its last use is
   replaced before it is used (`pool_pre_ping`), and none is kept long enough for a firewall or a
   load balancer to drop it silently (`pool_recycle`);
 - a call that finds the server gone (a refused connection, AdminShutdown, a dropped socket:
@@ -18,9 +18,10 @@ the search stops on it with exit code 3 (halt.py), keeping every row, and `--res
 study what it missed (resume.close_running). A full disk is never retried (location.disk_full).
 
 A retried write whose first attempt was committed but not acknowledged (the connection dropped
-between the two) is seen for what it is where it matters: a tell that finds its trial already
-told with the same state succeeds. A new trial created twice that way stays a rare surplus trial,
-which close_running fails and re-enqueues like any trial whose driver ended."""
+in the one round trip between the two) is recognised where it matters: a tell that finds its
+trial already told with the same state succeeds; a user attribute is written again, the same. A
+trial created (asked or enqueued) twice that way is not: the extra one is never trained, and
+close_running fails it on the next start (an enqueued point may then train twice, in two rows)."""
 
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ class PatientStorage(RDBStorage):
         self._local = threading.local()
         self._patiently(RDBStorage.__init__, self, url, engine_kwargs=engine_kwargs(url))
 
-    def __getstate__(self):  # Tune pickles the searcher, and the searcher this storage
+    def __getstate__(self):  # Tune pickles the searcher, and with it this storage
         state = super().__getstate__()
         state.pop("_local", None)
         return state
@@ -145,7 +146,7 @@ class PatientStorage(RDBStorage):
         start, failed = time.monotonic(), []
         try:
             for attempt in tenacity.Retrying(
-                    stop=tenacity.stop_after_delay(self.wait_s),
+                    stop=tenacity.stop_before_delay(self.wait_s),  # never past it
                     wait=(tenacity.wait_exponential(multiplier=BACKOFF_S, max=BACKOFF_MAX_S)
                           + tenacity.wait_random(0, BACKOFF_S)),  # jitter: drivers do not retry in step
                     retry=tenacity.retry_if_exception(transient), reraise=True,
@@ -156,7 +157,7 @@ class PatientStorage(RDBStorage):
             if not transient(e):
                 raise
             raise StorageUnavailable(
-                f"the study's database {shown(self.url)} has not answered for {time.monotonic() - start:.0f} s "
+                f"the study's database {shown(self.url)} has not answered within {self.wait_s:g} s "
                 f"({reason(e)}); finished rows are kept. Check that the server is up and reachable from here "
                 "(or wait longer with --storage-wait)") from None
         finally:
@@ -168,11 +169,9 @@ class PatientStorage(RDBStorage):
 
 
 def _patient(name: str):
-    method = getattr(RDBStorage, name)
-
-    @functools.wraps(method)
+    @functools.wraps(getattr(RDBStorage, name))
     def call(self, *args, **kwargs):
-        return self._patiently(method, self, *args, **kwargs)
+        return self._patiently(getattr(RDBStorage, name), self, *args, **kwargs)
 
     return call
 
