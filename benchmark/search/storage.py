@@ -10,7 +10,9 @@ Two layers, each a kept library's:
   retried with a bounded exponential backoff (tenacity) for up to `wait_s`, each call of the
   storage on its own: what the driver and the searcher ask (ask, tell, user attributes, enqueue,
   the quota's reads) goes through it. Optuna retries only a new trial's creation, and only for a
-  deadlock (RDBStorage._create_new_trial), so every other call needs this.
+  deadlock (RDBStorage._create_new_trial), so every other call needs this. (Optuna's heartbeat
+  and RetryHeartbeatStaleTrialCallback are for trials whose process died, under study.optimize
+  only; here the driver registry and resume.close_running do that.)
 
 A call that succeeds after a retry says one line (`say`). One that fails for `wait_s` raises
 StorageUnavailable, whose message names the database (without its password) and what to do;
