@@ -94,6 +94,9 @@ def differing(groups: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[str, .
     """The keys whose set of values is not the same in every group (a group holds one or more
     candidates: the same two depths in each group differ in nothing)."""
     keys = dict.fromkeys(k for cands in groups.values() for f in cands for k in f if k != "params")
+    # a section one arm lacks differs whole (`hyper`), not key by key
+    lacking = any(f.get("hyper") == "none" for cands in groups.values() for f in cands)
+    keys = {k: None for k in keys if not (lacking and k.startswith("hyper."))}
     out = []
     for k in keys:
         seen = {frozenset(_text(f.get(k)) for f in cands) for cands in groups.values() if cands}
@@ -203,3 +206,26 @@ def candidates_of(rows: pd.DataFrame, count: str | None) -> list[dict[str, Any]]
             f["params"] = int(part[column].iloc[0])
         out.append(f)
     return out
+
+
+# --- the arms of a plan, before anything is trained ----------------------------------------------
+
+def declaration(space) -> dict[str, Any]:
+    """What a study of `space` (a SearchSpace) declares about its shape, as _study.json holds it."""
+    return {"solve": space.solve, "anchor": space.anchor, "axes": {a.key: None for a in space.axes},
+            "variants": {n: {"arch": v.arch, "shape": v.shape} for n, v in space.variants.items()}}
+
+
+def plan_rows(plan) -> pd.DataFrame:
+    """A plan's candidates (space.plan.Plan) as the rows their trials would write: the columns a
+    claim's groups filter on (family, budget, axes, streams, ...), the spec and the counts."""
+    from benchmark.arch.describe import describe
+
+    rows = []
+    for c in plan.candidates:
+        config = c.config()
+        spec = config.pop("spec")
+        rows.append({"study": plan.space.name, "status": "ok", **describe(spec), **config,
+                     "budget_count": plan.space.count, "axes": json.dumps(config, default=str),
+                     "spec": json.dumps(spec, sort_keys=True)})
+    return pd.DataFrame(rows)
