@@ -97,6 +97,9 @@ SPACE_NOTES = {
     "seeds": "seeds per candidate; `--seeds` overrides",
     "pruner": "`asha` (default: successive halving over tokens, with one objective measured in training) or "
               "`none` (every trial trains to its end: a study of claims)",
+    "controlled": "`true`: the shape held, not preferred (a claim's arms): `shape.head_dim` exact (n_heads = "
+                  "d_model / head_dim), an FFN ratio the space gives exact, 2 heads or more; with an `anchor` "
+                  "and `solve: ffn`, the FFN width is the one dimension that differs",
 }
 
 TRAINING_NOTES = {

@@ -1,5 +1,5 @@
 """Claims and their statistics on synthetic rows whose true differences are known: a real
-difference is reproduced, a reversed one contradicted, a zero one inconclusive; the intervals cover
+difference is reproduced, a reversed one contradicted, a zero one not decided; the intervals cover
 the truth at their stated rate; the minimum detectable difference is detected at its stated power;
 a claims file's mistakes are named by file, line and key."""
 
@@ -80,19 +80,20 @@ def test_a_real_difference_is_reproduced_with_the_paired_interval(tmp_path):
                                                                                  ("looped", 5.96, 3)]
 
 
-def test_a_reversed_difference_is_contradicted_and_a_zero_one_inconclusive(tmp_path):
+def test_a_reversed_difference_is_contradicted_and_a_zero_one_not_decided(tmp_path):
     reversed_ = rows({"hyperloop": {0: 5.94, 1: 5.96, 2: 5.98}, "looped": {0: 5.90, 1: 5.91, 2: 5.92}})
     assert check(CLAIM, reversed_, tmp_path)[0].verdict == "contradicted"
     zero = rows({"hyperloop": {0: 5.90, 1: 5.97, 2: 5.93}, "looped": {0: 5.92, 1: 5.95, 2: 5.93}})
     (result,) = check(CLAIM, zero, tmp_path)
-    assert result.verdict == "inconclusive" and result.pairs[0].difference.lo < 0 < result.pairs[0].difference.hi
+    assert result.verdict == "not decided" and result.pairs[0].difference.lo < 0 < result.pairs[0].difference.hi
 
 
 def test_one_seed_gives_no_verdict(tmp_path):
     (result,) = check(CLAIM, rows({"hyperloop": {0: 5.0}, "looped": {0: 6.0}}), tmp_path)
-    assert result.verdict == "inconclusive (1 seed)"
+    assert result.verdict == "not decided (1 seed)"
     assert math.isnan(result.pairs[0].difference.lo)
-    assert "inconclusive (1 seed)" in claims.table(claims.load(tmp_path / "claims.yaml"), [result]).columns[-1].cells
+    table = claims.table(claims.load(tmp_path / "claims.yaml"), [result])
+    assert "not decided (1 seed)" in next(c for c in table.columns if c.header == "Verdict").cells
 
 
 def test_unmatched_seeds_take_welch_and_a_groups_candidates_average_per_seed(tmp_path):
@@ -114,13 +115,14 @@ def test_more_groups_hold_when_every_adjacent_pair_does(tmp_path):
     trials = rows({"hyperloop": {0: 5.90, 1: 5.91, 2: 5.92}, "looped": {0: 5.94, 1: 5.96, 2: 5.98},
                    "transformer": {0: 5.95, 1: 5.95, 2: 5.99}})
     (result,) = check(text, trials, tmp_path)
-    assert [p.verdict for p in result.pairs] == ["reproduced", "inconclusive"] and result.verdict == "inconclusive"
+    assert [p.verdict for p in result.pairs] == ["reproduced", "not decided"] and result.verdict == "not decided"
 
 
 def test_a_claim_without_a_study_is_checked_in_each(tmp_path):
     text = CLAIM.replace("    study: demo\n", "")
-    trials = pd.concat([rows({"hyperloop": {0: 5.9, 1: 5.91}, "looped": {0: 6.0, 1: 6.02}}, "a"),
-                        rows({"hyperloop": {0: 6.0, 1: 6.02}, "looped": {0: 5.9, 1: 5.91}}, "b")])
+    # three seeds each: two pairs of two seeds (p 0.03 each) would not survive Holm over both
+    trials = pd.concat([rows({"hyperloop": {0: 5.9, 1: 5.91, 2: 5.92}, "looped": {0: 6.0, 1: 6.02, 2: 6.03}}, "a"),
+                        rows({"hyperloop": {0: 6.0, 1: 6.02, 2: 6.03}, "looped": {0: 5.9, 1: 5.91, 2: 5.92}}, "b")])
     assert [(r.study, r.verdict) for r in check(text, trials, tmp_path)] == [("a", "reproduced"), ("b", "contradicted")]
 
 
@@ -194,9 +196,9 @@ def test_the_holm_adjustment_runs_over_every_pair_in_the_file(tmp_path):
     results = check(CLAIM + second + third, trials, tmp_path)
     raw = [r.pairs[0].difference.p for r in results[:2]]
     assert raw[0] < raw[1]
-    assert [r.pairs[0].p_holm for r in results[:2]] == [pytest.approx(2 * raw[0]),
-                                                        pytest.approx(max(2 * raw[0], raw[1]))]
-    assert math.isnan(results[2].pairs[0].p_holm)
+    assert [r.pairs[0].p_adjusted for r in results[:2]] == [pytest.approx(2 * raw[0]),
+                                                            pytest.approx(max(2 * raw[0], raw[1]))]
+    assert math.isnan(results[2].pairs[0].p_adjusted)
 
 
 # --- the claims file ----------------------------------------------------------------------------
@@ -409,12 +411,69 @@ def test_a_published_difference_below_the_detectable_is_said_so(tmp_path):
                      "Better − worse (metric)": "hyperloop − looped (val_loss)",
                      "Difference [95% CI]": "−0.0500 [−0.0748, −0.0252] (paired)", "Published": "−0.02",
                      "Detectable (80%)": "0.0310", "p (Holm)": "0.013",   # t = 8.66 on 2 df, one pair
-                     "Verdict": "reproduced (the published difference is below the detectable)"}
+                     "Verdict": "reproduced",
+                     # -0.02 lies past the interval's end nearer 0 (-0.0252): the effect measured is larger;
+                     # the power of 3 paired seeds at 0.02 is below a half
+                     "Size": "larger than published; underpowered at 3 seeds (detects 0.0310; the paper's effect "
+                             "is 0.0200, power 25%)",
+                     "Arms": "—"}
     full = {c.header: c.cells[0] for c in claims.table(loaded, [below]).columns}
     assert {k: full[k] for k in ("Difference [95% CI]", "Published", "Detectable (80%)", "Verdict")} == {
         k: cells[k] for k in ("Difference [95% CI]", "Published", "Detectable (80%)", "Verdict")}
     pair = claims.to_json(loaded, [below])["claims"][0]["pairs"][0]
     assert (pair["published"], pair["published_below_detectable"]) == (-0.02, True)
+    assert (pair["size"], pair["underpowered"], pair["seeds"]) == ("larger", True, 3)
+    assert pair["power_at_published"] == pytest.approx(float(stats.power(0.02, 0.01 / math.sqrt(3), 2)))
+    assert (above.pairs[0].size, above.pairs[0].underpowered) == ("consistent", False)
+
+
+# --- the verdict rule: one stated error rate -----------------------------------------------------
+
+def _four_claims() -> str:
+    """Four claims of one file, each a family against the baseline `base`."""
+    one = CLAIM.split("claims:\n", 1)[1]
+    return "claims:\n" + "".join(one.replace("Hyperloop beats Looped at matched parameters", f"{f} beats base")
+                                  .replace("hyperloop", f).replace("looped", "base") for f in ("a", "b", "c", "d"))
+
+
+def test_a_pair_significant_before_adjustment_but_not_after_is_not_decided(tmp_path):
+    """Four pairs whose unadjusted p-values are all below 0.05; Holm multiplies the smallest by 4,
+    the next by 3: a pair at p = 0.02 alone would be reproduced, among four it is not decided.
+    BH (the false discovery rate) decides more of them; none decides each at 5% on its own."""
+    base = {s: v for s, v in enumerate([5.02, 4.95, 5.06, 4.99, 5.01])}   # pairing removes the seeds' spread
+    shifts = {"a": [-0.10, -0.11, -0.09, -0.10, -0.10],     # p < 0.001
+              "b": [-0.04, -0.02, -0.05, -0.02, -0.03],     # p 0.0054
+              "c": [-0.05, -0.01, -0.04, -0.01, -0.02],     # p 0.033: Holm x 2 = 0.066
+              "d": [-0.04, 0.0, -0.03, -0.01, -0.04]}       # p 0.042: Holm 0.066 (made monotone)
+    trials = rows({"base": base, **{f: {s: base[s] + d for s, d in enumerate(v)} for f, v in shifts.items()}})
+    path = tmp_path / "claims.yaml"
+    path.write_text(_four_claims())
+    loaded = claims.load(path)
+    raw = [r.pairs[0].difference.p for r in claims.evaluate(loaded, trials, "none")]
+    assert all(p < 0.05 for p in raw) and raw == sorted(raw)
+    verdicts = {m: [r.verdict for r in claims.evaluate(loaded, trials, m)] for m in ("none", "holm", "bh")}
+    assert verdicts["none"] == ["reproduced"] * 4
+    holm = stats.holm(raw)
+    assert verdicts["holm"] == ["reproduced" if p < 0.05 else "not decided" for p in holm]
+    assert verdicts["holm"] == ["reproduced", "reproduced", "not decided", "not decided"]  # significant before, not after
+    assert verdicts["bh"] == ["reproduced" if p < 0.05 else "not decided" for p in stats.bh(raw)] == ["reproduced"] * 4
+    # The table names the rule it decided by.
+    results = claims.evaluate(loaded, trials, "bh")
+    brief = claims.verdicts(loaded, results)
+    assert [c.header for c in brief.columns][5] == "p (BH)" and "Benjamini-Hochberg" in brief.caption
+    assert claims.to_json(loaded, results)["claims"][0]["pairs"][0]["adjustment"] == "bh"
+
+
+def test_a_contradiction_is_decided_by_the_adjusted_p_too(tmp_path):
+    trials = rows({"hyperloop": {0: 5.94, 1: 5.96, 2: 5.98}, "looped": {0: 5.90, 1: 5.91, 2: 5.92}})
+    (result,) = check(CLAIM, trials, tmp_path)
+    assert result.verdict == "contradicted" and result.pairs[0].p_adjusted < 0.05
+
+
+def test_bh_adjusts_as_benjamini_hochberg():
+    # sorted 0.01, 0.03, 0.04, 0.2 -> x 4/1, 4/2, 4/3, 4/4 = 0.04, 0.06, 0.0533, 0.2 -> monotone from the top
+    assert stats.bh([0.01, 0.04, 0.03, np.nan, 0.2]) == pytest.approx([0.04, 0.0533333, 0.0533333, np.nan, 0.2],
+                                                                     nan_ok=True)
 
 
 def test_published_differences_pair_with_the_orders_adjacent_pairs(tmp_path):
@@ -503,3 +562,40 @@ def test_an_empty_group_says_what_its_rows_were_instead(tmp_path):
                                                "budget": 1_500_000}])])
     (result,) = check(CLAIM, trials, tmp_path)
     assert result.why == "no ok rows with a finite val_loss in group looped (pruned 1)"
+
+
+# --- what the arms differ in ----------------------------------------------------------------------
+
+def _with_specs(trials: pd.DataFrame, specs: dict[str, dict]) -> pd.DataFrame:
+    """The rows with each family's spec as the search writes it (resolved, JSON)."""
+    from benchmark import ArchSpec
+    text = {f: ArchSpec.from_dict({"family": f, "vocab_size": 256, "layers": {"begin": 1, "middle": 2, "end": 1},
+                                   **s}).to_json() for f, s in specs.items()}
+    return trials.assign(spec=trials["family"].map(text))
+
+
+def test_arms_that_differ_beyond_the_factor_tested_are_confounded(tmp_path):
+    """Hyperloop against Looped: the family (its preset: hyper-connections, injection) is the
+    factor tested. Solving d_model (the default) moves d_model and the width with it, not the head
+    width or the FFN's ratio to d_model: 4 heads of 30 against 3 of 42 is a confound (ref-hyperloop
+    at 1M). The same shape with the FFN width solved (an anchor) is controlled."""
+    trials = rows({"hyperloop": {0: 5.90, 1: 5.91, 2: 5.92}, "looped": {0: 5.94, 1: 5.96, 2: 5.98}})
+    shapes = {"hyperloop": {"d_model": 120, "n_heads": 4, "ffn": {"d_ff": 355}},
+              "looped": {"d_model": 126, "n_heads": 3, "ffn": {"d_ff": 315}}}
+    path = tmp_path / "claims.yaml"
+    path.write_text(CLAIM)
+    loaded = claims.load(path)
+    # shape.head_dim scales the heads with the solved d_model: n_heads follows it, head_dim should not move
+    solved = {"demo": {"solve": "d_model", "axes": {"shape.head_dim": {"kind": "Fixed", "value": 32}}}}
+    (result,) = claims.evaluate(loaded, _with_specs(trials, shapes), declared=solved)
+    assert result.arms.label == "confounded: head_dim, ffn.width_ratio"
+    assert {"family", "d_model", "n_heads", "hyper", "injection"} <= set(result.arms.differ)
+    full = {c.header: c.cells[0] for c in claims.table(loaded, [result]).columns}
+    assert "head_dim 30 / 42" in full["Arms differ in"] and "ffn.width_ratio 2.958 / 2.5" in full["Arms differ in"]
+    held = {"hyperloop": {"d_model": 128, "n_heads": 4, "ffn": {"d_ff": 330}},
+            "looped": {"d_model": 128, "n_heads": 4, "ffn": {"d_ff": 352}}}
+    (result,) = claims.evaluate(loaded, _with_specs(trials, held), declared={"demo": {"solve": "ffn", "anchor": {}}})
+    assert result.arms.label == "controlled" and "ffn.d_ff" in result.arms.differ
+    (result,) = claims.evaluate(loaded, _with_specs(trials, held), declared=solved)
+    assert result.arms.label == "confounded: ffn.width_ratio"   # d_model solved: the ratio was the shape asked for
+    assert claims.to_json(loaded, [result])["claims"][0]["arms"]["confounded"] == ["ffn.width_ratio"]

@@ -471,3 +471,64 @@ def test_a_space_may_ask_for_seeds_and_the_plan_counts_them(tmp_path):
     path.write_text(LADDER + "seeds: 0\n")
     with pytest.raises(SpaceError, match=r"ladder\.yaml:\d+:\d+: seeds: expected a positive integer, got 0"):
         load_space(path)
+
+
+# ---- controlled: the shape held across a claim's arms --------------------------------------------
+
+CONTROLLED = """\
+name: arms
+budget: 1M
+count: non_embedding_head
+controlled: true
+solve: ffn
+anchor: {family: looped}
+base: {vocab_size: 2048, tie_embeddings: false, layers: {begin: 1, middle: 2, end: 1}}
+axes:
+  family: [looped, hyperloop]
+  shape.head_dim: 32
+  shape.unrolled_layers: 6
+"""
+
+
+def test_a_controlled_space_holds_d_model_and_heads_and_solves_the_ffn(tmp_path):
+    """search_spaces/reference-2/hyperloop.yaml at 1M: both families at d_model 128 with 4 heads of
+    exactly 32; Hyperloop's gates come out of its d_ff (301 against Looped's 309)."""
+    plan = make_plan(load_space(write(tmp_path, CONTROLLED)))
+    shapes = [(c.spec.family, c.spec.d_model, c.spec.n_heads, c.spec.head_dim, c.spec.ffn.d_ff) for c in plan.candidates]
+    assert shapes == [("looped", 128, 4, 32, 309), ("hyperloop", 128, 4, 32, 301)]
+    assert all(abs(c.distance) <= 0.005 for c in plan.candidates)
+
+
+def test_a_controlled_ratio_is_the_trained_ratio_or_a_located_error(tmp_path):
+    """Held exactly, d_h/d_model 0.405 at 12 layers leaves d_model alone, in steps of 32, to meet
+    1M within 0.5%: no setting does, and the error names the locks to relax (exit 2 from the CLI).
+    Without `controlled` the solver moved the ratio to 0.236 (ref-hourglass's K4-L12)."""
+    text = ("name: hg\nbudget: 1M\ncount: non_embedding\ncontrolled: true\nbase: {vocab_size: 2048, layers: 12}\n"
+            "variants:\n  K4: {ffn: {kind: hourglass, K: 4, dh_ratio: 0.405}}\naxes:\n  shape.head_dim: 32\n")
+    space = load_space(write(tmp_path, text))
+    with pytest.raises(SpaceError) as e:
+        make_plan(space)
+    message = str(e.value)
+    assert message.startswith(f"{tmp_path / 'space.yaml'}:2:9: budget: ")
+    assert "shape.head_dim 32 exactly (d_model in steps of 32) and ffn.dh_ratio 0.405 exactly" in message
+    assert "hold the shape with an anchor and solve: ffn, or widen tolerance" in message
+    loose = make_plan(load_space(write(tmp_path, text.replace("controlled: true\n", ""))))
+    (c,) = loose.candidates
+    assert (c.spec.d_model, c.spec.ffn.d_h) == (110, 26)                           # 0.236, the record's model
+    wide = make_plan(load_space(write(tmp_path, text.replace("budget: 1M", "budget: 1M\ntolerance: 5%"))))
+    (c,) = wide.candidates
+    assert c.spec.head_dim == 32 and c.spec.ffn.d_h == round(0.405 * c.spec.d_model)   # held where it can be
+
+
+def test_a_controlled_space_refuses_a_ratio_the_solver_would_drop(tmp_path):
+    text = CONTROLLED.replace("base: {", "base: {ffn: {ratio: 3}, ")
+    with pytest.raises(SpaceError, match=r"base.ffn.ratio: ffn.ratio has no effect when the FFN width is solved"):
+        load_space(write(tmp_path, text))
+
+
+def test_no_head_width_target_gives_one_head():
+    """ref-hyperloop at 500K gave the Transformer and Hyperloop one head of 70-74: a head-width
+    target now leaves 2 heads or more."""
+    raw = {"family": "transformer", "vocab_size": 2048, "tie_embeddings": False, "layers": {"begin": 6}}
+    s = solve_budget(raw, budget=500_000, count="non_embedding_head", head_dim=32)
+    assert s.spec.n_heads >= 2 and abs(s.distance) <= 0.005

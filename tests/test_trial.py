@@ -20,6 +20,9 @@ from claim_files import abbie_loops_claim
 
 WORDS = "the cat dog sat ran on under a mat log hill big small red blue and then".split()
 
+# A claim's undecided pair, in the claims' words (stats.verdict is the interval's, before adjustment).
+UNDECIDED = {"inconclusive": "not decided"}
+
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
@@ -265,7 +268,8 @@ def test_a_loop_claim_and_the_leaderboard_read_the_per_loop_losses(abbie_results
     d = claim["pairs"][0]["difference"]
     assert d["method"] == "paired" and d["estimate"] == pytest.approx(per_seed.mean(), rel=1e-9)
     assert d["se"] == pytest.approx(per_seed.std(ddof=1) / math.sqrt(3), rel=1e-9)
-    assert claim["verdict"] == str(stats.verdict(*d["interval"], -1))
+    # one pair: its adjusted p is its p, below 0.05 exactly when the 95% interval excludes 0
+    assert claim["verdict"] == UNDECIDED.get(v := str(stats.verdict(*d["interval"], -1)), v)
     md = (tmp_path / "site" / "leaderboard.md").read_text()
     assert "| val_loss_r2 vs val_loss_r8 (min) |" in md
     assert "Validation loss at r = 4 (nats/token)" in md
@@ -335,8 +339,9 @@ def test_the_int4_cost_flows_into_a_claim_verdict(int4_results, tmp_path):
     (pair,) = result.pairs
     per_seed = [cost["transformer"][s] - cost["looped"][s] for s in (0, 1)]
     assert pair.difference.method == "paired" and pair.difference.estimate == pytest.approx(sum(per_seed) / 2)
-    assert result.verdict == pair.verdict == str(stats.verdict(pair.difference.lo, pair.difference.hi, -1))
-    assert result.verdict in ("reproduced", "contradicted", "inconclusive")
+    v = str(stats.verdict(pair.difference.lo, pair.difference.hi, -1))
+    assert result.verdict == pair.verdict == UNDECIDED.get(v, v)
+    assert result.verdict in ("reproduced", "contradicted", "not decided")
 
 
 def test_calibration_takes_exactly_the_sequences_asked_for(corpus):

@@ -5,9 +5,14 @@ column names the band. Where it is missing (older trials, hand-made runs) the ba
 the parameter counts: sorted ascending, a band opens at its smallest count p and takes every count
 up to p (1 + t) / (1 - t), the width of one budget's window [B (1 - t), B (1 + t)]. A band is named
 by the median count of its members.
+
+Within a budget, candidates are ranked together only when they were counted and trained alike
+(`cohorts`): the same count rule and recipe.
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pandas as pd
@@ -40,3 +45,48 @@ def bands(candidates: pd.DataFrame, tolerance: float = DEFAULT_TOLERANCE) -> pd.
     if missing.any() and "params_total" in candidates:
         band[missing] = cluster(candidates.loc[missing, "params_total"].to_numpy(), tolerance)
     return band
+
+
+# Settings of a trial's recipe that do not change what it trains: where and how fast it ran, and
+# the seed (a study's candidates differ in seed by design).
+_NOT_RECIPE = ("seed", "device", "compile", "eval_every")
+
+
+def cohorts(trials: pd.DataFrame) -> pd.Series:
+    """Which rows may be ranked together: the same parameter count rule (`budget_count`) and the
+    same recipe (the `training` settings, the data and the tokenizer). Rows of studies trained
+    differently never share a rank (a non-embedding count against a non-embedding-plus-head one
+    compares rules, and a WSD schedule against a cosine one compares recipes). Named by the count
+    rule and, where recipes differ, the settings that set a recipe apart from the most common one
+    (`non_embedding · schedule wsd`); '' where every row is alike."""
+    cols = [c for c in ("budget_count", "training", "dataset_id", "tokenizer_id") if c in trials]
+    if not cols or trials.empty:
+        return pd.Series("", index=trials.index, dtype=object)
+    # Each distinct combination is read once: a large board has 100,000 rows and a few recipes.
+    frame = trials[cols].astype(object).where(trials[cols].notna(), None)
+    codes, distinct = pd.factorize(pd.Series(list(zip(*(frame[c] for c in cols))), dtype=object))
+    found = [dict(zip(cols, d)) for d in distinct]
+    recipes = [{**_recipe(f.get("training")), **{c: f.get(c) for c in ("dataset_id", "tokenizer_id")}} for f in found]
+    keys = [json.dumps(r, sort_keys=True, default=str) for r in recipes]
+    weights = np.bincount(codes[codes >= 0], minlength=len(keys))
+    totals: dict[str, int] = {}
+    for k, w in zip(keys, weights):
+        totals[k] = totals.get(k, 0) + int(w)
+    common = json.loads(max(totals, key=totals.get))
+    labels = []
+    for f, r in zip(found, recipes):
+        apart = [f"{name} {value}" for name, value in sorted(r.items())
+                 if common.get(name) != value and name not in ("dataset_id", "tokenizer_id", "tokens_per")]
+        apart += [str(r[c]).split("@")[0] for c in ("dataset_id", "tokenizer_id") if r.get(c) != common.get(c)]
+        labels.append(" · ".join([str(f.get("budget_count") or ""), *apart]).strip(" ·"))
+    if len(set(labels)) <= 1:
+        return pd.Series("", index=trials.index, dtype=object)
+    return pd.Series(np.append(np.array(labels, dtype=object), "")[codes], index=trials.index, dtype=object)
+
+
+def _recipe(training) -> dict:
+    try:
+        parsed = json.loads(training) if isinstance(training, str) else {}
+    except ValueError:
+        parsed = {}
+    return {k: v for k, v in (parsed if isinstance(parsed, dict) else {}).items() if k not in _NOT_RECIPE}

@@ -12,7 +12,7 @@ import pandas as pd
 
 from benchmark.arch import describe
 from benchmark.leaderboard import frontier, objectives
-from benchmark.leaderboard.bands import DEFAULT_TOLERANCE, bands
+from benchmark.leaderboard.bands import DEFAULT_TOLERANCE, bands, cohorts
 from benchmark.leaderboard.objectives import Objective
 from benchmark.leaderboard.studies import LeaderboardError, NoResults
 from benchmark.store.metrics import METRICS
@@ -87,7 +87,8 @@ def build(trials: pd.DataFrame, settings: Settings = Settings(), declared: Mappi
         raise NoResults(f"no results: none of the {len(trials)} trials finished with finite "
                         f"{' and '.join(o.column for o in objs)} ({statuses})")
     lean = [c for c in trials if c not in ("spec", "val_ppl_by_loops", "error")]  # skip copying long strings
-    candidates = _candidates(trials.loc[usable, lean], objs, settings.tolerance)
+    candidates = _candidates(trials.loc[usable, lean].assign(cohort=cohorts(trials.loc[usable])), objs,
+                             settings.tolerance)
     candidates["spec"] = specs[candidates["candidate"].to_numpy()]
     pairs, skipped = _pairs(candidates, objs, _budget_tolerance(declared, settings.tolerance))
     return Board(
@@ -164,15 +165,16 @@ def _parse(spec: str) -> dict:
 
 def _candidates(ok: pd.DataFrame, objs: tuple[Objective, ...], tolerance: float) -> pd.DataFrame:
     stats = frontier.aggregate_seeds(ok, KEY, aggregated(ok))
-    first = ok.drop_duplicates(KEY)[[*KEY, "family", *describe.COLUMNS]]
+    first = ok.drop_duplicates(KEY)[[*KEY, "family", "cohort", *describe.COLUMNS]]
     cands = first.merge(stats, on=KEY, validate="one_to_one")
     cands["band"] = bands(cands, tolerance)
     metric = objs[-1]
-    cands["rank"] = (cands.groupby("band", dropna=False)[metric.column]
+    # ranked among the candidates counted and trained alike (bands.cohorts), within a budget
+    cands["rank"] = (cands.groupby(["band", "cohort"], dropna=False)[metric.column]
                      .rank(method="min", ascending=not metric.maximize).astype(int))
     cands["front"] = frontier.frontier_mask(cands, objs, by=["study"])
     cands["family_front"] = frontier.frontier_mask(cands, objs, by=["study", "family"])
-    return cands.sort_values(["band", "rank"], kind="stable").reset_index(drop=True)
+    return cands.sort_values(["band", "cohort", "rank"], kind="stable").reset_index(drop=True)
 
 
 def _excluded(bad: pd.DataFrame, objs) -> pd.DataFrame:

@@ -15,7 +15,8 @@
                                                      the declared loss (--y val_ppl: another) (+ decision.json)
     shapebench board --claims search_spaces/claims/quickstart.yaml --out site/
                                                      the papers' orderings: reproduced, contradicted
-                                                     or inconclusive at these seeds (+ claims.json)
+                                                     or not decided at Holm-adjusted p < 0.05 (--adjust
+                                                     bh | none), what each claim's arms differ in (+ claims.json)
     shapebench board results/quickstart --export bench/   a tabular benchmark (Syne Tune's
                                                      blackbox-repository layout) in bench/quickstart/
 
@@ -32,6 +33,7 @@ from benchmark.leaderboard.bands import DEFAULT_TOLERANCE
 from benchmark.leaderboard.board import Settings
 from benchmark.leaderboard.board import build as build_board
 from benchmark.leaderboard.claims import evaluate as evaluate_claims
+from benchmark.leaderboard.stats import ADJUSTMENTS
 from benchmark.leaderboard.claims import load as load_claims
 from benchmark.leaderboard.export import write as export_benchmark
 from benchmark.leaderboard.objectives import Objective, counted
@@ -74,6 +76,9 @@ def build_parser(prog: str = "leaderboard.py") -> argparse.ArgumentParser:
                    "family and structure (default: family)")
     p.add_argument("--claims", type=Path, metavar="FILE", help="check the orderings a claims file lists "
                    "(search_spaces/claims/*.yaml); with --out, also claims.json")
+    p.add_argument("--adjust", choices=list(ADJUSTMENTS), default="holm", help="how the claims' p-values are "
+                   "adjusted for their number before a verdict is decided at 5%%: holm (the family-wise error "
+                   "rate), bh (Benjamini-Hochberg: the false discovery rate) or none (default: %(default)s)")
     p.add_argument("--export", type=Path, metavar="DIR", help="write each study as a tabular benchmark in "
                    "Syne Tune's blackbox-repository layout to DIR/<study>/")
     return p
@@ -121,7 +126,7 @@ def main(argv: list[str] | None = None, prog: str = "leaderboard.py") -> int:
             print(f"leaderboard: {path}: not a readable Parquet file; skipped", file=sys.stderr)
         board = build_board(trials, settings(args, counted(declared)[0]), declared,
                             skipped_notes(studies, skipped, declared))
-        checked = (claims, evaluate_claims(claims, board.trials)) if claims else None
+        checked = (claims, evaluate_claims(claims, board.trials, args.adjust, declared)) if claims else None
         exported = export_benchmark(board, args.export) if args.export else []
     except LeaderboardError as err:
         print(f"leaderboard: {err}", file=sys.stderr)

@@ -13,6 +13,7 @@ import html
 
 from benchmark.leaderboard import formats, tables
 from benchmark.leaderboard.board import Board
+from benchmark.leaderboard.forest import NAME as FOREST   # drawn under the verdicts, not among the frontiers
 from benchmark.leaderboard.plots import Plot
 
 CSS = """
@@ -83,16 +84,18 @@ def page(board: Board, doc: tables.Document, plots: list[Plot], notes: list[str]
     """The page with its figures linked, not yet embedded (see embed). What a reader came for comes
     first: the claims' verdicts in brief, the ranking, the claims in full, then the frontiers, then
     the rest."""
+    frontiers = [p for p in plots if p.name != FOREST]
     sections = [
         f"<h1>Leaderboard: {html.escape(', '.join(board.studies))}</h1>",
         "<noscript>The tables are filled in by the page's script: enable JavaScript.</noscript>",
         f'<p class="caption">{html.escape(tables.objectives_line(board))}</p>',
-        *([f"<h2>{html.escape(doc.verdicts.title)}</h2>", _table_with_caption(doc.verdicts, titled=False, wrap=True)]
+        *([f"<h2>{html.escape(doc.verdicts.title)}</h2>", _table_with_caption(doc.verdicts, titled=False, wrap=True),
+           *(_figure(p) for p in plots if p.name == FOREST)]
           if doc.verdicts is not None else []),
         "<h2>Leaderboard</h2>", *(_ranked(board, t) for t in doc.ranked),
         *([f"<h2>{html.escape(doc.claims.title)}</h2>", _table_with_caption(doc.claims, titled=False, wrap=True)]
           if doc.claims is not None else []),
-        *(["<h2>Frontiers</h2>", '<div class="plots">', *(_figure(p) for p in plots), "</div>"] if plots else []),
+        *(["<h2>Frontiers</h2>", '<div class="plots">', *(_figure(p) for p in frontiers), "</div>"] if frontiers else []),
         "<h2>Hypervolume</h2>", _table_with_caption(doc.hypervolume, titled=False),
         *(["<h2>Scaling fits</h2>", _table_with_caption(doc.scaling, titled=False)] if doc.scaling is not None else []),
         *(["<h2>Decision accuracy</h2>", *(_table_with_caption(t) for t in doc.decision)] if doc.decision is not None

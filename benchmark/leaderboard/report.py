@@ -22,7 +22,7 @@ from rich.console import Console
 
 from benchmark.arch import describe
 from benchmark.console import console as wide_console
-from benchmark.leaderboard import claims, decision, formats, page, plots, scaling, tables
+from benchmark.leaderboard import claims, decision, forest, formats, page, plots, scaling, tables
 from benchmark.leaderboard.board import Board, aggregated
 
 FORMATS = ("terminal", "md", "csv", "latex", "html")
@@ -51,6 +51,8 @@ def publish(board: Board, outputs: Sequence[str], out: Path | None = None, top: 
         # the frontiers to draw, still takes longer.
         fits = scaling.fit(board, fit_by, predict)
         fitted = [plots.scaling_plot(fits)] if figures and fits.fits else []
+        forest_plot = forest.forest_plot(checked[1]) if figures and checked else None
+        fitted += [forest_plot] if forest_plot else []
         planned, fitted_images = [*planned, *fitted], {p.name: plots.render(p) for p in fitted}
 
         def images() -> dict[str, dict[str, bytes]]:
@@ -197,11 +199,12 @@ def markdown(board: Board, doc: tables.Document, notes: list[str], plotted: list
     parts = [f"# Leaderboard: {', '.join(board.studies)}", tables.objectives_line(board)]
     if doc.verdicts is not None:
         parts += [f"## {doc.verdicts.title}", _md(doc.verdicts)]
+        parts += [f"![{p.title}](plots/{p.name}.png)" for p in plotted if p.name == forest.NAME]
     parts += [f"## {t.title}\n\n{_md(t)}" for t in doc.ranked]
     if doc.claims is not None:
         parts += [f"## {doc.claims.title}", _md(doc.claims)]
-    if plotted:
-        parts += ["## Frontiers", *(f"![{p.title}](plots/{p.name}.png)" for p in plotted)]
+    if any(p.name != forest.NAME for p in plotted):
+        parts += ["## Frontiers", *(f"![{p.title}](plots/{p.name}.png)" for p in plotted if p.name != forest.NAME)]
     parts += ["## Hypervolume", _md(doc.hypervolume)]
     if doc.scaling is not None:
         parts += [f"## {doc.scaling.title}", _md(doc.scaling)]

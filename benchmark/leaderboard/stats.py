@@ -56,6 +56,45 @@ def holm(p) -> np.ndarray:
     return out
 
 
+def bh(p) -> np.ndarray:
+    """Benjamini-Hochberg's step-up adjustment (Benjamini and Hochberg 1995): the i-th smallest of
+    m is multiplied by m / i, made non-decreasing from the largest down and capped at 1, so that
+    rejecting where the adjusted p < 0.05 keeps the expected share of false rejections among the
+    rejections (the false discovery rate) under 5%. NaNs are not tests, as in holm."""
+    p = np.asarray(p, dtype=float)
+    out = np.full(p.shape, np.nan)
+    tested = np.flatnonzero(np.isfinite(p))
+    order = tested[np.argsort(p[tested], kind="stable")]
+    m = len(order)
+    scaled = p[order] * m / np.arange(1, m + 1)
+    out[order] = np.minimum(1.0, np.minimum.accumulate(scaled[::-1])[::-1])
+    return out
+
+
+# How a family of p-values is adjusted before a verdict reads it: Holm keeps the family-wise error
+# rate (the chance of any false verdict) at 5%, BH the false discovery rate, none neither (each
+# test at 5% on its own). The verdicts of claims say which one they were decided at.
+ADJUSTMENTS = {"holm": holm, "bh": bh, "none": lambda p: np.asarray(p, dtype=float)}
+ALPHA = 1 - LEVEL   # the error rate a verdict is decided at, after the adjustment
+
+
+def adjust(p, method: str = "holm") -> np.ndarray:
+    """The p-values adjusted by `method` (ADJUSTMENTS)."""
+    return ADJUSTMENTS[method](p)
+
+
+def power(effect, se, df, level: float = LEVEL) -> np.ndarray:
+    """The chance that a two-sided t test at 1 - level rejects when the true difference is `effect`
+    and the estimate's standard error is `se` on `df` degrees of freedom (the shifted-t
+    approximation that detectable() inverts): P(T > t_crit - |effect|/se) + P(T < -t_crit - |effect|/se)."""
+    shift = np.abs(np.asarray(effect, dtype=float)) / np.asarray(se, dtype=float)
+    crit = t_quantile((1 + level) / 2, df)
+    df = np.asarray(df, dtype=float)
+    ok = np.isfinite(df) & (df > 0)
+    dfs = np.where(ok, df, 1.0)
+    return np.where(ok, stdtr(dfs, shift - crit) + stdtr(dfs, -crit - shift), np.nan)
+
+
 def mean_se(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean, standard error of the mean (sample sd / sqrt(n); NaN below 2 values) and n along the
     last axis, skipping NaNs."""

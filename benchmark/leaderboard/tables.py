@@ -111,7 +111,8 @@ def metric_column(frame: pd.DataFrame, col: str) -> Column:
 
 
 def leaderboard(board: Board, top: int | None = None) -> list[Table]:
-    """One ranked table per budget band. Within a band, rows come in family blocks (the family
+    """One ranked table per budget band and cohort (bands.cohorts: candidates counted and trained
+    alike; a board of one study has one per band). Within a band, rows come in family blocks (the family
     holding the best rank first) and in rank order inside each block; `#` is the rank in the band."""
     cands = board.candidates
     objs = [o.column for o in board.objectives]
@@ -121,7 +122,7 @@ def leaderboard(board: Board, top: int | None = None) -> list[Table]:
     several = len(board.studies) > 1
     variants = _has_variants(cands)
     tables = []
-    for band, rows in cands.groupby("band", sort=True, dropna=False):
+    for (band, cohort), rows in cands.groupby(["band", "cohort"], sort=True, dropna=False):
         shown = f"top {top} of {len(rows)}" if top is not None and top < len(rows) else f"{len(rows)}"
         ties = tied(rows, board.metric.column)  # over the whole band, before --top cuts it
         rows = rows if top is None else rows[rows["rank"] <= top]
@@ -135,7 +136,8 @@ def leaderboard(board: Board, top: int | None = None) -> list[Table]:
                    *(numeric(rows, c, h, integers, tex) for c, h, tex in SHAPE),
                    numeric(rows, "n_seeds", "Seeds", integers),
                    Column(header="Pareto", cells=_marks(rows))]
-        tables.append(Table(title=f"Budget {count(band)}", columns=columns, notes=notes, caption=(
+        title = f"Budget {count(band)}" + (f" ({cohort})" if cohort else "")
+        tables.append(Table(title=title, columns=columns, notes=notes, caption=(
             f"{shown} candidates ranked by {board.metric.describe()}, mean ± s.e. over seeds; "
             f"★ on its study's {' / '.join(objs)} frontier, ☆ on its family's only"
             + (f"; {TIE_NOTE}" if rows["_tie"].any() else ""))))
@@ -190,7 +192,8 @@ def _marks(rows: pd.DataFrame) -> list[str]:
 def objectives_line(board: Board) -> str:
     """What the board ranks by, in the registry's names and labels (the page and Markdown say it)."""
     return (f"Objectives {' vs '.join(o.describe() for o in board.objectives)}; ranked by "
-            f"{board.metric.metric.label} within each budget band; mean ± standard error over seeds.")
+            f"{board.metric.metric.label} within each budget band, among the studies counted and trained alike; "
+            f"mean ± standard error over seeds.")
 
 
 # --- around the board ---------------------------------------------------------------------------

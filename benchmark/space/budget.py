@@ -20,6 +20,9 @@ _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 PRECISION = 0.0005  # 0.05%: the solver widens its d_model window until a setting lands this close
 _WIDEN = 4          # at most this many extra d_model values either side
 HEAD_BAND = 1.25    # shape.head_dim: head_dim may sit within this factor of its target
+# No candidate gets fewer attention heads than this from a head-width target (a 500K model of one
+# 70-wide head compares attention patterns with none); a space that wants one head says n_heads: 1.
+MIN_HEADS = 2
 # The widest d_model and FFN width the solver tries: about 50x the widest published dense models
 # (d_model 18,432), so that an absurd budget (1e30) is an error in milliseconds, not an endless
 # search through head counts.
@@ -145,9 +148,9 @@ class _Ladder:
     head). That makes valid d_model values dense (every few units at d_model ~ 1000, like the
     hourglass paper's 1032 = 12 x 86), so the FFN width rarely moves far off its ratio."""
 
-    def __init__(self, raw: Mapping[str, Any], head_dim: int | None, align: Align = Align()):
+    def __init__(self, raw: Mapping[str, Any], head_dim: int | None, align: Align = Align(), exact: bool = False):
         heads = raw.get("n_heads", ArchSpec.n_heads)
-        self.target, self.heads, self.align = head_dim, heads, align
+        self.target, self.heads, self.align, self.exact = head_dim, heads, align, exact
         self.group = heads // (raw.get("n_kv_heads") or heads)
         self.any = head_dim is None and raw.get("head_dim") is not None
 
@@ -156,7 +159,11 @@ class _Ladder:
         if self.target is None:
             return {}
         g = self.group
-        fewest = max(1, math.floor(d_model / (self.target * HEAD_BAND)))   # the band, rounded outward
+        if self.exact:  # controlled: head_dim is the target itself, n_heads = d_model / head_dim
+            n, left = divmod(d_model, self.target)
+            ok = not left and n >= MIN_HEADS and n % g == 0 and self.target % self.align.head_dim == 0
+            return {"n_heads": n, "n_kv_heads": n // g} if ok else {}
+        fewest = max(MIN_HEADS, math.floor(d_model / (self.target * HEAD_BAND)))   # the band, rounded outward
         most = max(fewest, math.ceil(d_model * HEAD_BAND / self.target))  # to whole head counts
         h = self.align.head_dim
         counts = [n for n in range(-(-fewest // g) * g, most + 1, g) if d_model % n == 0 and d_model // n % h == 0]
@@ -187,6 +194,8 @@ class _Ladder:
         a, h = self.align, self.align.head_dim
         aligned = f"a multiple of {a.d_model} (align.d_model), " if a.d_model > 1 else ""
         head = "an even head_dim" if h == 2 else f"a head_dim that is a multiple of {h}"
+        if self.target is not None and self.exact:
+            return aligned + f"a multiple of shape.head_dim={self.target} with {MIN_HEADS} heads or more"
         if self.target is not None:
             return aligned + f"n_heads giving {head} within {HEAD_BAND}x of {self.target}"
         return aligned + ("any integer, since head_dim is given" if self.any else
@@ -251,7 +260,8 @@ def _nearest_width(n: _Counter, d_model: int | None, budget: int, multiple: int)
 
 
 def solve_budget(raw: Mapping[str, Any], *, budget: int, count: str = "total", tolerance: float = 0.005,
-                 solve: str = "d_model", head_dim: int | None = None, align: Align | None = None) -> Solution:
+                 solve: str = "d_model", head_dim: int | None = None, align: Align | None = None,
+                 exact: bool = False) -> Solution:
     """Set the free dimension of `raw` (an ArchSpec mapping) so that its `count` parameters are
     within `tolerance` of `budget`; `head_dim` (with solve: d_model) scales n_heads with d_model.
     Raises BudgetError, or SpecError for an invalid mapping. The rule:
@@ -277,6 +287,8 @@ def solve_budget(raw: Mapping[str, Any], *, budget: int, count: str = "total", t
       Where the FFN lattice is too coarse for that, its multiple halves (to 1 at the smallest budgets).
     * `solve: ffn.d_ff`, `ffn.d_h` or `ffn` (whichever width the candidate's FFN kind has): d_model
       stays as given and the width nearest the budget wins (hourglass paper Table 1: fixed attention).
+    * `exact` (`controlled: true`): head_dim is `head_dim` itself, and a ratio the candidate gives
+      sets the FFN width, so d_model alone meets the budget. Any head-width target: MIN_HEADS or more.
     `count` is one of COUNTS (arch/counting.py): each is exact and grows with d_model and the FFN
     width, so every rule is solved the same way.
     """
@@ -295,25 +307,26 @@ def solve_budget(raw: Mapping[str, Any], *, budget: int, count: str = "total", t
             ffn = dict(raw.get("ffn", {}))
             ffn["multiple_of"] = math.lcm(ffn.get("multiple_of", FFNSpec.multiple_of), step)
             try:
-                return _solve(raw | {"ffn": ffn}, budget, count, tolerance, solve, head_dim, align)
+                return _solve(raw | {"ffn": ffn}, budget, count, tolerance, solve, head_dim, align, exact)
             except BudgetError:
                 if i == len(steps) - 1:
                     raise
-    return _solve(raw, budget, count, tolerance, solve, head_dim, None)
+    return _solve(raw, budget, count, tolerance, solve, head_dim, None, exact)
 
 
 def _solve(raw: Mapping[str, Any], budget: int, count: str, tolerance: float, solve: str,
-           head_dim: int | None, align: Align | None) -> Solution:
+           head_dim: int | None, align: Align | None, exact: bool = False) -> Solution:
     _probe(raw)
-    ladder = _Ladder(raw, head_dim, align or Align())
+    ladder = _Ladder(raw, head_dim, align or Align(), exact)
     n = _Counter(raw, count, ladder)
     multiple = _ffn(raw, "multiple_of")
     key, _ = _width_key(raw)
     if solve == "d_model":
         # Aligned: anything within tolerance is precise enough, and one aligned d_model either side
         # at most, so the shape stays near the one asked for.
-        precision, widen = (PRECISION, _WIDEN) if align is None else (tolerance, 1)
-        d_model, width = _solve_d_model(raw, n, ladder, budget, tolerance, multiple, precision, widen)
+        # So too when controlled: the shape is the point, and d_model's steps are a head wide.
+        precision, widen = (PRECISION, _WIDEN) if align is None and not exact else (tolerance, 1)
+        d_model, width = _solve_d_model(raw, n, ladder, budget, tolerance, multiple, precision, widen, exact)
     else:
         if solve in ("ffn.d_ff", "ffn.d_h") and solve != f"ffn.{key}":
             kind = _ffn(raw, "kind")
@@ -345,9 +358,11 @@ def _floor(smallest: int, tol: float) -> str:
     return f"the smallest feasible budget at tolerance {fmt_fraction(tol)} is {math.ceil(smallest / (1 + tol)):,}"
 
 
-def _solve_d_model(raw, n: _Counter, ladder: _Ladder, budget: int, tol: float,
-                   multiple: int, precision: float = PRECISION, widen: int = _WIDEN) -> tuple[int, int | None]:
-    tune = _ratio_width(raw)
+def _solve_d_model(raw, n: _Counter, ladder: _Ladder, budget: int, tol: float, multiple: int,
+                   precision: float = PRECISION, widen: int = _WIDEN, exact: bool = False) -> tuple[int, int | None]:
+    # A ratio the space gives is held under `exact`: the width follows d_model, nothing tunes it.
+    _, ratio = _width_key(raw)
+    tune = _ratio_width(raw) and not (exact and raw.get("ffn", {}).get(ratio) is not None)
     above = _first_at_least(n, budget, ladder.up, "d_model")
     below = ladder.down(above - 1)
     seen: list[tuple[int, int | None]] = []

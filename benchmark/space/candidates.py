@@ -167,7 +167,20 @@ def resolve(space: SearchSpace, values: Mapping[str, Any]) -> Candidate:
     except SpecError as e:
         raise _locate(space, values, e.key, f"{e.reason}{_about(values)}") from None
     except BudgetError as e:
-        raise space.source.error(("budget",), f"{e}{_about(values)}") from None
+        locks = _locks(space, values) if space.controlled else ""
+        raise space.source.error(("budget",), f"{e}{locks}{_about(values)}") from None
+
+
+def _locks(space: SearchSpace, values: Mapping[str, Any]) -> str:
+    """What a controlled space holds that left the budget unmet, and what to relax."""
+    raw, shape = _fragment(space, values)
+    head_dim = shape.get("shape.head_dim")
+    held = [f"shape.head_dim {head_dim} exactly (d_model in steps of {head_dim})"] if head_dim and not space.anchor else []
+    held += [f"{k} {v:g} exactly" for k, v in (("ffn.ratio", _get(raw, "ffn.ratio")), ("ffn.dh_ratio",
+             _get(raw, "ffn.dh_ratio"))) if v is not None]
+    return (f"; under controlled: true the space holds {' and '.join(held) or 'the shape'}: relax a lock (a smaller "
+            "shape.head_dim, or no FFN ratio so that the width absorbs the remainder), hold the shape with an "
+            "anchor and solve: ffn, or widen tolerance")
 
 
 def _solve(space: SearchSpace, values: dict[str, Any]) -> Solution:
@@ -180,8 +193,11 @@ def _solve(space: SearchSpace, values: dict[str, Any]) -> Solution:
     if head_dim is not None and merged.get("head_dim") is not None:
         raise SpecError("shape.head_dim", "sets n_heads from d_model; it cannot be combined with head_dim")
     if space.anchor is not None:  # hourglass paper Table 1: every candidate keeps the anchor's width and heads
+        # controlled: the anchor's heads are exactly d_model / head_dim; its own FFN width (it trains
+        # nowhere) moves so that a d_model on that coarse lattice lands on the budget
         anchor = solve_budget(deep_merge(space.base, space.anchor), budget=budget, count=space.count,
-                              tolerance=space.tolerance, head_dim=head_dim, align=space.align)
+                              tolerance=space.tolerance, head_dim=head_dim, align=space.align,
+                              exact=space.controlled)
         merged.update(d_model=anchor.spec.d_model, n_heads=anchor.spec.n_heads, n_kv_heads=anchor.spec.n_kv_heads)
         head_dim = None
     elif head_dim is not None and space.solve != "d_model":
@@ -190,7 +206,7 @@ def _solve(space: SearchSpace, values: dict[str, Any]) -> Solution:
 
     def solve(r: dict[str, Any]) -> Solution:
         return solve_budget(r, budget=budget, count=space.count, tolerance=space.tolerance, solve=space.solve,
-                            head_dim=head_dim, align=space.align)
+                            head_dim=head_dim, align=space.align, exact=space.controlled)
 
     if "shape.d_model_per_layer" in shape:
         return fit_width_depth(merged, shape, solve)

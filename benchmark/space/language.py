@@ -36,7 +36,7 @@ from benchmark.trial.config import DEFAULTS as TRAINING_DEFAULTS
 from benchmark.trial.config import QUANTIZE_DEFAULTS, QuantizeConfig, QuantizeConfigError, TrainConfig, TrainConfigError
 
 TOP_KEYS = ("name", "description", "budget", "count", "tolerance", "solve", "align", "anchor", "base",
-            "variants", "axes", "training", "quantize", "objectives", "trials", "seeds", "pruner")
+            "variants", "axes", "training", "quantize", "objectives", "trials", "seeds", "pruner", "controlled")
 # What may stop a trial early: ASHA's successive halving over training tokens (when the space has
 # one objective measured during training), or nothing, which a study of claims needs: a candidate
 # pruned at its first seed never trains the others, and its claims have no pairs.
@@ -51,6 +51,12 @@ _RATIO_KEYS = tuple(f"ffn.{ratio}" for _, ratio, _ in FFN_WIDTHS.values())
 def _text(v: Any) -> str:
     if not isinstance(v, str):
         raise ValueError(f"expected text, got {v!r}")
+    return v
+
+
+def _flag(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"expected true or false, got {v!r}")
     return v
 
 
@@ -121,6 +127,9 @@ class SearchSpace:
     trials: int = DEFAULT_TRIALS
     seeds: int = 1                  # every candidate trained with this many seeds (--seeds overrides)
     pruner: str = "asha"            # PRUNERS
+    # The shape held across candidates, not preferred: shape.head_dim exact, an FFN ratio the space
+    # gives exact, so that a claim's arms differ only in what it tests and in the solved dimension.
+    controlled: bool = False
     source: Source = field(default=Source("<space>"), compare=False, repr=False)
 
     @property
@@ -256,6 +265,7 @@ class _Reader:
     def space(self) -> SearchSpace:
         self.solve = self.parsed("solve", lambda v: one_of(v, SOLVES), "d_model")
         self.anchored = "anchor" in self.top
+        self.controlled = self.parsed("controlled", _flag, False)
         if self.anchored and self.solve == "d_model":
             raise self.fail(("anchor",), "anchor holds one solved d_model for every candidate, so `solve` must "
                             "be an FFN width (ffn, ffn.d_ff or ffn.d_h), not d_model", value=False)
@@ -281,6 +291,7 @@ class _Reader:
             trials=self.parsed("trials", _positive_int, DEFAULT_TRIALS),
             seeds=self.parsed("seeds", _positive_int, 1),
             pruner=self.parsed("pruner", lambda v: one_of(v, PRUNERS), "asha"),
+            controlled=self.controlled,
             source=self.src,
         )
 
@@ -298,6 +309,10 @@ class _Reader:
                 solved = self.solved(key)
             if solved:
                 raise self.fail(where, f"{solved}; it cannot also be given", value=False)
+            if self.controlled and self.solve != "d_model" and key in _RATIO_KEYS:
+                raise self.fail(where, f"{key} has no effect when the FFN width is solved (solve: {self.solve}): "
+                                "under controlled: true every key a space sets is what the model trains with",
+                                value=False)
             if key in SHAPE_KEYS and shape_ok:
                 shape[key] = checked(self.src, where, key, value)
             elif key in SPEC_KEYS:

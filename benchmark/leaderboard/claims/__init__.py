@@ -32,17 +32,18 @@ difference means something; the rows of both groups may be the same ones, and st
 
 A claim may give the paper's own difference, `published:` (better - worse in the claim's metric,
 one number per adjacent pair of the order: a number, or a list for three groups or more). The
-report shows it beside the detectable difference and says when it is below it: a claim the paper
-itself decides by less than these seeds can resolve is expected to come out inconclusive here, and
-is reported as such rather than left out. (A published difference is the paper's scale; the
-effect at another scale may be larger or smaller.)
+report says whether it lies in the interval (size: consistent, larger, smaller) and whether these
+seeds could decide it at all ("underpowered": the test's power at it below 50%). (A published
+difference is the paper's scale; the effect at another scale may be larger or smaller.)
 
 A group may hold several candidates (the quickstart's two depths): its rows are averaged per seed,
 so each seed counts once and the groups pair by seed (a seed that lost one of them to a failure is
 averaged over those it has). Each adjacent pair of the order gets the difference (first - second)
 with a 95% t interval, paired when both groups hold the same seeds, Welch's otherwise
-(stats.compare), its verdict, and the smallest difference these seeds detect with 80% power. One
-seed a side gives no interval: "inconclusive (1 seed)", never a verdict.
+(stats.compare), its p-value adjusted over every pair of the file (Holm by default), its verdict at
+that adjusted p (reproduced, contradicted, not decided), and the smallest difference these seeds
+detect with 80% power. One seed a side gives no interval: "not decided (1 seed)", never a verdict.
+What the groups' models differ in, and whether that is only what the claim tests: arms.py.
 """
 
 from benchmark.leaderboard.claims.check import (

@@ -13,6 +13,7 @@ import pandas as pd
 
 from benchmark.arch.fields import did_you_mean
 from benchmark.leaderboard import stats
+from benchmark.leaderboard.claims.arms import Arms, candidates_of, compare
 from benchmark.leaderboard.objectives import Objective
 from benchmark.leaderboard.studies import LeaderboardError
 from benchmark.space import select
@@ -24,7 +25,12 @@ TOP_KEYS = ("description", "claims")
 CLAIM_KEYS = ("claim", "source", "study", "metric", "order", "groups", "where", "published", "note")
 SOURCE_KEYS = ("paper", "where")
 GROUP_METRIC = "metric"              # in a group's mapping: its metric, not a column filter
-ONE_SEED, NO_DATA = "inconclusive (1 seed)", "no data"
+ONE_SEED, NO_DATA = "not decided (1 seed)", "no data"
+REPRODUCED, CONTRADICTED, UNDECIDED = "reproduced", "contradicted", "not decided"
+# A paper's difference these seeds are less likely than not to decide (the test's power at it) is
+# "far below" what they detect: a verdict then says so (Gelman and Carlin 2014: an effect measured
+# significant at low power is exaggerated, "type M").
+UNDERPOWERED = 0.5
 
 
 class ClaimsError(LeaderboardError):
@@ -221,9 +227,11 @@ class Pair:
     worse: str
     expected: str                    # "< 0" or "> 0": the sign of better - worse the claim expects
     difference: stats.Difference | None
-    verdict: str
+    verdict: str                     # the direction: reproduced / contradicted / not decided, at the adjusted p
     published: float | None = None   # the paper's better - worse
-    p_holm: float = math.nan         # the difference's p-value, Holm-adjusted over every pair evaluated together
+    p_adjusted: float = math.nan     # the difference's p-value, adjusted over every pair evaluated together
+    adjustment: str = "holm"         # how (stats.ADJUSTMENTS)
+    seeds: int = 0                   # the fewer seeds of the two groups
 
     @property
     def below_detectable(self) -> bool:
@@ -231,6 +239,32 @@ class Pair:
         d = self.difference
         return (self.published is not None and d is not None and math.isfinite(d.detectable)
                 and abs(self.published) < d.detectable)
+
+    @property
+    def power(self) -> float:
+        """The chance these seeds decide the paper's difference, were it the true one (NaN without one)."""
+        d = self.difference
+        if self.published is None or d is None:
+            return math.nan
+        return float(stats.power(self.published, d.se, d.df))
+
+    @property
+    def underpowered(self) -> bool:
+        """Less likely than not to decide the paper's difference (power below UNDERPOWERED)."""
+        return self.power < UNDERPOWERED
+
+    @property
+    def size(self) -> str:
+        """Where the paper's difference lies against the interval: 'consistent' (inside it),
+        'larger' (the whole interval beyond it on the expected side), 'smaller' (short of it, or on
+        the other side of 0); '' without a published value or an interval."""
+        d = self.difference
+        if self.published is None or d is None or not math.isfinite(d.lo):
+            return ""
+        if d.lo <= self.published <= d.hi:
+            return "consistent"
+        beyond = d.hi < self.published if self.expected == "< 0" else d.lo > self.published
+        return "larger" if beyond else "smaller"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -242,28 +276,46 @@ class Result:
     verdict: str
     why: str = ""                    # for "no data": what is missing
     count: str = ""                  # the parameter count the groups' budgets matched (budget_count)
+    arms: Arms | None = None         # what the groups' models differ in (arms.compare); None without specs
 
 
-def evaluate(claims: ClaimsFile, trials: pd.DataFrame) -> list[Result]:
+def evaluate(claims: ClaimsFile, trials: pd.DataFrame, adjust: str = "holm",
+             declared: Mapping[str, dict] | None = None) -> list[Result]:
     """Every claim checked against `trials` (a board's trials: every row read, any status), in its
-    study, or in each study when it names none."""
+    study, or in each study when it names none; verdicts at the p-values adjusted by `adjust`
+    (stats.ADJUSTMENTS). `declared`: each study's declaration (_study.json), which says what its
+    space solved and what its variants set, for the arms' check."""
     studies = list(pd.unique(trials["study"]))
-    results = [_evaluate(claims.origin, c, study, trials) for c in claims.claims for study in
-               ([c.study] if c.study else studies)]
-    return _with_holm(results)
+    results = [_evaluate(claims.origin, c, study, trials, (declared or {}).get(study) or {})
+               for c in claims.claims for study in ([c.study] if c.study else studies)]
+    return _adjusted(results, adjust)
 
 
-def _with_holm(results: list[Result]) -> list[Result]:
-    """Each pair's p-value adjusted (Holm) over every pair of the file: many claims checked at 5%
-    each find some "reproduced" or "contradicted" by chance; the adjusted p says which verdicts
-    survive the family-wise correction."""
+def _adjusted(results: list[Result], method: str) -> list[Result]:
+    """Each pair's p-value adjusted over every pair of the file, and its direction decided by the
+    adjusted p: many claims checked at 5% each find some "reproduced" or "contradicted" by chance,
+    and a verdict states the error rate it was decided at (Holm: the family-wise rate)."""
     pairs = [p for r in results for p in r.pairs]
     # a pair without data, or with one seed a side (no standard error), has no p and is no test
-    adjusted = iter(stats.holm([p.difference.p if p.difference is not None else math.nan for p in pairs]))
-    return [replace(r, pairs=tuple(replace(p, p_holm=float(next(adjusted))) for p in r.pairs)) for r in results]
+    adjusted = iter(stats.adjust([p.difference.p if p.difference is not None else math.nan for p in pairs], method))
+    out = []
+    for r in results:
+        decided = tuple(_decide(replace(p, p_adjusted=float(next(adjusted)), adjustment=method)) for p in r.pairs)
+        out.append(replace(r, pairs=decided, verdict=_overall([p.verdict for p in decided])))
+    return out
 
 
-def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame) -> Result:
+def _decide(p: Pair) -> Pair:
+    """The direction at the adjusted p: decided below stats.ALPHA, on the side the estimate is."""
+    if p.verdict in (NO_DATA, ONE_SEED) or not math.isfinite(p.p_adjusted):
+        return p
+    if p.p_adjusted >= stats.ALPHA:
+        return replace(p, verdict=UNDECIDED)
+    agrees = (p.difference.estimate < 0) == (p.expected == "< 0")
+    return replace(p, verdict=REPRODUCED if agrees else CONTRADICTED)
+
+
+def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame, declared: Mapping[str, Any]) -> Result:
     rows = trials[trials["study"] == study]
     published = claim.published or (None,) * (len(claim.order) - 1)
     if rows.empty:
@@ -294,8 +346,12 @@ def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame) -> Re
             why += f" ({', '.join(f'{status} {n}' for status, n in statuses.items())})"   # most first
     counts = sorted({str(c) for rows in matched.values() if "budget_count" in rows
                      for c in rows["budget_count"].dropna()})
+    arms = None
+    if "spec" in rows and all(len(m) for m in matched.values()):
+        cands = {name: candidates_of(m, counts[0] if len(counts) == 1 else None) for name, m in matched.items()}
+        arms = compare(cands, {n: {**claim.where, **claim.groups[n]} for n in claim.order}, declared)
     return Result(claim=claim, study=study, groups=groups, pairs=pairs, verdict=_overall([p.verdict for p in pairs]),
-                  why=why, count=", ".join(counts))
+                  why=why, count=", ".join(counts), arms=arms)
 
 
 def _match(src: Source, at: tuple, rows: pd.DataFrame, filters: Filters) -> np.ndarray:
@@ -320,21 +376,18 @@ def _group(name: str, rows: pd.DataFrame, claim: Claim) -> Group:
 
 def _pair(a: Group, b: Group, claim: Claim, published: float | None) -> Pair:
     diff = stats.compare(a.values, b.values) if a.values and b.values else None
-    if diff is None:
-        verdict = NO_DATA
-    elif min(len(a.values), len(b.values)) < 2:
-        verdict = ONE_SEED
-    else:
-        verdict = str(stats.verdict(diff.lo, diff.hi, 1 if claim.metric.maximize else -1))
+    seeds = min(len(a.values), len(b.values))
+    # decided once every pair's p is adjusted (_adjusted)
+    verdict = NO_DATA if diff is None else ONE_SEED if seeds < 2 else UNDECIDED
     return Pair(better=a.name, worse=b.name, expected=claim.expected, difference=diff, verdict=verdict,
-                published=published)
+                published=published, seeds=seeds)
 
 
 def _overall(verdicts: list[str]) -> str:
     """A claim of more than two groups holds when every adjacent pair does."""
-    for worst in (NO_DATA, "contradicted"):
+    for worst in (NO_DATA, CONTRADICTED):
         if worst in verdicts:
             return worst
-    if all(v == "reproduced" for v in verdicts):
-        return "reproduced"
-    return ONE_SEED if ONE_SEED in verdicts else "inconclusive"
+    if all(v == REPRODUCED for v in verdicts):
+        return REPRODUCED
+    return ONE_SEED if ONE_SEED in verdicts else UNDECIDED

@@ -1,0 +1,76 @@
+"""Each claim's arms as planned, before any training: `python -m benchmark.leaderboard.claims.planned
+CLAIMS SPACE...` plans every space (as `run_search.py SPACE --plan` does), matches each claim's groups
+in the plan of its study, and prints, per claim, a table of its arms (d_model, heads, head_dim, the
+FFN's width and ratio, the structure, the hyper-connections, the embeddings, the parameters under the
+space's count) with what differs between them and whether the comparison is controlled."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from benchmark.leaderboard.claims import arms as arms_
+from benchmark.leaderboard.claims.check import ClaimsError, ClaimsFile, load
+from benchmark.space import select
+from benchmark.space.language import load_space
+from benchmark.space.plan import make_plan
+from benchmark.space.source import SpaceError, parse_set
+
+COLUMNS = (("group", "arm"), ("family", "family"), ("d_model", "d_model"), ("n_heads", "heads"),
+           ("head_dim", "head_dim"), ("ffn", "FFN width (× d_model)"), ("structure", "layers"),
+           ("hyper", "hyper-connections"), ("tie_embeddings", "tied emb."), ("params", "params"))
+
+
+def claim_arms(claims: ClaimsFile, plans: dict) -> list[tuple]:
+    """(claim, study, count, Arms) for each claim whose study is one of `plans` (name -> Plan)."""
+    out = []
+    for c in claims.claims:
+        plan = plans.get(c.study)
+        if plan is None:
+            continue
+        rows = arms_.plan_rows(plan)
+        shared = rows[select.mask(rows, c.where)]
+        groups = {g: arms_.candidates_of(shared[select.mask(shared, c.groups[g])], plan.space.count)
+                  for g in c.order}
+        filters = {g: {**c.where, **c.groups[g]} for g in c.order}
+        out.append((c, c.study, plan.space.count, arms_.compare(groups, filters, arms_.declaration(plan.space))))
+    return out
+
+
+def markdown(found: list[tuple]) -> str:
+    parts = []
+    for claim, study, count, arms in found:
+        head = "| " + " | ".join(h if k != "params" else f"params ({count})" for k, h in COLUMNS) + " |"
+        lines = [f"### {claim.claim}", f"`{study}` — **{arms.label}**; differ in: "
+                 + (", ".join(arms.differ) or "nothing"), "", head, "|" + "---|" * len(COLUMNS)]
+        for g in claim.order:
+            for f in arms.groups[g] or [{}]:
+                cells = {**f, "group": g, "ffn": f"{f.get('ffn.kind', '?')} {f.get('ffn.K', 1)}×{f.get('ffn.width', '?')} "
+                         f"({f.get('ffn.width_ratio', '?')})", "params": f"{f.get('params', 0):,}"}
+                lines.append("| " + " | ".join(str(cells.get(k, "—")) for k, _ in COLUMNS) + " |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmark.leaderboard.claims.planned", description=__doc__)
+    p.add_argument("claims", help="a claims file (search_spaces/claims/*.yaml)")
+    p.add_argument("spaces", nargs="+", help="the search spaces of its studies")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="set a space key (every space)")
+    args = p.parse_args(argv)
+    try:
+        claims = load(args.claims)
+        overrides = [parse_set(s) for s in args.set]
+        plans = {}
+        for path in args.spaces:
+            space = load_space(path, overrides)
+            plans[space.name] = make_plan(space)
+    except (ClaimsError, SpaceError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write(markdown(claim_arms(claims, plans)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
