@@ -283,12 +283,14 @@ def test_family_comes_from_the_spec_and_a_missing_spec_is_said():
     assert len(board.candidates) == len(trials) and board.notes == ("no spec column: seeds are not aggregated",)
 
 
-def tie_trials(seeds_per_candidate: dict[str, list[float]]) -> pd.DataFrame:
-    """One band of Transformers of different widths; val_ppl per seed for each candidate."""
+def tie_trials(seeds_per_candidate: dict[str, list[float]], families: tuple[str, ...] = ("transformer",)) -> pd.DataFrame:
+    """One band of models of different widths, the families taken in turn (Transformers by
+    default); val_ppl per seed for each candidate."""
     rows = []
     for k, (name, ppls) in enumerate(seeds_per_candidate.items()):
-        spec = {"family": "transformer", "d_model": 64 + 32 * k, "layers": {"begin": 4}}
-        rows += [{"study": "ties", "trial_id": f"{name}-{s}", "status": "ok", "family": "transformer",
+        family = families[k % len(families)]
+        spec = {"family": family, "d_model": 64 + 32 * k, "layers": {"begin": 4}}
+        rows += [{"study": "ties", "trial_id": f"{name}-{s}", "status": "ok", "family": family,
                   "spec": json.dumps(spec), "seed": s, "val_ppl": ppl, "params_total": 1.5e6, "budget": 1.5e6}
                  for s, ppl in enumerate(ppls)]
     return pd.DataFrame(rows)
@@ -309,6 +311,27 @@ def test_ranks_whose_intervals_overlap_are_marked_as_ties(tmp_path):
     console = Console(record=True, width=250)
     report.terminal(board, tables.document(board), [], console)
     assert "│ =1 │" in console.export_text()
+
+
+def test_rows_of_several_families_are_listed_in_rank_order(tmp_path):
+    # The families alternate down the ranking: grouped by family, the rows would read =1, 3, =2, 4.
+    board = build_board(tie_trials({"a": [10.0, 10.1, 10.2], "b": [10.3, 10.4, 10.5], "c": [12.0, 12.1, 12.2],
+                                    "d": [13.0]}, families=("transformer", "looped")))
+    (table,) = tables.leaderboard(board)
+    assert table.columns[0].cells == ["=1", "=2", "3", "4"]
+    assert table.columns[1].cells == ["transformer", "looped", "transformer", "looped"]
+    (top,) = tables.leaderboard(board, top=3)
+    assert top.columns[0].cells == ["=1", "=2", "3"]
+    publish(board, ["md", "html"], out=tmp_path)
+    md = (tmp_path / "leaderboard.md").read_text()
+    ranked = [line.split(" | ")[0] for line in md.splitlines() if line.startswith(("| =", "| 1", "| 2", "| 3", "| 4"))]
+    assert ranked == ["| =1", "| =2", "| 3", "| 4"]
+    assert '"cells":[["=1","=2","3","4"],["transformer","looped","transformer","looped"]' in (
+        tmp_path / "index.html").read_text()
+    console = Console(record=True, width=250)
+    report.terminal(board, tables.document(board), [], console)
+    text = console.export_text()
+    assert text.index("│ =1 │ transformer") < text.index("│ =2 │ looped") < text.index("│  3 │ transformer")
 
 
 def test_one_seed_marks_no_ties():

@@ -112,8 +112,8 @@ def metric_column(frame: pd.DataFrame, col: str) -> Column:
 
 def leaderboard(board: Board, top: int | None = None) -> list[Table]:
     """One ranked table per budget band and cohort (bands.cohorts: candidates counted and trained
-    alike; a board of one study has one per band). Within a band, rows come in family blocks (the family
-    holding the best rank first) and in rank order inside each block; `#` is the rank in the band."""
+    alike; a board of one study has one per band). Rows come in rank order, `#` being the rank in
+    the band and cohort (a tie keeps its `=`); rows of equal rank keep the board's order."""
     cands = board.candidates
     objs = [o.column for o in board.objectives]
     metrics = list(dict.fromkeys(["params_total", *objs, *OPTIONAL]))
@@ -126,8 +126,7 @@ def leaderboard(board: Board, top: int | None = None) -> list[Table]:
         shown = f"top {top} of {len(rows)}" if top is not None and top < len(rows) else f"{len(rows)}"
         ties = tied(rows, board.metric.column)  # over the whole band, before --top cuts it
         rows = rows if top is None else rows[rows["rank"] <= top]
-        best = rows.groupby("family")["rank"].transform("min")
-        rows = rows.assign(_best=best, _tie=ties).sort_values(["_best", "family", "rank"], kind="stable")
+        rows = rows.assign(_tie=ties).sort_values("rank", kind="stable")
         columns = [rank_column(rows),
                    *([text(rows, "study", "Study")] if several else []),
                    text(rows, "family", "Family"), text(rows, "structure", "Structure"),
