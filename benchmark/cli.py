@@ -1,7 +1,7 @@
 """The `run_search.py` command line (README "The commands").
 
     python run_search.py [SPACE.yaml] --budget 113M [--count total] [--trials N] [--tokens 20x|5M]
-        [--set KEY=VALUE ...] [--name STUDY] [--results DIR] [--seed S] [--plan] [--json] [--resume] [--address auto]
+        [--set KEY=VALUE ...] [--name STUDY] [--results DIR] [--seed S] [--plan [--json] [--claims FILE]] [--resume] [--address auto]
         [--seeds N] [--time-budget 30m] [--concurrency N] [--data SOURCE] [--tokenizer bpe]
     python run_search.py --spec ARCH.yaml [--tokens 2M] [--data SOURCE] [--checkpoint DIR]
 
@@ -19,7 +19,6 @@ away past --storage-wait): finished rows are kept and the line says how to resum
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -74,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed for sampling candidates (default 0)")
     p.add_argument("--plan", action="store_true", help="print the resolved candidates; train nothing")
     p.add_argument("--json", action="store_true", help="with --plan: one JSON object per candidate on stdout")
+    p.add_argument("--claims", metavar="FILE", help="with --plan: then each claim of FILE on this space's study, its "
+                   "arms and the keys they differ in (python -m benchmark.leaderboard.claims.planned)")
     p.add_argument("--name", type=_checked(check_study_name), help="study name (default: the space's name)")
     p.add_argument("--results", help="where rows go: a folder (local or NFS) or a URI such as s3://bucket/results "
                    f"(pyarrow.fs; default: {RESULTS_ROOT}/)")
@@ -172,18 +173,14 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
         return 2
     from benchmark.console import console as wide_console
     from benchmark.perf import timing
-    from benchmark.space.plan import records, render, summary, warnings
+    from benchmark.space.plan import records, render
 
     plan = _plan(space, args)
     rows, search = records(plan, timing.estimates()), timing.search_times()
-    if args.json:
-        for row in rows:
-            print(json.dumps(row, sort_keys=True))
-        print(summary(plan, rows, search), file=sys.stderr)
-        for line in warnings(space):
-            print(f"note: {line}", file=sys.stderr)
-    else:
-        render(plan, rows, wide_console(), search)
+    render(plan, rows, wide_console(), search, as_json=args.json)
+    if args.claims:  # each claim of the file on this space's study: its arms, what differs, what is confounded
+        from benchmark.leaderboard.claims.planned import for_plan
+        return for_plan(args.claims, plan, sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -209,6 +206,8 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     name = args.name or space.name
     try:
+        if args.claims:
+            raise ValueError("--claims applies only to --plan (leaderboard.py --claims checks trained rows)")
         opts = _options(space, args, name)
         if args.resume and not is_dir(opts.study_dir):
             print(f"run_search.py: --resume: no study named {name!r} under {opts.results_dir}/", file=sys.stderr)

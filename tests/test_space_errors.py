@@ -54,7 +54,7 @@ EXPECTED = {
                                "(did you mean 'val_loss'?)",
     "misspelt_schedule.yaml": "misspelt_schedule.yaml:6:13: training.schedule: 'cosin' is not one of cosine, wsd "
                               "(did you mean 'cosine'?)",
-    "misspelt_solve.yaml": "misspelt_solve.yaml:3:8: solve: 'd_ff' is not one of d_model, ffn.d_ff, ffn.d_h, ffn "
+    "misspelt_solve.yaml": "misspelt_solve.yaml:3:8: solve: 'd_ff' is not one of d_model, ffn.d_ff, ffn.d_h, ffn, none "
                            "(did you mean 'ffn.d_ff'?)",
     "no_budget.yaml": "no_budget.yaml:1:1: budget: none given: set `budget:` in the file or pass --budget",
     "only_comment.yaml": "only_comment.yaml:1:1: the file is empty",

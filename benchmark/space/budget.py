@@ -16,6 +16,7 @@ from benchmark.arch.spec import FFN_WIDTHS, ArchSpec, FFNSpec
 from benchmark.space.align import Align
 
 SOLVES = ("d_model", *(f"ffn.{width}" for width, _, _ in FFN_WIDTHS.values()), "ffn")  # ffn: whichever width
+SOLVE_NONE = "none"  # a space's `solve:` that solves nothing: every candidate keeps its anchor's shape
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 PRECISION = 0.0005  # 0.05%: the solver widens its d_model window until a setting lands this close
 _WIDEN = 4          # at most this many extra d_model values either side

@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
+from benchmark.arch.counting import count_params
 from benchmark.arch.fields import deep_merge, set_dotted
 from benchmark.arch.presets import PRESETS
-from benchmark.arch.spec import SPEC_KEYS, ArchSpec, SpecError
-from benchmark.space.budget import BudgetError, Solution, solve_budget
+from benchmark.arch.spec import FFN_WIDTHS, SPEC_KEYS, ArchSpec, SpecError
+from benchmark.space.budget import SOLVE_NONE, BudgetError, Solution, solve_budget
 from benchmark.space.domains import Axis
 from benchmark.space.expr import ExprError
 from benchmark.space.language import BUDGET_AXIS, SearchSpace
@@ -30,10 +31,18 @@ class Candidate:
 
     values: dict[str, Any]
     solution: Solution
+    anchor: Solution | None = None  # the space's anchor at this candidate's budget, where it has one
 
     @property
     def spec(self) -> ArchSpec:
         return self.solution.spec
+
+    @property
+    def anchor_ratio(self) -> float | None:
+        """Its parameters over the anchor's, both under the space's count (solve: none reports it)."""
+        if self.anchor is None:
+            return None
+        return self.solution.params[self.solution.count] / self.anchor.params[self.anchor.count]
 
     @property
     def distance(self) -> float:
@@ -163,27 +172,37 @@ def resolve(space: SearchSpace, values: Mapping[str, Any]) -> Candidate:
     if space.budget is None:
         raise space.source.error(("budget",), "none given: set `budget:` in the file or pass --budget")
     try:
-        return Candidate(values=values, solution=_solve(space, values))
+        return Candidate(values=values, **_solve(space, values))
     except SpecError as e:
         raise _locate(space, values, e.key, f"{e.reason}{_about(values)}") from None
     except BudgetError as e:
-        locks = _locks(space, values) if space.controlled else ""
-        raise space.source.error(("budget",), f"{e}{locks}{_about(values)}") from None
+        raise space.source.error(("budget",), f"{e}{_locks(space, values)}{_about(values)}") from None
 
 
 def _locks(space: SearchSpace, values: Mapping[str, Any]) -> str:
-    """What a controlled space holds that left the budget unmet, and what to relax."""
+    """What a controlled space holds that left the budget unmet, and what to relax; under solve:
+    none, that the budget sizes the anchor alone."""
     raw, shape = _fragment(space, values)
+    none = space.solve == SOLVE_NONE
+    raw = deep_merge(raw, space.anchor or {}) if none else raw
     head_dim = shape.get("shape.head_dim")
-    held = [f"shape.head_dim {head_dim} exactly (d_model in steps of {head_dim})"] if head_dim and not space.anchor else []
+    held = [f"shape.head_dim {head_dim} exactly (d_model in steps of {head_dim})"] \
+        if head_dim and space.controlled and (none or not space.anchor) else []
     held += [f"{k} {v:g} exactly" for k, v in (("ffn.ratio", _get(raw, "ffn.ratio")), ("ffn.dh_ratio",
-             _get(raw, "ffn.dh_ratio"))) if v is not None]
+             _get(raw, "ffn.dh_ratio"))) if v is not None and space.controlled]
+    if none:
+        return ("; under solve: none the budget and its tolerance size the anchor alone (every candidate keeps "
+                "its shape with its own count)" + (f", held at {' and '.join(held)}" if held else "")
+                + ": give the budget the anchor's size at the shape wanted, relax a lock, or widen tolerance")
+    if not space.controlled:
+        return ""
     return (f"; under controlled: true the space holds {' and '.join(held) or 'the shape'}: relax a lock (a smaller "
             "shape.head_dim, or no FFN ratio so that the width absorbs the remainder), hold the shape with an "
             "anchor and solve: ffn, or widen tolerance")
 
 
-def _solve(space: SearchSpace, values: dict[str, Any]) -> Solution:
+def _solve(space: SearchSpace, values: dict[str, Any]) -> dict[str, Solution | None]:
+    """The candidate's `solution` and, in a space with one, its `anchor`."""
     raw, shape = _fragment(space, values)
     family = ArchSpec.from_dict({"family": raw.get("family", ArchSpec.family)}).family  # SpecError if misspelt
     merged = apply_shape(deep_merge(PRESETS[family], raw), shape)
@@ -192,14 +211,13 @@ def _solve(space: SearchSpace, values: dict[str, Any]) -> Solution:
     head_dim = shape.get("shape.head_dim")
     if head_dim is not None and merged.get("head_dim") is not None:
         raise SpecError("shape.head_dim", "sets n_heads from d_model; it cannot be combined with head_dim")
+    anchor = None
     if space.anchor is not None:  # hourglass paper Table 1: every candidate keeps the anchor's width and heads
-        # controlled: the anchor's heads are exactly d_model / head_dim; its own FFN width (it trains
-        # nowhere) moves so that a d_model on that coarse lattice lands on the budget
-        anchor = solve_budget(deep_merge(space.base, space.anchor), budget=budget, count=space.count,
-                              tolerance=space.tolerance, head_dim=head_dim, align=space.align,
-                              exact=space.controlled)
+        anchor = _anchor(space, budget, head_dim, shape)
         merged.update(d_model=anchor.spec.d_model, n_heads=anchor.spec.n_heads, n_kv_heads=anchor.spec.n_kv_heads)
         head_dim = None
+        if space.solve == SOLVE_NONE:
+            return {"solution": _held(merged, anchor), "anchor": anchor}
     elif head_dim is not None and space.solve != "d_model":
         raise SpecError("shape.head_dim", f"scales n_heads with a solved d_model; it needs solve: d_model or an "
                         f"anchor, not solve: {space.solve}")
@@ -209,8 +227,35 @@ def _solve(space: SearchSpace, values: dict[str, Any]) -> Solution:
                             head_dim=head_dim, align=space.align, exact=space.controlled)
 
     if "shape.d_model_per_layer" in shape:
-        return fit_width_depth(merged, shape, solve)
-    return solve(merged)
+        return {"solution": fit_width_depth(merged, shape, solve), "anchor": anchor}
+    return {"solution": solve(merged), "anchor": anchor}
+
+
+def _anchor(space: SearchSpace, budget: int, head_dim: int | None, shape: Mapping[str, Any]) -> Solution:
+    """The anchor solved to the budget: d_model (with controlled: true, heads of exactly head_dim).
+    Under solve: ffn it trains nowhere, and its own FFN width moves so that a d_model on that coarse
+    lattice lands on the budget. Under solve: none its whole shape is every candidate's and it is
+    one of them, so its preset and the candidate's shape.* apply and a ratio it gives holds."""
+    raw = deep_merge(space.base, space.anchor or {})
+    if space.solve == SOLVE_NONE:
+        family = ArchSpec.from_dict({"family": raw.get("family", ArchSpec.family)}).family
+        raw = apply_shape(deep_merge(PRESETS[family], raw), shape)
+    return solve_budget(raw, budget=budget, count=space.count, tolerance=space.tolerance, head_dim=head_dim,
+                        align=space.align, exact=space.controlled)
+
+
+def _held(merged: dict[str, Any], anchor: Solution) -> Solution:
+    """solve: none: the candidate at the anchor's d_model, heads (set by the caller) and FFN width,
+    with its own parameter count; nothing is solved, so its distance from the budget is its own."""
+    kind = anchor.spec.ffn.kind
+    width, ratio, _ = FFN_WIDTHS[kind]
+    ffn = dict(merged.get("ffn") or {})
+    if ffn.get("kind", kind) != kind:
+        raise SpecError("ffn.kind", f"solve: none keeps the anchor's FFN ({kind}, ffn.{width} "
+                        f"{getattr(anchor.spec.ffn, width)}) for every candidate; this one's is {ffn['kind']}")
+    ffn.update({width: getattr(anchor.spec.ffn, width), ratio: None})
+    spec = ArchSpec.from_dict({**merged, "head_dim": anchor.spec.head_dim, "ffn": ffn})
+    return Solution(spec=spec, params=count_params(spec), budget=anchor.budget, count=anchor.count, solved={})
 
 
 def _about(values: Mapping[str, Any]) -> str:

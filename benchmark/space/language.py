@@ -18,6 +18,7 @@ from benchmark.arch.spec import FFN_WIDTHS, SPEC_KEYS
 from benchmark.space.align import Align, parse_align
 from benchmark.space.budget import (
     COUNTS,
+    SOLVE_NONE,
     SOLVES,
     fmt_count,
     parse_amount,
@@ -44,6 +45,9 @@ PRUNERS = ("asha", "none")
 DEFAULT_TRIALS = 16
 _WIDTH_KEYS = tuple(f"ffn.{width}" for width, _, _ in FFN_WIDTHS.values())   # what `solve: ffn` sets
 _RATIO_KEYS = tuple(f"ffn.{ratio}" for _, ratio, _ in FFN_WIDTHS.values())
+# What `solve: none` holds from the anchor for every candidate (a model against one of twice its
+# parameters at one width: Hyperloop §4.2, Table 1, App. A); the budget sizes the anchor alone.
+_HELD_KEYS = ("d_model", "n_heads", "n_kv_heads", "head_dim", *_WIDTH_KEYS, *_RATIO_KEYS, "shape.d_model_per_layer")
 
 
 # ---- top-level values (ValueError carries the message) --------------------------------------
@@ -263,9 +267,13 @@ class _Reader:
             raise self.fail((key,), str(e)) from None
 
     def space(self) -> SearchSpace:
-        self.solve = self.parsed("solve", lambda v: one_of(v, SOLVES), "d_model")
+        self.solve = self.parsed("solve", lambda v: one_of(v, (*SOLVES, SOLVE_NONE)), "d_model")
         self.anchored = "anchor" in self.top
         self.controlled = self.parsed("controlled", _flag, False)
+        if self.solve == SOLVE_NONE and not self.anchored:
+            raise self.fail(("solve",), "none keeps every candidate at the anchor's shape (d_model, heads, FFN "
+                            "width) with its own parameter count; it needs an `anchor:`, the model whose size "
+                            "`budget` sets within `tolerance`")
         if self.anchored and self.solve == "d_model":
             raise self.fail(("anchor",), "anchor holds one solved d_model for every candidate, so `solve` must "
                             "be an FFN width (ffn, ffn.d_ff or ffn.d_h), not d_model", value=False)
@@ -309,7 +317,8 @@ class _Reader:
                 solved = self.solved(key)
             if solved:
                 raise self.fail(where, f"{solved}; it cannot also be given", value=False)
-            if self.controlled and self.solve != "d_model" and key in _RATIO_KEYS:
+            held = path == ("anchor",) and self.solve == SOLVE_NONE   # the anchor's ratio is everyone's width
+            if self.controlled and self.solve != "d_model" and key in _RATIO_KEYS and not held:
                 raise self.fail(where, f"{key} has no effect when the FFN width is solved (solve: {self.solve}): "
                                 "under controlled: true every key a space sets is what the model trains with",
                                 value=False)
@@ -335,6 +344,9 @@ class _Reader:
 
     def solved(self, key: str) -> str:
         """Why the solver sets `key` (so the file may not), or ""."""
+        if self.solve == SOLVE_NONE and key in _HELD_KEYS:
+            return (f"{key} is held from the anchor (solve: none: every candidate keeps the anchor's d_model, "
+                    "heads and FFN width); set the shape in `anchor:`")
         if key == "d_model" and self.anchored:
             return "d_model is held from the anchor"
         width = {"ffn": _WIDTH_KEYS, "d_model": ()}.get(self.solve, (self.solve,))

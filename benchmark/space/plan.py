@@ -8,13 +8,15 @@ seeded with `seed`, through the same define-by-run walk the search uses. Same se
 
 from __future__ import annotations
 
+import json
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from benchmark.arch.counting import count_flops
-from benchmark.space.budget import fmt_count, fmt_fraction, parse_tokens
+from benchmark.space.budget import SOLVE_NONE, fmt_count, fmt_fraction, parse_tokens
 from benchmark.space.candidates import Candidate, choose, grid, resolve
 from benchmark.space.language import BUDGET_AXIS, SearchSpace
 from benchmark.store.metrics import PARAM_COLUMNS
@@ -105,7 +107,7 @@ def records(plan: Plan, speed: float | Callable[[str], Any]) -> list[dict[str, A
             "candidate": i, "family": c.spec.family, "structure": c.spec.structure(), "values": c.values,
             "spec": config["spec"], **{k: config[k] for k in (*PARAM_COLUMNS, "budget", "count", "budget_distance")},
             "flops_per_token_train": flops["train"], "flops_per_token_infer": flops["infer"],
-            "tokens": tokens, "steps": steps, "warmup_steps": warmup,
+            "anchor_ratio": c.anchor_ratio, "tokens": tokens, "steps": steps, "warmup_steps": warmup,
             "est_seconds": flops["train"] * tokens / known.flops_per_s + known.overhead_s,
             "est_from_trials": known.trials,
         })
@@ -144,8 +146,17 @@ def _hyper(spec) -> str:
 _COUNT_HEADS = {"non_embedding": "non-emb", "non_embedding_head": "non-emb + head"}
 
 
-def render(plan: Plan, rows: list[dict[str, Any]], console, search: tuple[float, float, int] | None = None) -> None:
-    """A rich table of the candidates and a one-line summary."""
+def render(plan: Plan, rows: list[dict[str, Any]], console, search: tuple[float, float, int] | None = None,
+           as_json: bool = False) -> None:
+    """A rich table of the candidates and a one-line summary; `as_json` (`--plan --json`): one JSON
+    object per candidate on stdout, the summary and notes on stderr."""
+    if as_json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+        print(summary(plan, rows, search), file=sys.stderr)
+        for line in warnings(plan.space):
+            print(f"note: {line}", file=sys.stderr)
+        return
     from rich.table import Table
 
     space = plan.space
@@ -154,16 +165,19 @@ def render(plan: Plan, rows: list[dict[str, Any]], console, search: tuple[float,
     # beside the total, the count the budget meets (Δ budget is against it); non-embedding for `total`
     counted = "non_embedding" if space.count == "total" else space.count
     second = _COUNT_HEADS[counted]
+    held = space.solve == SOLVE_NONE  # one shape, no budget matched: each count over the anchor's
     for col in ("#", *(("budget",) if ladder else ()), "family", "structure", "streams × mixing / every", "d_model",
-                "heads", "FFN (width/d_model)", "params", second, "Δ budget", "train FLOP/tok", "est. time"):
-        table.add_column(col, justify="right" if col in ("#", "budget", "d_model", "heads", "params", second)
+                "heads", "FFN (width/d_model)", "params", second, "× anchor" if held else "Δ budget",
+                "train FLOP/tok", "est. time"):
+        table.add_column(col, justify="right" if col in ("#", "budget", "d_model", "heads", "params", second, "× anchor")
                          else "left")
     for c, r in zip(plan.candidates, rows, strict=True):
         s = c.spec
         heads = str(s.n_heads) if s.n_kv_heads == s.n_heads else f"{s.n_heads}/{s.n_kv_heads} kv"
         table.add_row(str(r["candidate"]), *((fmt_count(r["budget"]),) if ladder else ()), s.family, s.structure(),
                       _hyper(s), str(s.d_model), heads, _ffn(s),
-                      f"{r['params_total']:,}", f"{r[f'params_{counted}']:,}", f"{r['budget_distance']:+.3%}",
+                      f"{r['params_total']:,}", f"{r[f'params_{counted}']:,}",
+                      f"{r['anchor_ratio']:.3f}×" if held else f"{r['budget_distance']:+.3%}",
                       fmt_count(r["flops_per_token_train"]), fmt_seconds(r["est_seconds"]))
     console.print(table)
     console.print(summary(plan, rows, search), markup=False)  # `--set 'axes.family=[a, b]'` is not markup
@@ -175,7 +189,7 @@ def warnings(space: SearchSpace) -> list[str]:
     """What a plan should point out about the space's design."""
     out = []
     constant = [name for name, _ in space.objectives if name.startswith("params")]
-    if constant and len(space.objectives) > 1 and not space.ladder:
+    if constant and len(space.objectives) > 1 and not space.ladder and space.solve != SOLVE_NONE:
         out.append(f"objective {constant[0]} is constant by construction in a single-budget space (every candidate is "
                    f"within {fmt_fraction(space.tolerance)} of {fmt_count(space.budget)}), so a multi-objective "
                    "sampler would trade the loss against rounding noise; use an objective that varies "
@@ -207,11 +221,22 @@ def summary(plan: Plan, rows: list[dict[str, Any]], search: tuple[float, float, 
     seeds = f" x {space.seeds} seeds" if space.seeds > 1 else ""
     return (f"{how} candidates{seeds} at {at} {space.count} parameters "
             f"± {fmt_fraction(space.tolerance)}; "
-            f"median |Δ budget| {median_distance(plan):.4%}; {_tokens(space)} tokens each, {_step(space)}, "
+            f"{_matched(plan)}; {_tokens(space)} tokens each, {_step(space)}, "
             f"{_steps(rows)}; "
             f"est. {fmt_seconds(trials + around)} here: the trials {fmt_seconds(trials)} ({_basis(rows)}), "
             f"the search around them {fmt_seconds(around)} ({source}); planned in {plan.seconds:.2f} s"
             + (f"; set on the command line: {' '.join(space.overrides)}" if space.overrides else ""))
+
+
+def _matched(plan: Plan) -> str:
+    """How near the budget the candidates are; under solve: none, the anchor's distance from it and
+    each candidate's own count over the anchor's (the tolerance applies to the anchor alone)."""
+    if plan.space.solve != SOLVE_NONE or not plan.candidates:
+        return f"median |Δ budget| {median_distance(plan):.4%}"
+    ratios = [c.anchor_ratio for c in plan.candidates]
+    anchors = ", ".join(dict.fromkeys(f"{c.anchor.distance:+.3%}" for c in plan.candidates))
+    return (f"solve: none: the anchor {anchors} from the budget, every candidate at its shape with its own count, "
+            f"{min(ratios):.3f}-{max(ratios):.3f}× the anchor's")
 
 
 def _steps(rows: list[dict[str, Any]]) -> str:

@@ -8,7 +8,8 @@ solves the FFN). A key the claim's groups name is the factor tested: a spec key 
 `streams`), a family (its preset's keys and its layer structure), a variant of the space (the keys
 the variant sets), a budget (what the solver sets from it). The solved dimension is the space's
 `solve:` (d_model, and with `shape.head_dim` the head count that follows from it; or the FFN
-width, and so its ratio to d_model). Anything else that differs is a confound: a head width, an FFN
+width, and so its ratio to d_model; or, under `solve: none`, nothing: every arm keeps the anchor's
+shape and its own parameter count). Anything else that differs is a confound: a head width, an FFN
 ratio, a loop embedding the claim does not test.
 
 Both the plan (arms_of_candidates) and the report (arms_of_groups) go through `compare`.
@@ -25,6 +26,7 @@ import pandas as pd
 
 from benchmark.arch.presets import PRESETS
 from benchmark.arch.spec import ArchSpec, HyperSpec, SpecError
+from benchmark.space.budget import SOLVE_NONE
 
 # Keys that are bookkeeping of the solver or the preset rather than the model's shape: ratios are
 # compared as the derived `ffn.width_ratio` of the trained width, multiple_of is the width's lattice.
@@ -154,6 +156,8 @@ def solved(declared: Mapping[str, Any]) -> set[str]:
     """The keys the space's declared budget dimension moves (`solve:`, d_model by default; the
     head count with it when the space sets shape.head_dim, since n_heads = d_model / head_dim)."""
     solve = declared.get("solve") or "d_model"
+    if solve == SOLVE_NONE:  # one shape for every arm: nothing moves with the budget
+        return set()
     if solve != "d_model" or declared.get("anchor"):
         return {*_WIDTHS, "ffn.width"}
     heads = "shape.head_dim" in (declared.get("axes") or {})

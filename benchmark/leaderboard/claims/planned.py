@@ -2,7 +2,8 @@
 CLAIMS SPACE...` plans every space (as `run_search.py SPACE --plan` does), matches each claim's groups
 in the plan of its study, and prints, per claim, a table of its arms (d_model, heads, head_dim, the
 FFN's width and ratio, the structure, the hyper-connections, the embeddings, the parameters under the
-space's count) with what differs between them and whether the comparison is controlled."""
+space's count) with what differs between them and whether the comparison is controlled. The same
+lines follow a plan's candidates with `run_search.py SPACE --plan --claims CLAIMS` (for_plan)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,24 @@ def markdown(found: list[tuple]) -> str:
                 lines.append("| " + " | ".join(str(cells.get(k, "—")) for k, _ in COLUMNS) + " |")
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n"
+
+
+def for_plan(path: str, plan, out) -> int:
+    """`run_search.py SPACE --plan --claims FILE`: after the candidates, each claim of FILE on the
+    plan's study, as markdown() writes it, to `out`. 2 (and one line on stderr) for a claims file
+    that does not load; a file without a claim on this study says so on stderr."""
+    try:
+        claims = load(path)
+    except ClaimsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    found = claim_arms(claims, {plan.space.name: plan})
+    if not found:
+        studies = ", ".join(dict.fromkeys(c.study for c in claims.claims))
+        print(f"note: no claim of {path} is on study {plan.space.name} (its studies: {studies})", file=sys.stderr)
+        return 0
+    out.write(f"\nClaims of {path} on {plan.space.name}, their arms as planned:\n\n" + markdown(found))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
