@@ -82,10 +82,14 @@ SPACE_NOTES = {
     "budget": "the parameter budget (`113M`), or a ladder `[0.5M, 1M, 2M]`; `--budget` overrides",
     "count": "what the budget counts: `total`, `non_embedding` or `non_embedding_head` (docs/search-spaces.md); "
              "`--count` overrides",
-    "tolerance": "allowed distance of each candidate from the budget (`0.5%` or 0.005)",
-    "solve": "the free dimension solved to meet the budget: `d_model`, `ffn.d_ff`, `ffn.d_h` or `ffn`",
+    "tolerance": "allowed distance of each candidate from the budget (`0.5%` or 0.005); under `solve: none`, "
+                 "of the anchor alone",
+    "solve": "the free dimension solved to meet the budget: `d_model`, `ffn.d_ff`, `ffn.d_h` or `ffn`; or "
+             "`none` (with an `anchor`): every candidate keeps the anchor's d_model, heads and FFN width and "
+             "its own parameter count",
     "align": "hardware-friendly multiples: `{d_model: 64, ffn: 64, head_dim: 8}`",
-    "anchor": "a spec fragment solved once; every candidate keeps its d_model (solve another dimension)",
+    "anchor": "a spec fragment solved once; every candidate keeps its d_model (solve another dimension, or "
+              "`solve: none` for its whole shape)",
     "base": "a fixed spec fragment every candidate starts from",
     "variants": "named spec fragments, decided as the first axis `variant`",
     "axes": "dotted spec or `shape.*` keys -> domains (`[a, b]`, `{int: [lo, hi]}`, `{float: ...}`, "
