@@ -55,7 +55,10 @@ __all__ = ["COLUMNS", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "ResultsError", "R
 #    parallel (none, ddp, fsdp), backend, per-rank batch (rank_batch_size, rank_grad_accum) and
 #    peak memory per rank (peak_mem_bytes_by_rank, JSON; peak_mem_bytes is their max); what a
 #    hyper-connected model's streams were stored in (stream_dtype); older files read them null.
-SCHEMA_VERSION = 5
+# 6: loss_spike, the largest rise of the training loss over its best so far (trial/curve.py); a
+#    tuned study's phase (tune or final) and tuned setting (JSON: the training settings the `tune:`
+#    grid set); older files read them null (a null phase is a final row).
+SCHEMA_VERSION = 6
 # infeasible: the sampled point has no candidate within the budget (nothing was trained).
 STATUSES = ("ok", "failed", "pruned", "diverged", "infeasible")
 
@@ -69,7 +72,7 @@ SCHEMA = pa.schema([
     ("flops_per_token_train", _f64), ("flops_per_token_infer", _f64),
     ("tokens_trained", _i64), ("train_loss", _f64), ("val_loss", _f64), ("val_ppl", _f64), ("val_ppl_unigram", _f64),
     ("val_loss_by_source", _str), ("val_ppl_by_loops", _str), *((name, _f64) for name in LOOP_LOSSES),
-    ("evals", _str),
+    ("evals", _str), ("loss_spike", _f64), ("phase", _str), ("tuned", _str),
     ("val_ppl_int8", _f64), ("val_ppl_int4", _f64), ("val_ppl_int4_rtn", _f64),
     ("int4_ppl_increase", _f64), ("int4_rtn_ppl_increase", _f64),
     ("bf16_bytes", _i64), ("int8_bytes", _i64), ("int4_bytes", _i64),
