@@ -39,7 +39,7 @@ from benchmark.store.errors import (
 )
 from benchmark.store.metrics import DIAGNOSTICS, LOOP_LOSSES, PARAM_COLUMNS, TIME_SPLIT
 
-__all__ = ["COLUMNS", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "ResultsError", "ResultsPathError", "ResultsWarning",
+__all__ = ["COLUMNS", "PHASES", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "ResultsError", "ResultsPathError", "ResultsWarning",
            "StoreFull",
            "check_study_name", "damaged_files", "finished_trials", "quarantine", "read_files", "read_study",
            "read_table", "recover", "sweep_orphans", "to_table", "trial_files", "trials_dir", "write_row"]
@@ -61,6 +61,8 @@ __all__ = ["COLUMNS", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "ResultsError", "R
 SCHEMA_VERSION = 6
 # infeasible: the sampled point has no candidate within the budget (nothing was trained).
 STATUSES = ("ok", "failed", "pruned", "diverged", "infeasible")
+# A tuned study's rows (space/tuning.py): a run of the tuning grid, or a final seed at the chosen point.
+PHASES = ("tune", "final")
 
 _str, _i64, _f64 = pa.string(), pa.int64(), pa.float64()
 SCHEMA = pa.schema([
