@@ -111,3 +111,22 @@ def test_tuning_runs_are_not_ranked_and_give_the_choice_the_budget_and_the_sensi
     table = tuning.table(board)
     cells = {col.header: col.cells for col in table.columns}
     assert cells["Tuning runs"] == ["3 (3 points)", "3 (3 points)"]
+
+
+def test_the_page_shows_the_unstable_runs_and_each_claims_learning_curves(tmp_path):
+    from benchmark.leaderboard import publish
+
+    rows = trials(A, B, spikes={2: 3.72})
+    file, results, board = checked(tmp_path, rows)
+    curves = pd.DataFrame([{"study": "s", "trial_id": t, "attempt": 0, "step": step, "train_loss": 6 - step / 10,
+                            "val_loss": 6 - step / 10 if step % 10 == 0 else math.nan}
+                           for t in rows["trial_id"] for step in range(1, 31)])
+    written = publish(board, ["html", "md"], tmp_path / "site", checked=(file, results), curves=curves)
+    assert tmp_path / "site" / "plots" / "curves-00.svg" in written
+    page = (tmp_path / "site" / "index.html").read_text()
+    assert "<h2>Unstable runs</h2>" in page and "<h2>Learning curves</h2>" in page
+    assert "a 2 of 5, b 0 of 5" in page
+    assert page.index("Learning curves") < page.index("<h2>Frontiers</h2>")
+    md = (tmp_path / "site" / "leaderboard.md").read_text()
+    assert "## Learning curves\n\n![Learning curves: A beats B (s)](plots/curves-00.png)" in md
+    assert json.loads((tmp_path / "site" / "stability.json").read_text())["claims"][0]["without"] == "reproduced"

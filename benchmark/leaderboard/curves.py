@@ -57,7 +57,7 @@ def curves_of(curves: pd.DataFrame, study: str, runs: pd.DataFrame) -> pd.DataFr
 
 
 def _draw(arms: dict[str, pd.DataFrame], curves: pd.DataFrame, study: str, title: str) -> Figure:
-    fig, (ax,) = layout.new(title, 1, 1, width=7.0, height=4.4, legend=1.8)
+    fig, (ax,) = layout.new(title, 1, 1, width=7.0, height=4.4, legend=1.2)
     for i, (name, runs) in enumerate(arms.items()):
         colour = PALETTE[i % len(PALETTE)]
         mine = curves_of(curves, study, runs)
