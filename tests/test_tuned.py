@@ -5,6 +5,7 @@ MLflow's store; a killed tuning resumed without training its finished runs again
 import json
 import re
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -127,21 +128,21 @@ def _events(folder: Path) -> dict[str, list[tuple[int, float]]]:
     return out
 
 
-@pytest.mark.slow
-def test_tune_end_to_end_with_curves_in_the_store_tensorboard_and_mlflow(corpus, tmp_path):
-    from mlflow.tracking import MlflowClient
+def _options(corpus, tmp_path, **kw) -> SearchOptions:
+    return SearchOptions(name="tuned", results_dir=tmp_path / "results", seeds=2, asha=False, retries=0,
+                         concurrency=1, data=DataConfig(source=str(corpus / "text.txt"), tokenizer="bpe:320",
+                                                        cache_dir=str(corpus / "cache")), **kw)
 
+
+@pytest.mark.slow
+def test_tune_end_to_end_each_candidate_at_its_own_setting_on_fresh_seeds(corpus, tmp_path):
     from benchmark.store.curves import read_curves
 
     space = load_space(space_file(tmp_path))
     results = tmp_path / "results"
-    opts = SearchOptions(name="tuned", results_dir=results, seeds=2, asha=False, retries=0, tensorboard=True,
-                         mlflow=str(tmp_path / "mlflow"), concurrency=1,
-                         data=DataConfig(source=str(corpus / "text.txt"), tokenizer="bpe:320",
-                                         cache_dir=str(corpus / "cache")))
     with pytest.raises(StudyError, match="tune.seeds: seed 100 is also a final seed"):
-        run_search(space, SearchOptions(**{**opts.__dict__, "seed": 99}), console=None, policy=POLICY)
-    run_search(space, opts, console=None, policy=POLICY)
+        run_search(space, _options(corpus, tmp_path, seed=99), console=None, policy=POLICY)
+    run_search(space, _options(corpus, tmp_path), console=None, policy=POLICY)
     df = pd.read_parquet(results / "tuned")
     assert set(df["status"]) == {"ok"} and len(df) == 8   # 2 candidates x (2 lr x 1 tuning seed + 2 final seeds)
     tune, final = df[df["phase"] == "tune"], df[df["phase"] == "final"]
@@ -159,17 +160,34 @@ def test_tune_end_to_end_with_curves_in_the_store_tensorboard_and_mlflow(corpus,
     curves = pd.read_parquet(results / "tuned" / "_curves")
     assert curves.groupby("trial_id").size().to_dict() == dict.fromkeys(df["trial_id"], 32)   # 32 steps
     assert set(read_curves(str(results / "tuned")).dropna(subset=["val_loss"]).groupby("trial_id").size()) == {4}
-    # TensorBoard: every run's curve, at its steps
-    events = _events(results / "tuned" / "_ray")
-    first = final["trial_id"].iloc[0]
-    steps = [s for s, _ in events[f"ray/tune/curve/{first}/train_loss"]]
-    assert steps == list(range(1, 33))
-    assert [v for _, v in events[f"ray/tune/curve/{first}/train_loss"]] == pytest.approx(
-        curves.loc[curves["trial_id"] == first, "train_loss"].tolist(), rel=1e-6)
-    assert len(events[f"ray/tune/curve/{first}/val_loss"]) == 3
-    # MLflow: the same series in its local store
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("tuned").experiment_id])
-    assert len(runs) == 2
-    history = [h for r in runs for h in client.get_metric_history(r.info.run_id, f"curve/{first}/train_loss")]
-    assert sorted(h.step for h in history) == list(range(1, 33))
+    # the board ranks the final rows and reads the tuning runs for the choice and the sensitivity
+    from benchmark.leaderboard import build_board, read_results
+
+    board = build_board(read_results([results]))
+    assert len(board.trials) == 4 and len(board.tuning) == 4
+    assert board.candidates["tuning_runs"].tolist() == [2, 2] and board.candidates["lr_sensitivity"].gt(0).all()
+
+
+@pytest.mark.slow
+def test_the_curves_reach_tensorboard_and_mlflow(corpus, tmp_path):
+    """Each point is a result the trial waits on, so one candidate and one seed, 16 steps."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path / "one.yaml"
+    path.write_text(SPACE.format(tune="null").replace("tune: null", "").replace("tokens: 8K", "tokens: 4K")
+                    .replace("trials: 2", "trials: 1").replace("seeds: 2", "seeds: 1"))
+    opts = _options(corpus, tmp_path, tensorboard=True, mlflow=str(tmp_path / "mlflow"))
+    run_search(load_space(path), replace(opts, seeds=1), console=None, policy=POLICY)
+    results = tmp_path / "results" / "tuned"
+    curve = pd.read_parquet(results / "_curves")
+    (trial,) = set(curve["trial_id"])
+    events = _events(results / "_ray")   # TensorBoard: the curve at its steps
+    assert [s for s, _ in events[f"ray/tune/curve/{trial}/train_loss"]] == list(range(1, 17))
+    assert [v for _, v in events[f"ray/tune/curve/{trial}/train_loss"]] == pytest.approx(
+        curve["train_loss"].tolist(), rel=1e-6)
+    assert [s for s, _ in events[f"ray/tune/curve/{trial}/val_loss"]] == [4, 8, 12]
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}")   # MLflow: the same
+    (run,) = client.search_runs([client.get_experiment_by_name("tuned").experiment_id])
+    history = client.get_metric_history(run.info.run_id, f"curve/{trial}/lr")
+    assert sorted(h.step for h in history) == list(range(1, 17))
+    assert [h.value for h in sorted(history, key=lambda h: h.step)] == pytest.approx(curve["lr"].tolist())
