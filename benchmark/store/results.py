@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmark.store import location
+from benchmark.store.curves import KEY as CURVE
 from benchmark.store.errors import (
     ResultsError,
     ResultsPathError,
@@ -124,7 +125,8 @@ def to_table(row: Mapping[str, Any]) -> pa.Table:
         raise ResultsError(f"a result row needs {', '.join(missing)}")
     if row["status"] not in STATUSES:
         raise ResultsError(f"status '{row['status']}' is not one of {', '.join(STATUSES)}")
-    extra = {k: v for k, v in row.items() if k not in COLUMNS}
+    # A measured row's training curve is no column: its own file holds it (store/curves.py).
+    extra = {k: v for k, v in row.items() if k not in COLUMNS and k != CURVE}
     full = {**{k: row.get(k) for k in COLUMNS}, "schema_version": SCHEMA_VERSION, "attempt": row.get("attempt") or 0}
     if extra:
         full["extra"] = json.dumps({**json.loads(row.get("extra") or "{}"), **extra}, sort_keys=True, default=str)
