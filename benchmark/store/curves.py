@@ -25,9 +25,10 @@ import pyarrow.parquet as pq
 
 from benchmark.store import location
 from benchmark.store.errors import ResultsWarning
+from benchmark.store.results import CURVE, read_study
 
 FOLDER = "_curves"
-KEY = "curve"   # the key of a measured row (trial/run.py) holding its curve's points
+KEY = CURVE   # the key of a measured row (trial/run.py) holding its curve's points
 _i64, _f64, _str = pa.int64(), pa.float64(), pa.string()
 SCHEMA = pa.schema([("study", _str), ("trial_id", _str), ("attempt", _i64), ("seed", _i64), ("phase", _str),
                     ("step", _i64), ("tokens", _i64), ("train_loss", _f64), ("train_loss_max", _f64), ("lr", _f64),
@@ -58,8 +59,6 @@ def read_curves(study_dir: str, rows: pd.DataFrame | None = None) -> pd.DataFram
     """Every curve of the study, long (SCHEMA's columns), with `val_loss` at the steps the trial
     evaluated (its `evals`, and the final evaluation at its last step) read from `rows` (default:
     the study's rows). Unreadable files are skipped with a ResultsWarning."""
-    from benchmark.store.results import read_study
-
     folder = curves_dir(study_dir)
     tables = []
     for name in sorted(location.files(folder)) if location.is_dir(folder) else []:

@@ -31,7 +31,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmark.store import location
-from benchmark.store.curves import KEY as CURVE
 from benchmark.store.errors import (
     ResultsError,
     ResultsPathError,
@@ -62,6 +61,9 @@ __all__ = ["COLUMNS", "PHASES", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "Results
 SCHEMA_VERSION = 6
 # infeasible: the sampled point has no candidate within the budget (nothing was trained).
 STATUSES = ("ok", "failed", "pruned", "diverged", "infeasible")
+# The key of a measured row (trial/run.py) holding its training curve: no column, as the curve's
+# own file beside the row holds it (store/curves.py).
+CURVE = "curve"
 # A tuned study's rows (space/tuning.py): a run of the tuning grid, or a final seed at the chosen point.
 PHASES = ("tune", "final")
 
@@ -125,7 +127,6 @@ def to_table(row: Mapping[str, Any]) -> pa.Table:
         raise ResultsError(f"a result row needs {', '.join(missing)}")
     if row["status"] not in STATUSES:
         raise ResultsError(f"status '{row['status']}' is not one of {', '.join(STATUSES)}")
-    # A measured row's training curve is no column: its own file holds it (store/curves.py).
     extra = {k: v for k, v in row.items() if k not in COLUMNS and k != CURVE}
     full = {**{k: row.get(k) for k in COLUMNS}, "schema_version": SCHEMA_VERSION, "attempt": row.get("attempt") or 0}
     if extra:
