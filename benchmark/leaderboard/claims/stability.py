@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -164,5 +164,5 @@ def table(rule: Rule, assessed: list[Stability]) -> Table:
 
 def to_json(rule: Rule, assessed: list[Stability]) -> dict[str, Any]:
     return {"rule": {f.name: getattr(rule, f.name) for f in fields(rule)},
-            "claims": [{**{k: v for k, v in vars(replace(s)).items()}, "marked": dict(s.marked), "runs": dict(s.runs)}
-                       for s in assessed]}
+            "claims": [{"claim": s.claim, "study": s.study, "verdict": s.verdict, "without": s.without,
+                        "marked": dict(s.marked), "runs": dict(s.runs)} for s in assessed]}
