@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from benchmark.data import DataConfig
-from benchmark.search import SAMPLERS, STORAGE_WAIT_S
+from benchmark.search import SAMPLERS, STORAGE_WAIT_S, loggers
 from benchmark.space.budget import COUNTS, parse_tokens
 from benchmark.space.language import SearchSpace, SpaceError, load_space, parse_budgets
 from benchmark.space.source import Override, parse_set
@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "be away (a restart, a failover) before the search stops, resumable (default {STORAGE_WAIT_S:g} s)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted study")
     p.add_argument("--rerun", action="append", metavar="COLUMN=VALUE", help="train anew the finished candidates whose rows match")
+    loggers.add_flags(p)
     p.add_argument("--address", help="Ray cluster address, e.g. auto")
     p.add_argument("--seeds", type=_positive, help="train every chosen candidate with N seeds (default: the "
                    "space's `seeds`, else 1)")
@@ -102,8 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "the model: ddp, fsdp (FSDP2), or auto: fsdp when its training state would not fit one GPU")
     p.add_argument("--pending-timeout", type=_checked(parse_duration), help="stop, naming what is missing, when "
                    "no trial can start for this long (default 10m)")
-    p.add_argument("--yes", action="store_true", help="run a search estimated at more than "
-                   f"{LIMIT_HOURS} h on this machine without asking")
+    p.add_argument("--yes", action="store_true", help=f"run a search estimated at more than {LIMIT_HOURS} h without asking")
     p.add_argument("--spec", help="train and evaluate one architecture (YAML) instead of a search")
     p.add_argument("--checkpoint", help="with --spec: save the trained model here (safetensors + spec.json)")
     p.add_argument("--data", default=DataConfig.source, help="corpus: embedded, embedded:wiki,bible, hf:NAME, or "
@@ -253,7 +253,7 @@ def _options(space: SearchSpace, args: argparse.Namespace, name: str):
                          seeds=args.seeds or space.seeds, concurrency=args.concurrency, address=args.address,
                          storage=args.storage, cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
                          workers_per_trial=args.workers_per_trial, parallel=args.parallel or "auto", rerun=tuple(args.rerun or ()),
-                         data=_data(args), sampler=args.sampler, resume_command=_resume_command(args, name),
+                         data=_data(args), sampler=args.sampler, resume_command=_resume_command(args, name), **loggers.options(args),
                          time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
                          **{f"{flag}_s": parse_duration(text) for flag in ("pending_timeout", "storage_wait")
                             if (text := getattr(args, flag))})

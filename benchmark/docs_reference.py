@@ -104,6 +104,9 @@ SPACE_NOTES = {
     "controlled": "`true`: the shape held, not preferred (a claim's arms): `shape.head_dim` exact (n_heads = "
                   "d_model / head_dim), an FFN ratio the space gives exact, 2 heads or more; with an `anchor` "
                   "and `solve: ffn`, the FFN width is the one dimension that differs",
+    "tune": "each candidate tuned with an equal budget: `{grid: {lr: [1e-3, 3e-3]}, seeds: [100, 101], metric: "
+            "val_loss}` trains every grid point on the tuning seeds, then the final seeds at the best point "
+            "(docs/search-spaces.md#tuning); needs `pruner: none`",
 }
 
 TRAINING_NOTES = {
@@ -121,7 +124,9 @@ TRAINING_NOTES = {
     "beta1": "AdamW beta1",
     "beta2": "AdamW beta2",
     "grad_clip": "max gradient norm; 0 turns clipping off",
-    "eval_every": "steps between evaluations; 0 = at the end only",
+    "eval_every": "steps between evaluations (ASHA's rungs); 0: `val_points` of them",
+    "val_points": "held-out evaluations spread evenly over the run when `eval_every` is 0, besides the final one "
+                  "(the row's `evals`, the curve's validation points)",
     "eval_tokens": "held-out tokens per source",
     "precision": "`auto` (bf16 where it is faster), `bf16` or `fp32`",
     "compile": "compile by regions (false: eager)",
@@ -153,7 +158,13 @@ COLUMN_NOTES = {
     "val_ppl_unigram": "perplexity of the training unigram distribution on the same held-out text (a floor to beat)",
     "val_loss_by_source": "validation loss per corpus part (JSON)",
     "val_ppl_by_loops": "validation perplexity per evaluated loop count (JSON)",
-    "evals": "periodic evaluations: tokens trained and losses (JSON)",
+    "evals": "evaluations during training: step, tokens trained and losses (JSON); the validation points of the "
+             "curve (`<study>/_curves/`, store/curves.py)",
+    "loss_spike": "the largest rise of the training loss above its best so far, nats (every step's loss; the "
+                  "claims' instability rule reads it)",
+    "phase": "a tuned study's row: `tune` (a run of the `tune:` grid, never ranked or judged) or `final`",
+    "tuned": "the training settings the `tune:` grid set for this row (JSON): a tuning run's point, or the "
+             "point a final row's candidate chose",
     "bf16_bytes": "model size at bf16",
     "flops_per_s": "achieved training FLOP/s",
     "precision": "what the steps ran in: `bf16`, `fp32`, `fp32+tf32`",

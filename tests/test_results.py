@@ -69,7 +69,7 @@ def test_version_1_files_read_beside_version_2_with_the_diagnostics_null(tmp_pat
     pq.write_table(old, tmp_path / "s" / "trials" / "old.a0.parquet")
     write_row(tmp_path / "s", {"study": "s", "trial_id": "new", "status": "ok", "val_loss": 2.0, "stream_cosine": 0.9})
     df = read_study(tmp_path / "s").set_index("trial_id")
-    assert df.loc["old", "schema_version"] == 1 and df.loc["new", "schema_version"] == SCHEMA_VERSION == 5
+    assert df.loc["old", "schema_version"] == 1 and df.loc["new", "schema_version"] == SCHEMA_VERSION == 6
     assert pd.isna(df.loc["old", "stream_cosine"]) and df.loc["new", "stream_cosine"] == 0.9
     assert len(pd.read_parquet(tmp_path / "s")) == 2
 

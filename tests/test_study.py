@@ -3,6 +3,8 @@ as the space reads it, and the values and attributes a trial's rows give Optuna.
 
 import math
 
+from dataclasses import replace
+
 import pytest
 
 from benchmark.search.context import TrialContext
@@ -216,13 +218,14 @@ def test_a_continuing_trial_trains_only_the_seeds_it_lacks(tmp_path, monkeypatch
     _seed_row(tmp_path, 0, 1, 4.2)
     trained = []
 
-    def attempts(config, ctx, trial_id, seed, data, report):
+    def attempts(config, ctx, trial_id, seed, data, report, setting=None):
         trained.append((trial_id, report is not None))
         return {"status": "ok", "seed": seed, "val_loss": 4.4, "wall_s": 7.0, "tokens_trained": 100}
 
     monkeypatch.setattr(trainable, "attempts", attempts)
     monkeypatch.setattr(benchmark.data, "prepare", lambda data: None)
-    final = trainable._trial({"optuna_trial": 1, "continues": [0], "family": "looped"}, _context(tmp_path, 3), None)
+    under_asha = replace(_context(tmp_path, 3), training={"eval_every": 5})   # the driver's, with ASHA
+    final = trainable._trial({"optuna_trial": 1, "continues": [0], "family": "looped"}, under_asha, None)
     assert trained == [("t0001-s2", True)]           # the first seed it trains reports ASHA's rungs
     assert final["val_loss"] == pytest.approx(4.2) and final["status"] == "ok" and final["trial_wall_s"] == 7.0
 

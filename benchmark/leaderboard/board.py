@@ -11,7 +11,7 @@ import orjson
 import pandas as pd
 
 from benchmark.arch import describe
-from benchmark.leaderboard import frontier, objectives
+from benchmark.leaderboard import frontier, objectives, tuning
 from benchmark.leaderboard.bands import DEFAULT_TOLERANCE, bands, cohorts
 from benchmark.leaderboard.objectives import Objective
 from benchmark.leaderboard.studies import LeaderboardError, NoResults
@@ -60,6 +60,7 @@ class Board:
     pairs: tuple[tuple[Objective, ...], ...]  # objective sets reported, primary first
     notes: tuple[str, ...] = field(default=())
     defaulted: bool = False  # the objectives are objectives.DEFAULT: none given, none declared
+    tuning: pd.DataFrame = field(default_factory=pd.DataFrame)  # a tuned study's tuning runs (leaderboard/tuning.py)
 
     @property
     def studies(self) -> list[str]:
@@ -79,6 +80,7 @@ def build(trials: pd.DataFrame, settings: Settings = Settings(), declared: Mappi
     missing = [o.column for o in objs if o.column not in trials]
     if "status" not in trials or missing:
         raise LeaderboardError(f"results lack column(s): {', '.join(missing or ['status'])}")
+    trials, tuning_runs = tuning.split(trials)   # tuning runs are neither ranked nor judged
     trials, specs, spec_notes = _with_candidates(trials)
     values = trials[[o.column for o in objs]].to_numpy(dtype=float)
     usable = (trials["status"] == "ok").to_numpy() & np.isfinite(values).all(axis=1)
@@ -90,6 +92,7 @@ def build(trials: pd.DataFrame, settings: Settings = Settings(), declared: Mappi
     candidates = _candidates(trials.loc[usable, lean].assign(cohort=cohorts(trials.loc[usable])), objs,
                              settings.tolerance)
     candidates["spec"] = specs[candidates["candidate"].to_numpy()]
+    candidates = tuning.with_tuning(candidates, trials, tuning_runs)
     pairs, skipped = _pairs(candidates, objs, _budget_tolerance(declared, settings.tolerance))
     return Board(
         settings=settings,
@@ -101,6 +104,7 @@ def build(trials: pd.DataFrame, settings: Settings = Settings(), declared: Mappi
         pairs=pairs,
         notes=(*notes, *said, *spec_notes, *skipped),
         defaulted=defaulted,
+        tuning=tuning_runs,
     )
 
 

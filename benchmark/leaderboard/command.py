@@ -35,6 +35,7 @@ from benchmark.leaderboard.board import build as build_board
 from benchmark.leaderboard.claims import evaluate as evaluate_claims
 from benchmark.leaderboard.stats import ADJUSTMENTS
 from benchmark.leaderboard.claims import load as load_claims
+from benchmark.leaderboard.curves import read_study_curves
 from benchmark.leaderboard.export import write as export_benchmark
 from benchmark.leaderboard.objectives import Objective, counted
 from benchmark.leaderboard.report import FORMATS, publish
@@ -127,11 +128,12 @@ def main(argv: list[str] | None = None, prog: str = "leaderboard.py") -> int:
         board = build_board(trials, settings(args, counted(declared)[0]), declared,
                             skipped_notes(studies, skipped, declared))
         checked = (claims, evaluate_claims(claims, board.trials, args.adjust, declared)) if claims else None
+        curves = read_study_curves(studies, board.trials) if claims and (args.out or "html" in args.formats) else None
         exported = export_benchmark(board, args.export) if args.export else []
     except LeaderboardError as err:
         print(f"leaderboard: {err}", file=sys.stderr)
         return 2
     for path in [*exported, *publish(board, args.formats, args.out, args.top, predict=args.target,
-                                     fit_by=args.fit_by, checked=checked)]:
+                                     fit_by=args.fit_by, checked=checked, curves=curves)]:
         print(f"wrote {path}", file=sys.stderr)
     return 0

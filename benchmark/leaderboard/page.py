@@ -84,7 +84,8 @@ def page(board: Board, doc: tables.Document, plots: list[Plot], notes: list[str]
     """The page with its figures linked, not yet embedded (see embed). What a reader came for comes
     first: the claims' verdicts in brief, the ranking, the claims in full, then the frontiers, then
     the rest."""
-    frontiers = [p for p in plots if p.name != FOREST]
+    learned = [p for p in plots if p.name.startswith(CURVES)]   # the claims' learning curves (curves.py)
+    frontiers = [p for p in plots if p.name != FOREST and not p.name.startswith(CURVES)]
     sections = [
         f"<h1>Leaderboard: {html.escape(', '.join(board.studies))}</h1>",
         "<noscript>The tables are filled in by the page's script: enable JavaScript.</noscript>",
@@ -95,6 +96,10 @@ def page(board: Board, doc: tables.Document, plots: list[Plot], notes: list[str]
         "<h2>Leaderboard</h2>", *(_ranked(board, t) for t in doc.ranked),
         *([f"<h2>{html.escape(doc.claims.title)}</h2>", _table_with_caption(doc.claims, titled=False, wrap=True)]
           if doc.claims is not None else []),
+        *(f"<h2>{html.escape(t.title)}</h2>\n{_table_with_caption(t, titled=False, wrap=True)}"
+          for t in (doc.stability, doc.tuning) if t is not None),
+        *(["<h2>Learning curves</h2>", '<div class="plots">', *(_figure(p) for p in learned), "</div>"]
+          if learned else []),
         *(["<h2>Frontiers</h2>", '<div class="plots">', *(_figure(p) for p in frontiers), "</div>"] if frontiers else []),
         "<h2>Hypervolume</h2>", _table_with_caption(doc.hypervolume, titled=False),
         *(["<h2>Scaling fits</h2>", _table_with_caption(doc.scaling, titled=False)] if doc.scaling is not None else []),
@@ -116,6 +121,9 @@ def page(board: Board, doc: tables.Document, plots: list[Plot], notes: list[str]
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<link rel="icon" href="data:,"><title>shapebench leaderboard</title>'
             f"<style>{CSS}</style></head>\n<body>\n{body}\n<script>{SCRIPT}</script>\n</body></html>\n")
+
+
+CURVES = "curves-"
 
 
 def _ranked(board: Board, table: formats.Table) -> str:

@@ -12,18 +12,22 @@ import sys
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
 import orjson
+import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 from rich.console import Console
 
 from benchmark.arch import describe
 from benchmark.console import console as wide_console
-from benchmark.leaderboard import claims, decision, forest, formats, page, plots, scaling, tables
+from benchmark.leaderboard import claims, decision, forest, formats, page, plots, scaling, tables, tuning
+from benchmark.leaderboard import curves as learning
 from benchmark.leaderboard.board import Board, aggregated
+from benchmark.leaderboard.claims import stability
 
 FORMATS = ("terminal", "md", "csv", "latex", "html")
 T = TypeVar("T")
@@ -32,17 +36,23 @@ FILES = {"md": "leaderboard.md", "csv": "leaderboard.csv", "latex": "leaderboard
 
 def publish(board: Board, outputs: Sequence[str], out: Path | None = None, top: int | None = None,
             console: Console | None = None, *, predict: float | None = None, fit_by: str = "family",
-            checked: tuple[claims.ClaimsFile, list[claims.Result]] | None = None) -> list[Path]:
+            checked: tuple[claims.ClaimsFile, list[claims.Result]] | None = None,
+            curves: pd.DataFrame | None = None) -> list[Path]:
     """Renders each requested output (FORMATS); returns the files written (none when printing to
     stdout). Plots are drawn only when something will hold them: an output folder or the page.
     What had to be left out (a plot, a column) is said in each document, and on stderr.
     Scaling fits are made for every budget ladder (by family or structure: `fit_by`), predicted at
     `predict` parameters; `checked`: a claims file and its results (claims.evaluate), shown in
     every document and written to <out>/claims.json. Ladders also get their decision accuracy
-    (decision.measure), shown in every document and written to <out>/decision.json."""
+    (decision.measure), shown in every document and written to <out>/decision.json. With
+    `checked`, the runs the claims file's instability rule marks, and each verdict without them
+    (claims/stability.py); with `curves` (store/curves.py) too, each claim's learning curves."""
     console = console or wide_console()
     figures = out is not None or "html" in outputs
     planned, plot_notes = plots.plan(board) if figures else ([], [])
+    rule, assessed, marked = stability.assess(*checked, board.trials) if checked else (None, [], None)
+    if figures and checked and curves is not None:
+        planned += learning.plan(checked[1], board.trials, curves, marked)
     written = []
     # The plots are drawn in another process while the documents are written (see _in_background).
     drawing = _in_background(plots.render_all, planned) if planned else contextlib.nullcontext(lambda: {})
@@ -61,6 +71,7 @@ def publish(board: Board, outputs: Sequence[str], out: Path | None = None, top: 
         decided = decision.measure(board)
         doc = tables.document(board, top, scaling.table(fits), claims.table(*checked) if checked else None,
                               decision.tables(decided), claims.verdicts(*checked) if checked else None)
+        doc = replace(doc, stability=stability.table(rule, assessed) if checked else None, tuning=tuning.table(board))
         notes = [*board.notes, *fits.notes, *decided.notes, *plot_notes, *doc.ranked[0].notes]
         for fmt in outputs:
             if fmt == "terminal":
@@ -85,6 +96,7 @@ def publish(board: Board, outputs: Sequence[str], out: Path | None = None, top: 
             written += _write_plots(images(), out / "plots")
         if out is not None and checked:
             written.append(_write_claims(checked, out / "claims.json"))
+            written.append(_write_json(stability.to_json(rule, assessed), out / "stability.json"))
         if out is not None and doc.decision is not None:
             written.append(_write_json(decision.to_json(decided), out / "decision.json"))
     if "terminal" not in outputs:
@@ -203,8 +215,13 @@ def markdown(board: Board, doc: tables.Document, notes: list[str], plotted: list
     parts += [f"## {t.title}\n\n{_md(t)}" for t in doc.ranked]
     if doc.claims is not None:
         parts += [f"## {doc.claims.title}", _md(doc.claims)]
-    if any(p.name != forest.NAME for p in plotted):
-        parts += ["## Frontiers", *(f"![{p.title}](plots/{p.name}.png)" for p in plotted if p.name != forest.NAME)]
+    parts += [f"## {t.title}\n\n{_md(t)}" for t in (doc.stability, doc.tuning) if t is not None]
+    learned = [p for p in plotted if p.name.startswith(page.CURVES)]
+    plotted = [p for p in plotted if not p.name.startswith(page.CURVES) and p.name != forest.NAME]
+    if learned:
+        parts += ["## Learning curves", *(f"![{p.title}](plots/{p.name}.png)" for p in learned)]
+    if plotted:
+        parts += ["## Frontiers", *(f"![{p.title}](plots/{p.name}.png)" for p in plotted)]
     parts += ["## Hypervolume", _md(doc.hypervolume)]
     if doc.scaling is not None:
         parts += [f"## {doc.scaling.title}", _md(doc.scaling)]
@@ -233,7 +250,8 @@ def latex(board: Board, doc: tables.Document) -> str:
 
 
 def terminal(board: Board, doc: tables.Document, notes: list[str], console: Console) -> None:
-    for table in (doc.studies, doc.hypervolume, *doc.ranked, doc.scaling, *(doc.decision or ()), doc.claims):
+    for table in (doc.studies, doc.hypervolume, *doc.ranked, doc.scaling, *(doc.decision or ()), doc.claims,
+                  doc.stability, doc.tuning):
         if table is not None:
             console.print(formats.rich_table(table))
     if len(board.excluded):

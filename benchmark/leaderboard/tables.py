@@ -134,6 +134,9 @@ def leaderboard(board: Board, top: int | None = None) -> list[Table]:
                    *(metric_column(rows, m) for m in metrics if m not in absent),
                    *(numeric(rows, c, h, integers, tex) for c, h, tex in SHAPE),
                    numeric(rows, "n_seeds", "Seeds", integers),
+                   # a tuned study's (leaderboard/tuning.py): how far the loss moves over the grid
+                   *([numeric(rows, "lr_sensitivity", "LR sensitivity", decimals(3))] if "lr_sensitivity" in rows
+                     else []),
                    Column(header="Pareto", cells=_marks(rows))]
         title = f"Budget {count(band)}" + (f" ({cohort})" if cohort else "")
         tables.append(Table(title=title, columns=columns, notes=notes, caption=(
@@ -314,6 +317,8 @@ class Document:
     claims: Table | None = None   # claims checked (claims.table), with --claims
     verdicts: Table | None = None  # the same in brief (claims.verdicts), with --claims
     decision: tuple[Table, Table] | None = None  # decision accuracy over ladders: summary, pairs (decision.tables)
+    stability: Table | None = None  # the claims' unstable runs (claims/stability.py), with --claims
+    tuning: Table | None = None     # each tuned candidate's choice and budget (leaderboard/tuning.py)
 
 
 def document(board: Board, top: int | None = None, scaling: Table | None = None,

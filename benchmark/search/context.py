@@ -30,6 +30,8 @@ class TrialContext:
     checkpoints: bool = False
     policy: Mapping[str, Any] = field(default_factory=dict)  # precision / compile / device overrides
     progress: Any = None                 # the progress board's actor handle (search/progress.py)
+    tune: Any = None                     # the space's `tune:` (space/tuning.Tune): each candidate tuned first
+    report_curves: bool = False          # report each curve point to Tune (--tensorboard, --mlflow)
 
     def trial_id(self, number: int, seed: int | None = None) -> str:
         """A trial's name in the results: its Optuna number, plus the seed when there are several."""
@@ -39,11 +41,13 @@ class TrialContext:
     def seed_list(self) -> list[int]:
         return [self.seed + k for k in range(self.seeds)]
 
-    def train_config(self, seed: int):
+    def train_config(self, seed: int, setting: Mapping[str, Any] | None = None):
+        """`setting`: training settings a `tune:` grid sets over the space's (a point of the grid)."""
         from benchmark.trial.config import TrainConfig
 
         # as SearchSpace.trial_training: `tokens_per` defaults to the budget's count, the space may set it
-        return TrainConfig.from_dict({"tokens_per": self.count, **self.training, "seed": seed, **self.policy})
+        return TrainConfig.from_dict({"tokens_per": self.count, **self.training, **(setting or {}), "seed": seed,
+                                      **self.policy})
 
     def quantize_config(self):
         from benchmark.trial.config import QuantizeConfig

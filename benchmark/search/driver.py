@@ -77,6 +77,8 @@ class SearchOptions:
     sampler: str | None = None       # None: the study's recorded sampler, else "auto" (study.py)
     resume_command: str = ""         # how the user goes on after a stop, for the one line that says so
     rerun: tuple[str, ...] = ()      # --rerun COLUMN=VALUE: the finished trials with a matching row train anew
+    tensorboard: bool = False        # every trial's curve to TensorBoard too (search/loggers.py)
+    mlflow: str | None = None        # ... and to MLflow: a folder (its SQLite store) or a tracking URI
 
     @property
     def study_dir(self) -> str:
@@ -136,6 +138,11 @@ def check_declared(space, opts: SearchOptions) -> None:
     """StudyError, writing nothing, when `space` is not the space the study declared."""
     studies.check_declared(space, opts.seeds, read_study_info(opts.study_dir), location.join(opts.study_dir, STUDY_FILE),
                            opts.name, first_seed=opts.seed)
+    final = range(opts.seed, opts.seed + opts.seeds)
+    if space.tune and (shared := space.tune.shared(final)):
+        from benchmark.space.tuning import seeds_message
+
+        raise studies.StudyError(f"{space.source.file}: tune.seeds: {seeds_message(shared, final)} (--seed, --seeds)")
 
 
 def _storage_kind(opts: SearchOptions) -> str:
@@ -317,7 +324,8 @@ def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -
                         training={**space.training, "eval_every": _eval_every(space) if asha else 0},
                         quantize=space.quantize,
                         count=space.count, objectives=tuple(names), seed=opts.seed, seeds=opts.seeds,
-                        retries=opts.retries, checkpoints=opts.checkpoints, policy=policy or {})
+                        retries=opts.retries, checkpoints=opts.checkpoints, policy=policy or {}, tune=space.tune,
+                        report_curves=opts.tensorboard or bool(opts.mlflow))
 
 
 def _asha(space, opts: SearchOptions, names: list[str]) -> bool:
@@ -331,6 +339,7 @@ def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console, dr
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import ConcurrencyLimiter
 
+    from benchmark.search import loggers
     from benchmark.search.callback import SearchCallback, StopAll
     from benchmark.search.live import LiveView
     from benchmark.search.progress import Poll
@@ -358,7 +367,8 @@ def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console, dr
                                     time_budget_s=opts.time_budget_s),
         # Ray Tune keeps its state beside the rows (through pyarrow.fs for a URI, as the rows)
         run_config=tune.RunConfig(name="_ray", storage_path=ctx.study_dir, verbose=0, stop=StopAll(callback),
-                                  callbacks=[callback], log_to_file=False,
+                                  callbacks=[callback, *loggers.callbacks(opts.tensorboard, opts.mlflow, opts.name)],
+                                  log_to_file=False,
                                   failure_config=tune.FailureConfig(max_failures=opts.node_retries)),
     )
     with view, ray_session.quiet_full_disk():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from benchmark.search import rows
+from benchmark.search import rows, tuning
 from benchmark.search.context import TrialContext
 from benchmark.search.study import DRIVER, StudyError, mirror, trial_number
 from benchmark.store import location
@@ -40,7 +40,7 @@ def close_running(study, ctx: TrialContext, live: set[str] = frozenset()) -> Non
     """No trial of a driver that has ended stays RUNNING: one with a final row for every seed is
     told its values (or failed if none was ok); one stopped part-way through its seeds is failed,
     its rows kept, and continued (continue_unfinished); one without rows never finished and is
-    failed and enqueued to run again. The trials of the `live` drivers (ids: drivers.Driver.id) are
+    failed and enqueued to run again (continuing it when it has tuning rows: search/tuning.py). The trials of the `live` drivers (ids: drivers.Driver.id) are
     theirs to finish."""
     from optuna.trial import TrialState
 
@@ -56,7 +56,9 @@ def close_running(study, ctx: TrialContext, live: set[str] = frozenset()) -> Non
             study.tell(t.number, rows.values(found, ctx.objectives, ctx.count))
         else:
             study.tell(t.number, state=TrialState.FAIL)
-            if not found:
+            if not found and tuning.files_of(ctx.study_dir, t.number):  # killed while tuning: its runs are kept
+                study.enqueue_trial(t.params, user_attrs={rows.CONTINUES: [*earlier, t.number]})
+            elif not found:
                 study.enqueue_trial(t.params, user_attrs={rows.CONTINUES: earlier} if earlier else None)
     continue_unfinished(study, ctx)
 
@@ -138,7 +140,7 @@ def supersede(study_dir: str, rerun: Sequence[str], others: Sequence = ()) -> li
     folder = location.join(study_dir, SUPERSEDED, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     moved = []
     for n in numbers:
-        for path in rows.trial_files_of(study_dir, n):
+        for path in rows.trial_files_of(study_dir, n) + tuning.files_of(study_dir, n):
             target = location.join(folder, location.basename(path))
             location.move(path, target)
             moved.append(target)

@@ -17,6 +17,9 @@ from typing import Any, Mapping
 from benchmark.arch.describe import variant
 from benchmark.search.context import TrialContext
 from benchmark.store import metrics
+from benchmark.store.curves import KEY as CURVE
+from benchmark.store.curves import write_curve
+from benchmark.store.location import disk_full
 from benchmark.store.results import read_files, trial_files, write_row
 
 ERROR_CHARS = 1500
@@ -68,8 +71,17 @@ def unfinished(ctx: TrialContext, config, last: Mapping[str, Any], status: str, 
 
 
 def write(ctx: TrialContext, row: Mapping[str, Any]) -> str:
-    """Write a row where the study lives; when the disk is full, keep it in the search's fallback
-    folder (for `--resume` to recover) and raise StoreFull."""
+    """Write a row where the study lives, its training curve first (store/curves.py: a row that
+    exists has its curve); when the disk is full, keep the row in the search's fallback folder
+    (for `--resume` to recover) and raise StoreFull."""
+    row = dict(row)
+    if row.get(CURVE):
+        try:
+            write_curve(ctx.study_dir, row, f"{row['trial_id']}.a{int(row.get('attempt') or 0)}.parquet")
+        except OSError as err:  # the row matters more: it is written (or kept aside) all the same
+            if not disk_full(err):
+                raise
+    row.pop(CURVE, None)
     return write_row(ctx.study_dir, row, fallback=ctx.fallback_dir)
 
 

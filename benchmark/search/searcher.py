@@ -63,6 +63,12 @@ class AttributedSearch(OptunaSearch):
         self.asked.append(ot_trial.number)
         return config
 
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]):
+        # A curve point reported for TensorBoard or MLflow (trainable.curve_reports) has no objective.
+        if isinstance(self.metric, str) and self.metric not in result:
+            return None
+        return super().on_trial_result(trial_id, result)
+
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False):
         try:
             return self._complete(trial_id, result, error)

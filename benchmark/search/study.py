@@ -256,7 +256,7 @@ def finished_numbers(finished: dict[str, dict]) -> dict[int, list[dict]]:
 # Keys of the declaration that make two studies different experiments; a change to any of them
 # is refused on resume. (`trials` may grow or shrink, `seeds` grow: the study continues.)
 DECLARED = ("budget", "ladder", "count", "tolerance", "solve", "align", "anchor", "base", "variants", "axes",
-            "objectives", "training", "quantize")
+            "objectives", "training", "quantize", "tune")
 
 
 def declaration(space) -> dict[str, Any]:
@@ -278,7 +278,8 @@ def declaration(space) -> dict[str, Any]:
                   "tolerance": space.tolerance, "solve": space.solve, "align": space.align, "anchor": space.anchor,
                   "base": space.base, "variants": space.variants, "axes": {a.key: axis(a) for a in space.axes},
                   "objectives": [list(o) for o in space.objectives], "training": dict(space.training),
-                  "quantize": dict(space.quantize), "pruner": space.pruner})
+                  "quantize": dict(space.quantize), "pruner": space.pruner,
+                  "tune": space.tune.declared() if getattr(space, "tune", None) else None})
 
 
 def check_declared(space, seeds: int, recorded: dict[str, Any], where: str, name: str,

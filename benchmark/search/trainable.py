@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from benchmark.search import rows
+from benchmark.search import rows, tuning
 from benchmark.search.context import TrialContext
 from benchmark.store import metrics
 from benchmark.store.results import StoreFull
@@ -50,6 +50,12 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
         rows.write(ctx, rows.infeasible(ctx, config))
         return {**NO_VALUES, "status": "infeasible", "error": config["infeasible"]}
     data = prepare(ctx.data)
+    setting = None
+    if ctx.tune is not None:  # the candidate's grid first, on its tuning seeds (search/tuning.py)
+        setting = tuning.settle(config, ctx, number, lambda trial_id, seed, point: attempts(
+            config, ctx, trial_id, seed, data, None, point, tuning.TUNE))
+        if setting is None:
+            return _untuned(config, ctx, number)
     # A seed with its final row is not trained again: one of the trials this one continues finished
     # it (resume.continue_unfinished), or this trial's own earlier run did (Tune's retry after a lost node).
     earlier = rows.finished_seeds(rows.trial_rows(ctx.study_dir, number, config.get(rows.CONTINUES) or ()),
@@ -59,8 +65,9 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
         if seed in earlier:
             written.append(earlier[seed])
             continue
-        report = _intermediate_report(tune) if not trained else None  # ASHA's rungs: the first seed trained
-        trained.append(attempts(config, ctx, ctx.trial_id(number, seed), seed, data, report))
+        # ASHA's rungs: the first seed trained (evaluations every eval_every steps are ASHA's)
+        report = _intermediate_report(tune) if not trained and ctx.training.get("eval_every") else None
+        trained.append(attempts(config, ctx, ctx.trial_id(number, seed), seed, data, report, setting))
         written.append(trained[-1])
     wall = sum(r.get("wall_s") or 0 for r in trained)
     if not any(r["status"] == "ok" for r in written):  # Optuna has no value: the trial ends as FAIL
@@ -81,19 +88,23 @@ def _intermediate_report(tune):
     return report
 
 
-def attempts(config, ctx: TrialContext, trial_id: str, seed: int, data, report) -> dict[str, Any]:
-    """Run one seed of a trial with bounded retries; every attempt leaves a row."""
+def attempts(config, ctx: TrialContext, trial_id: str, seed: int, data, report, setting=None,
+             phase: str = tuning.FINAL) -> dict[str, Any]:
+    """Run one seed of a trial with bounded retries; every attempt leaves a row. `setting`: the
+    training settings a `tune:` grid sets (a tuning run's point, or the candidate's choice)."""
     from benchmark.search.progress import reporter
     from benchmark.trial.run import run_trial
 
-    cfg = ctx.train_config(seed)
+    cfg = ctx.train_config(seed, setting)
     on_step = reporter(ctx.progress, trial_id, cfg.tokens_per_step)
+    on_point, on_eval = curve_reports(ctx, trial_id, report, _steps(config, cfg))
     for attempt in range(ctx.retries + 1):
         started = rows.now()
         try:
             if ctx.workers is None:
-                measured = run_trial(config["spec"], cfg, data=data, on_eval=report, on_step=on_step,
-                                     quantize=ctx.quantize_config(), checkpoint_dir=ctx.checkpoint_dir(trial_id))
+                measured = run_trial(config["spec"], cfg, data=data, on_eval=on_eval, on_step=on_step,
+                                     quantize=ctx.quantize_config(), checkpoint_dir=ctx.checkpoint_dir(trial_id),
+                                     on_point=on_point)
             else:
                 measured = _distributed(config, ctx, cfg, trial_id, on_step, report is not None)
             row = rows.measured(ctx, config, trial_id, measured, attempt)
@@ -101,12 +112,64 @@ def attempts(config, ctx: TrialContext, trial_id: str, seed: int, data, report) 
             if ctx.workers is not None and _lost_worker(e):
                 raise  # into Tune's retry of the whole trial, as a lost node
             row = rows.failed(ctx, config, trial_id, seed, e, started, attempt)
+        row.update(tuning.columns(ctx, setting, phase))
         rows.write(ctx, row)
         if ctx.checkpoints and row["status"] == "ok":
             rows.upload_checkpoint(ctx, trial_id)
         if row["status"] != "failed":
             return row
     return row
+
+
+def _steps(config, cfg) -> int:
+    from benchmark.arch.counting import count_params
+    from benchmark.arch.spec import ArchSpec
+
+    return cfg.steps(count_params(ArchSpec.from_dict(config["spec"])))
+
+
+LOGGED_POINTS = 50   # curve points per run reported to Tune's loggers (the store keeps every point)
+
+
+def curve_reports(ctx: TrialContext, trial_id: str, report, total: int):
+    """With --tensorboard or --mlflow (ctx.report_curves): points of the curve (about LOGGED_POINTS
+    of a `total`-step run: each report waits for the driver, which writes MLflow's metrics one by
+    one) and every evaluation, reported to Tune under `curve/<trial_id>/...` at their steps, for
+    Tune's logger callbacks (search/loggers.py); ASHA and Optuna skip these reports, which lack the
+    objective. Returns (on_point, on_eval)."""
+    if not ctx.report_curves:
+        return None, report
+    from ray import tune
+
+    every, last = max(1, -(-total // LOGGED_POINTS)), [0]
+
+    def on_point(point: dict[str, Any]) -> None:
+        step = point["step"]
+        if step // every > last[0] // every or step >= total:
+            last[0] = step
+            tune.report({"timesteps_total": step, "curve": {trial_id: {k: v for k, v in point.items() if k != "step"}}})
+
+    def on_eval(record: dict[str, Any] | None) -> None:
+        if report is not None:
+            report(record)
+        if record is not None:
+            tune.report({"timesteps_total": record["step"], "curve": {trial_id: {"val_loss": record["val_loss"]}}})
+
+    return on_point, on_eval
+
+
+def _untuned(config, ctx: TrialContext, number: int) -> dict[str, Any]:
+    """No point of the grid trained to a finite metric on every tuning seed: each final seed
+    without a row gets a failed one (on its last attempt: not retried), and Optuna a failed trial."""
+    error = (f"tune: no point of the grid trained to a finite {ctx.tune.metric} on every tuning seed "
+             f"({ctx.tune.runs} runs; their rows: {tuning.trial_id(number, 0, ctx.tune.seeds[0])}, ...)")
+    have = rows.finished_seeds(rows.trial_rows(ctx.study_dir, number, config.get(rows.CONTINUES) or ()), ctx.retries)
+    for seed in ctx.seed_list():
+        if seed not in have:
+            row = {**rows.failed(ctx, config, ctx.trial_id(number, seed), seed, RuntimeError(error), rows.now(),
+                                 ctx.retries), "error": error, **tuning.columns(ctx, None, tuning.FINAL)}
+            rows.write(ctx, row)
+    return {**NO_VALUES, "status": "failed", "error": error, "trial_wall_s": 0.0}
 
 
 def _distributed(config, ctx: TrialContext, cfg, trial_id: str, on_step, reports: bool) -> dict[str, Any]:

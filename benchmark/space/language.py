@@ -30,6 +30,7 @@ from benchmark.space.expr import Condition
 from benchmark.space.keys import LEAF_KEYS, SECTIONS, checked, first_key
 from benchmark.space.shape import SHAPE_KEYS
 from benchmark.space.source import Override, Source, SpaceError, apply_overrides
+from benchmark.space.tuning import Tune, read_tune
 from benchmark.space.yamlsafe import YamlError, load_yaml
 from benchmark.store.metrics import LOOP_COUNTS, LOOP_LOSSES, SEARCHABLE, MetricError, metric, objective
 from benchmark.store.results import check_study_name
@@ -37,7 +38,8 @@ from benchmark.trial.config import DEFAULTS as TRAINING_DEFAULTS
 from benchmark.trial.config import QUANTIZE_DEFAULTS, QuantizeConfig, QuantizeConfigError, TrainConfig, TrainConfigError
 
 TOP_KEYS = ("name", "description", "budget", "count", "tolerance", "solve", "align", "anchor", "base",
-            "variants", "axes", "training", "quantize", "objectives", "trials", "seeds", "pruner", "controlled")
+            "variants", "axes", "training", "quantize", "objectives", "trials", "seeds", "pruner", "controlled",
+            "tune")
 # What may stop a trial early: ASHA's successive halving over training tokens (when the space has
 # one objective measured during training), or nothing, which a study of claims needs: a candidate
 # pruned at its first seed never trains the others, and its claims have no pairs.
@@ -134,6 +136,7 @@ class SearchSpace:
     # The shape held across candidates, not preferred: shape.head_dim exact, an FFN ratio the space
     # gives exact, so that a claim's arms differ only in what it tests and in the solved dimension.
     controlled: bool = False
+    tune: Tune | None = None        # each candidate's training settings tuned over a grid (tuning.py)
     source: Source = field(default=Source("<space>"), compare=False, repr=False)
 
     @property
@@ -280,6 +283,10 @@ class _Reader:
         anchor = self.fragment(("anchor",), self.top["anchor"]).arch if self.anchored else None
         variants = self.variants()
         budgets = self.parsed("budget", parse_budgets, ())
+        seeds, pruner = self.parsed("seeds", _positive_int, 1), self.parsed("pruner", lambda v: one_of(v, PRUNERS), "asha")
+        tune = read_tune(self.src, self.top["tune"], self.training(), range(seeds)) if "tune" in self.top else None
+        if tune and pruner != "none":  # ASHA would stop some of a candidate's tuning runs: unequal budgets
+            raise self.fail(("tune",), "every candidate trains the whole grid: set `pruner: none`", value=False)
         return SearchSpace(
             name=self.parsed("name", lambda v: check_study_name(_text(v)), Path(self.src.file).stem),
             description=self.parsed("description", _text, ""),
@@ -297,8 +304,7 @@ class _Reader:
             quantize=self.quantize(),
             objectives=self.parsed("objectives", _objectives, (("val_loss", "min"),)),
             trials=self.parsed("trials", _positive_int, DEFAULT_TRIALS),
-            seeds=self.parsed("seeds", _positive_int, 1),
-            pruner=self.parsed("pruner", lambda v: one_of(v, PRUNERS), "asha"),
+            seeds=seeds, pruner=pruner, tune=tune,
             controlled=self.controlled,
             source=self.src,
         )

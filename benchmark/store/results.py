@@ -39,7 +39,7 @@ from benchmark.store.errors import (
 )
 from benchmark.store.metrics import DIAGNOSTICS, LOOP_LOSSES, PARAM_COLUMNS, TIME_SPLIT
 
-__all__ = ["COLUMNS", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "ResultsError", "ResultsPathError", "ResultsWarning",
+__all__ = ["COLUMNS", "PHASES", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "ResultsError", "ResultsPathError", "ResultsWarning",
            "StoreFull",
            "check_study_name", "damaged_files", "finished_trials", "quarantine", "read_files", "read_study",
            "read_table", "recover", "sweep_orphans", "to_table", "trial_files", "trials_dir", "write_row"]
@@ -55,9 +55,17 @@ __all__ = ["COLUMNS", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "ResultsError", "R
 #    parallel (none, ddp, fsdp), backend, per-rank batch (rank_batch_size, rank_grad_accum) and
 #    peak memory per rank (peak_mem_bytes_by_rank, JSON; peak_mem_bytes is their max); what a
 #    hyper-connected model's streams were stored in (stream_dtype); older files read them null.
-SCHEMA_VERSION = 5
+# 6: loss_spike, the largest rise of the training loss over its best so far (trial/curve.py); a
+#    tuned study's phase (tune or final) and tuned setting (JSON: the training settings the `tune:`
+#    grid set); older files read them null (a null phase is a final row).
+SCHEMA_VERSION = 6
 # infeasible: the sampled point has no candidate within the budget (nothing was trained).
 STATUSES = ("ok", "failed", "pruned", "diverged", "infeasible")
+# The key of a measured row (trial/run.py) holding its training curve: no column, as the curve's
+# own file beside the row holds it (store/curves.py).
+CURVE = "curve"
+# A tuned study's rows (space/tuning.py): a run of the tuning grid, or a final seed at the chosen point.
+PHASES = ("tune", "final")
 
 _str, _i64, _f64 = pa.string(), pa.int64(), pa.float64()
 SCHEMA = pa.schema([
@@ -69,7 +77,7 @@ SCHEMA = pa.schema([
     ("flops_per_token_train", _f64), ("flops_per_token_infer", _f64),
     ("tokens_trained", _i64), ("train_loss", _f64), ("val_loss", _f64), ("val_ppl", _f64), ("val_ppl_unigram", _f64),
     ("val_loss_by_source", _str), ("val_ppl_by_loops", _str), *((name, _f64) for name in LOOP_LOSSES),
-    ("evals", _str),
+    ("evals", _str), ("loss_spike", _f64), ("phase", _str), ("tuned", _str),
     ("val_ppl_int8", _f64), ("val_ppl_int4", _f64), ("val_ppl_int4_rtn", _f64),
     ("int4_ppl_increase", _f64), ("int4_rtn_ppl_increase", _f64),
     ("bf16_bytes", _i64), ("int8_bytes", _i64), ("int4_bytes", _i64),
@@ -119,7 +127,7 @@ def to_table(row: Mapping[str, Any]) -> pa.Table:
         raise ResultsError(f"a result row needs {', '.join(missing)}")
     if row["status"] not in STATUSES:
         raise ResultsError(f"status '{row['status']}' is not one of {', '.join(STATUSES)}")
-    extra = {k: v for k, v in row.items() if k not in COLUMNS}
+    extra = {k: v for k, v in row.items() if k not in COLUMNS and k != CURVE}
     full = {**{k: row.get(k) for k in COLUMNS}, "schema_version": SCHEMA_VERSION, "attempt": row.get("attempt") or 0}
     if extra:
         full["extra"] = json.dumps({**json.loads(row.get("extra") or "{}"), **extra}, sort_keys=True, default=str)

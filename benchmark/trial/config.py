@@ -64,7 +64,8 @@ class TrainConfig:
     beta1: float = setting(0.9, at_least=0, at_most=1)
     beta2: float = setting(0.95, at_least=0, at_most=1)
     grad_clip: float = setting(1.0, at_least=0)              # max gradient norm; 0 turns clipping off
-    eval_every: int = setting(0, at_least=0)                 # steps between evaluations; 0 = at the end only
+    eval_every: int = setting(0, at_least=0)                 # steps between evaluations; 0: val_points of them
+    val_points: int = setting(3, at_least=0)                 # evaluations spread over the run (eval_every 0), besides the last
     eval_tokens: int | str = setting(65_536, parse=parse_amount)  # held-out tokens per source
     precision: str = setting("auto", choices=PRECISIONS)
     compile: bool = True
@@ -99,6 +100,16 @@ class TrainConfig:
     def warmup_steps(self, total: int) -> int:
         """`warmup` in steps of a `total`-step run: a fraction of it (< 1) or a count (>= 1)."""
         return int(self.warmup if self.warmup >= 1 else round(self.warmup * total))
+
+    def evaluates(self, done: int, total: int) -> bool:
+        """Whether the held-out set is scored after `done` of `total` steps, before the end: every
+        `eval_every` steps (ASHA's rungs), else at `val_points` evenly spaced steps (the curve's
+        validation points; the final evaluation is the row's own)."""
+        if done >= total:
+            return False
+        if self.eval_every:
+            return done % self.eval_every == 0
+        return any(done == round(total * k / (self.val_points + 1)) for k in range(1, self.val_points + 1))
 
     def decay_steps(self, total: int) -> int:
         """`wsd`: the steps of the final decay."""

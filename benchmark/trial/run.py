@@ -16,6 +16,7 @@ from benchmark.arch.counting import count_flops, count_params
 from benchmark.arch.spec import ArchSpec
 from benchmark.data import DataConfig, PreparedData, batches, eval_sets, prepare
 from benchmark.models.hyper import stream_record
+from benchmark.store.curves import KEY as CURVE
 from benchmark.store.metrics import LOOP_COUNTS, count_columns, loop_loss
 from benchmark.store.provenance import code_version, hardware, package_versions
 from benchmark.trial.analysis import hyper_diagnostics
@@ -104,12 +105,14 @@ def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: Da
               data: PreparedData | None = None, checkpoint_dir: str | Path | None = None,
               on_step: Callable[[int, int, float], None] | None = None,
               on_eval: Callable[[dict], None] | None = None,
-              quantize: QuantizeConfig | None = QuantizeConfig(), ranks=None) -> dict[str, Any]:
+              quantize: QuantizeConfig | None = QuantizeConfig(), ranks=None,
+              on_point: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """Train and evaluate one candidate. Returns one results row (docs/reference.md "Results columns"); a NaN/inf
     loss gives status `diverged` instead of raising. `quantize` (a space's `quantize:` section)
     adds the INT8/INT4 columns; None (or False) leaves them out. `ranks`: one rank of a
     data-parallel trial (trial/distributed.py); rank 0 evaluates and returns the row, the other
-    ranks train and return {}."""
+    ranks train and return {}. The row's `curve` (curve.Curve's points; `on_point` gets each as it
+    is made) is no results column: the search writes it beside the row (store/curves.py)."""
     spec = spec if isinstance(spec, ArchSpec) else ArchSpec.from_dict(spec)
     data = data or prepare(data_cfg or DataConfig())
     check_vocab(spec, data)
@@ -120,9 +123,10 @@ def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: Da
     t0 = time.perf_counter()
     try:
         result = train(spec, cfg, batches(data.train, cfg.seq_len, cfg.batch_size, cfg.seed), evals,
-                       on_step, on_eval, ranks=ranks)
+                       on_step, on_eval, ranks=ranks, on_point=on_point)
     except TrialDiverged as e:  # the tokens it trained and where its time went, as for any row
-        done = {"tokens_trained": e.result.tokens_trained, **Clock(e.result).split(cfg)} if e.result else {}
+        done = {"tokens_trained": e.result.tokens_trained, **Clock(e.result).split(cfg), CURVE: e.result.curve,
+                "loss_spike": e.result.loss_spike} if e.result else {}
         return {**row, "status": "diverged", "error": str(e), **done, "wall_s": time.perf_counter() - t0,
                 "finished_at": now()}
     model = result.model
@@ -137,7 +141,8 @@ def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: Da
             "val_ppl_unigram": unigram_perplexity(data.train.counts(spec.vocab_size), evals),
             "val_loss_by_source": json.dumps(final["val_loss_by_source"]),
             **loop_columns(evaluate_loops(model, evals, spec.eval_loops, cfg)),
-            "evals": json.dumps(result.evals), "tokens_per_s": result.tokens_per_s,
+            "evals": json.dumps(result.evals), CURVE: result.curve, "loss_spike": result.loss_spike,
+            "tokens_per_s": result.tokens_per_s,
             "flops_per_s": result.flops_per_s, "peak_mem_bytes": result.peak_mem_bytes, "precision": result.precision,
             **result.parallel,
             **hyper_diagnostics(model, diagnostic_tokens(evals, model)),

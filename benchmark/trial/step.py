@@ -99,6 +99,7 @@ class TrainStep:
         self.model, self.optimizer, self.clip = model, optimizer, clip
         self.dtype = policy.autocast_dtype(device)
         self.close = lambda: None
+        self.grad_norm = torch.zeros(())   # the last step's gradient norm, before clipping
         self.scope = cached_functions if policy.compile else contextlib.nullcontext
         head = None
         if policy.compile:
@@ -134,8 +135,12 @@ class TrainStep:
                 loss = self.loss(x, y) / len(micro)
                 loss.backward()
             total = loss.detach() if total is None else total + loss.detach()
+        # The norm before clipping, kept on the device for the training curve (curve.py) to read.
         if self.clip:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in self.model.parameters() if p.grad is not None])
+        self.grad_norm = (norm.full_tensor() if hasattr(norm, "full_tensor") else norm).detach()  # FSDP: a DTensor
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return total if self.parallel is None else self.parallel.mean(total)

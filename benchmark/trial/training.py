@@ -22,6 +22,7 @@ from benchmark.arch.counting import count_flops, count_params
 from benchmark.arch.spec import ArchSpec
 from benchmark.models import build_model, weight_decays
 from benchmark.trial.config import TrainConfig
+from benchmark.trial.curve import Curve, largest_rise
 from benchmark.trial.evaluate import evaluate
 from benchmark.trial.step import (
     TrainStep,
@@ -67,6 +68,8 @@ class TrainResult:
     train_loss: float
     losses: list[float] = field(default_factory=list)   # every step's training loss
     evals: list[dict] = field(default_factory=list)     # periodic evaluations (step, val_loss)
+    curve: list[dict] = field(default_factory=list)     # the training curve's points (curve.Curve)
+    loss_spike: float = 0.0                             # curve.largest_rise of every step's loss
     tokens_per_s: float = 0.0
     flops_per_s: float = 0.0
     wall_s: float = 0.0
@@ -80,10 +83,12 @@ class TrainResult:
 
 def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, torch.Tensor] | None = None,
           on_step: Callable[[int, int, float], None] | None = None,
-          on_eval: Callable[[dict], None] | None = None, ranks=None) -> TrainResult:
+          on_eval: Callable[[dict], None] | None = None, ranks=None,
+          on_point: Callable[[dict], None] | None = None) -> TrainResult:
     """Train a fresh model of `spec` on `batches` (an iterator of (x, y) token tensors) for the
     configured token budget. `on_step(step, total, loss)` reports progress; `on_eval(record)`
-    receives every periodic evaluation (step, tokens, val_loss, val_ppl, ...).
+    receives every periodic evaluation (step, tokens, val_loss, val_ppl, ...); `on_point(point)`
+    every point of the training curve as it is made (curve.Curve).
 
     `ranks` (trial/distributed.py Ranks): one rank of a data-parallel trial. Every rank draws the
     same global batches and trains on its share; evaluation runs on rank 0 (the other ranks get
@@ -104,12 +109,15 @@ def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, tor
     total = cfg.steps(params)
     result = TrainResult(model=model, steps=total, tokens_trained=0, train_loss=float("nan"),
                          precision=precision_name(step_fn.dtype, device))
+    curve = Curve(total, cfg.tokens_per_step, lambda step: cfg.lr_at(step, total), on_point)
     try:
-        _loop(step_fn, opt, cfg, total, batches, device, eval_data, result, on_step, on_eval)
+        _loop(step_fn, opt, cfg, total, batches, device, eval_data, result, on_step, on_eval, curve)
     except TrialDiverged as e:  # its row still says how far it got and where the time went
         # On CUDA the losses are read every SYNC_EVERY_CUDA steps: the clock has run up to 15
         # steps past the NaN, but only the steps through it count as trained.
         result.tokens_trained = (e.step + 1) * cfg.tokens_per_step
+        curve.flush(e.step - 1)
+        result.curve, result.loss_spike = curve.points, largest_rise(result.losses)
         _time(result, cfg, spec, device, t0)
         e.result = replace(result, model=None)
         raise
@@ -117,6 +125,7 @@ def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, tor
         step_fn.close()  # the model leaves compiled or not, eager for what follows
     _time(result, cfg, spec, device, t0)
     result.train_loss = result.losses[-1]
+    result.curve, result.loss_spike = curve.points, largest_rise(result.losses)
     result.peak_mem_bytes = peak_memory_bytes(device)
     result.parallel = single_columns(cfg.batch_size, cfg.grad_accum)
     if ranks is not None:  # every rank's peak, and rank 0 keeps the whole model for what follows
@@ -144,7 +153,7 @@ def _time(result: TrainResult, cfg: TrainConfig, spec: ArchSpec, device, t0: flo
 
 
 def _loop(step_fn, opt, cfg: TrainConfig, total: int, batches, device, eval_data, result: TrainResult,
-          on_step, on_eval) -> None:
+          on_step, on_eval, curve: Curve) -> None:
     """The steps. `result.timed_from` is when the first one ended (it pays for compilation, so
     throughput is timed after it); periodic evaluations add their time to `result.eval_s`."""
     pending, last = [], float("nan")
@@ -153,10 +162,11 @@ def _loop(step_fn, opt, cfg: TrainConfig, total: int, batches, device, eval_data
             group["lr"] = cfg.lr_at(step, total)
         micro = [next(batches) for _ in range(cfg.grad_accum)]
         mine = micro if step_fn.parallel is None else step_fn.parallel.share(micro)
-        pending.append(step_fn.accumulate([(to_device(x, device), to_device(y, device)) for x, y in mine]))
-        evaluating = eval_data is not None and cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < total
+        loss = step_fn.accumulate([(to_device(x, device), to_device(y, device)) for x, y in mine])
+        pending.append(torch.stack([loss.float(), step_fn.grad_norm.float()]))   # (2,): read together
+        evaluating = eval_data is not None and cfg.evaluates(step + 1, total)
         if len(pending) >= sync_every(device) or step == 0 or step + 1 == total or evaluating:
-            last = _read_losses(pending, result, step, total)  # the one host sync, every few steps on CUDA
+            last = _read_losses(pending, result, step, total, curve)  # the one host sync, every few steps on CUDA
         result.tokens_trained += sum(x.numel() for x, _ in micro)
         if step == 0:
             result.timed_from = time.perf_counter()
@@ -187,18 +197,20 @@ def sync_every(device: torch.device) -> int:
     return SYNC_EVERY_CUDA if device.type == "cuda" else 1
 
 
-def _read_losses(pending: list[torch.Tensor], result: TrainResult, step: int, total: int) -> float:
-    """Read the losses kept on the device since the last read; TrialDiverged at a NaN/inf."""
-    values = torch.stack(pending).tolist()
+def _read_losses(pending: list[torch.Tensor], result: TrainResult, step: int, total: int, curve: Curve) -> float:
+    """Read the losses (and gradient norms) kept on the device since the last read, into the
+    result and the curve; TrialDiverged at a NaN/inf loss."""
+    values = torch.stack(pending).tolist()   # (n, 2): loss, gradient norm
     first = step + 1 - len(values)
     pending.clear()
-    for k, loss in enumerate(values):
+    for k, (loss, norm) in enumerate(values):
         if not math.isfinite(loss):
             diverged = TrialDiverged(f"loss is {loss} at step {first + k} of {total}")
             diverged.step = first + k
             raise diverged
         result.losses.append(loss)
-    return values[-1]
+        curve.add(first + k, loss, norm)
+    return values[-1][0]
 
 
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -21,7 +21,7 @@ from benchmark.space.source import Source
 from benchmark.space.yamlsafe import YamlError, load_yaml
 from benchmark.store.metrics import MetricError
 
-TOP_KEYS = ("description", "claims")
+TOP_KEYS = ("description", "claims", "instability")   # instability: stability.py
 CLAIM_KEYS = ("claim", "source", "study", "metric", "order", "groups", "where", "published", "note")
 SOURCE_KEYS = ("paper", "where")
 GROUP_METRIC = "metric"              # in a group's mapping: its metric, not a column filter
