@@ -59,7 +59,7 @@ def test_a_planted_spike_and_a_planted_laggard_are_marked_and_the_verdict_is_rea
     assert {k for k, v in marked.items() if v} == {"t-s2", "t-s4"}      # nothing else, and never dropped
     (s,) = assessed
     assert s.runs == {"a": 5, "b": 5} and [len(m) for m in s.marked.values()] == [2, 0]
-    assert s.verdict == results[0].verdict == "inconclusive"            # the laggard hides the difference
+    assert s.verdict == results[0].verdict == "not decided"            # the laggard hides the difference
     assert s.without == "reproduced"                                    # without it A is ahead
     table = stability.table(rule, assessed)
     cells = {c.header: c.cells[0] for c in table.columns}
@@ -73,7 +73,7 @@ def test_the_rule_is_declared_in_the_claims_file(tmp_path):
                                    rule="instability: {spike: 5, laggard: 5, laggard_min: 0.5}\n")
     rule, (s,), why = stability.assess(file, results, board.trials)
     assert rule == stability.Rule(spike=5.0, laggard=5.0, laggard_min=0.5)
-    assert not (why != "").any() and s.without == s.verdict == "inconclusive"
+    assert not (why != "").any() and s.without == s.verdict == "not decided"
     for bad, message in [("instability: {spike: -1}\n", "instability.spike: expected a number >= 0"),
                          ("instability: {spikes: 1}\n", "instability.spikes: unknown key")]:
         (tmp_path / "claims.yaml").write_text(CLAIMS.format(rule=bad))

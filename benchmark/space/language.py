@@ -37,9 +37,8 @@ from benchmark.store.results import check_study_name
 from benchmark.trial.config import DEFAULTS as TRAINING_DEFAULTS
 from benchmark.trial.config import QUANTIZE_DEFAULTS, QuantizeConfig, QuantizeConfigError, TrainConfig, TrainConfigError
 
-TOP_KEYS = ("name", "description", "budget", "count", "tolerance", "solve", "align", "anchor", "base",
-            "variants", "axes", "training", "quantize", "objectives", "trials", "seeds", "pruner", "controlled",
-            "tune")
+TOP_KEYS = ("name", "description", "budget", "count", "tolerance", "solve", "align", "anchor", "base", "variants",
+            "axes", "training", "quantize", "objectives", "trials", "seeds", "pruner", "controlled", "tune")
 # What may stop a trial early: ASHA's successive halving over training tokens (when the space has
 # one objective measured during training), or nothing, which a study of claims needs: a candidate
 # pruned at its first seed never trains the others, and its claims have no pairs.
