@@ -168,6 +168,11 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
         verb = "applies" if len(given) == 1 else "apply"
         print(f"run_search.py: {', '.join(given)} {verb} only to a search, not to --plan", file=sys.stderr)
         return 2
+    try:
+        _data(args)  # the corpus and tokenizer the search would train on: refused here as there
+    except ValueError as e:
+        print(f"run_search.py: {e}", file=sys.stderr)
+        return 2
     from benchmark.console import console as wide_console
     from benchmark.perf import timing
     from benchmark.space.plan import records, render, summary, warnings
@@ -191,8 +196,8 @@ def _policy(args: argparse.Namespace) -> dict:
 
 
 def _data(args: argparse.Namespace):
-    from benchmark.data import DataConfig
-    return DataConfig(source=args.data, tokenizer=args.tokenizer)
+    """The corpus and tokenizer; ValueError for a form, or local files, that cannot be read."""
+    return DataConfig(source=args.data, tokenizer=args.tokenizer).checked()
 
 
 def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
@@ -350,13 +355,7 @@ def _print_summary(console, s) -> None:
 def run_single(args: argparse.Namespace) -> int:
     """Train and evaluate one architecture from a YAML spec, with a progress bar."""
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from benchmark.arch.spec import ArchSpec, SpecError
     from benchmark.space.yamlsafe import load_yaml

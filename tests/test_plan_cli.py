@@ -91,6 +91,25 @@ def test_search_flags_fail_loudly(args, message, capsys):
     assert capsys.readouterr().err == message + "\n"
 
 
+@pytest.mark.parametrize("flag, value, problem", [
+    ("--data", "embedded:wiki=-1", "data.source: the weight of part 'wiki' must be a positive number, got '-1'"),
+    ("--data", "embedded:wiki=abc", "data.source: the weight of part 'wiki' must be a positive number, got 'abc'"),
+    ("--data", "embedded:wikki=0.5", "data.source: unknown embedded part(s) 'wikki' (did you mean 'wiki'?)"),
+    ("--data", "embedded:wiki=0,bible=0", "data.source: the weight of part 'wiki' must be a positive number, got '0'"),
+    ("--tokenizer", "bogus", "data.tokenizer: unknown tokenizer 'bogus'"),
+    ("--data", "/nonexistent/corpus.txt", "data.source: no such file '/nonexistent/corpus.txt'"),
+])
+def test_a_plan_refuses_the_data_its_search_would(flag, value, problem, capsys, tmp_path):
+    """The same one line and exit 2 from --plan as from the search, which refuses it before training."""
+    assert main([QUICKSTART, flag, value, "--results", str(tmp_path)]) == 2
+    searched = capsys.readouterr().err
+    assert main([QUICKSTART, flag, value, "--plan"]) == 2
+    planned = capsys.readouterr()
+    assert planned.err == searched and planned.out == "" and searched.count("\n") == 1
+    assert searched.startswith(f"run_search.py: {problem}")
+    assert not list(tmp_path.iterdir())
+
+
 def test_resume_needs_an_existing_study(capsys, tmp_path):
     assert main([QUICKSTART, "--resume", "--name", "nosuch", "--results", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"run_search.py: --resume: no study named 'nosuch' under {tmp_path}/\n"
