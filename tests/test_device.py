@@ -1,4 +1,4 @@
-"""The device path on the CPU (issue 17): what a trial does on a GPU must not depend on tensors the
+"""The device path on the CPU: what a trial does on a GPU must not depend on tensors the
 CPU made being used where the model lives, the precision rule must not count emulated bf16, and a
 trial's peak memory is its own.
 

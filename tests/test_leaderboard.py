@@ -238,7 +238,7 @@ def test_structure_and_shape_columns_follow_the_papers():
 
 
 @pytest.mark.parametrize("raw", [{"family": f} for f in FAMILIES] + [
-    {"family": "hyperloop", "layers": {"begin": 1, "middle": 1, "end": 1}, "loops": 1},   # issue 16's case
+    {"family": "hyperloop", "layers": {"begin": 1, "middle": 1, "end": 1}, "loops": 1},   # one loop of a one-layer middle
     {"family": "looped", "loops": 1}, {"family": "looped", "layers": {"middle": 4}, "loops": 2}])
 def test_the_page_and_the_rows_write_one_structure(raw):
     """The row's `structure` (ArchSpec.structure, also the search's summary and the plan) and the
