@@ -3,7 +3,7 @@ trial's policy): a short run of the plan's first candidate trained as its trial 
 precision `auto` resolves to here, compiled when the trial compiles, the trial's sequence length
 and micro-batch. A probe that trained otherwise (a small model, eager) said 2.8x the first
 quickstart trial's wall on a Xeon whose compiled bf16 steps ran far faster than its eager ones
-(benchmarks/2026-11-27-plan-probe-xeon-amx.md). The probe's first step beyond a steady one is the
+(benchmarks/2026-11-27-xeon-amx-plan-and-suite.md). The probe's first step beyond a steady one is the
 compilation the trial's first step pays too. Recorded per machine, policy and shape
 (store/speeds.py), so a plan probes once; finished trials replace it (speeds.estimator).
 """
