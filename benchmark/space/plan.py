@@ -226,5 +226,5 @@ def _basis(rows: list[dict[str, Any]]) -> str:
     """What the estimate stands on: trials measured here, or the machine's probe."""
     measured = sum(1 for r in rows if r["est_from_trials"])
     if not measured:
-        return "from this machine's FLOP/s; finished trials refine it"
+        return "from a probe of candidate 0 trained here; finished trials refine it"
     return f"{measured} of {len(rows)} candidates from their family's trials measured here"
