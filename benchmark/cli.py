@@ -22,7 +22,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmark.data import DataConfig
+from benchmark.data import DataConfig, prepare
 from benchmark.search import SAMPLERS, STORAGE_WAIT_S, loggers
 from benchmark.space.budget import COUNTS, parse_tokens
 from benchmark.space.language import SearchSpace, SpaceError, load_space, parse_budgets
@@ -30,7 +30,7 @@ from benchmark.space.source import Override, parse_set
 from benchmark.space.yamlsafe import YamlError
 from benchmark.store.location import RESULTS_ROOT
 from benchmark.store.results import check_study_name
-from benchmark.trial.config import PRECISIONS, TrainConfig
+from benchmark.trial.config import PRECISIONS, QuantizeConfig, TrainConfig
 
 DEFAULT_SPACE = Path(__file__).resolve().parent.parent / "search_spaces" / "default.yaml"
 SEARCH_ONLY = ("name", "results", "resume", "address", "seeds", "time_budget", "concurrency", "sampler", "storage", "rerun",
@@ -168,15 +168,20 @@ def overrides(args: argparse.Namespace) -> list[Override]:
 def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
     given = [f"--{f.replace('_', '-')}" for f in SEARCH_ONLY if getattr(args, f) not in (None, False)]
     if given:
-        verb = "applies" if len(given) == 1 else "apply"
-        print(f"run_search.py: {', '.join(given)} {verb} only to a search, not to --plan", file=sys.stderr)
+        print(f"run_search.py: {', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to a search, "
+              "not to --plan", file=sys.stderr)
+        return 2
+    try:
+        _data(args)  # the corpus and tokenizer the search would train on: refused here as there
+    except ValueError as e:
+        print(f"run_search.py: {e}", file=sys.stderr)
         return 2
     from benchmark.console import console as wide_console
-    from benchmark.perf import timing
+    from benchmark.perf import probe, timing
     from benchmark.space.plan import records, render
 
     plan = _plan(space, args)
-    rows, search = records(plan, timing.estimates()), timing.search_times()
+    rows, search = records(plan, probe.estimates(plan, _trial_config(space, args))), timing.search_times()
     render(plan, rows, wide_console(), search, as_json=args.json)
     if args.claims:  # each claim of the file on this space's study: its arms, what differs, what is confounded
         from benchmark.leaderboard.claims.planned import for_plan
@@ -189,9 +194,13 @@ def _policy(args: argparse.Namespace) -> dict:
     return {**({"precision": args.precision} if args.precision else {}), **({"compile": False} if args.no_compile else {})}
 
 
+def _trial_config(space: SearchSpace, args: argparse.Namespace) -> TrainConfig:  # as TrialContext makes it
+    return TrainConfig.from_dict({**space.trial_training, **_policy(args)})
+
+
 def _data(args: argparse.Namespace):
-    from benchmark.data import DataConfig
-    return DataConfig(source=args.data, tokenizer=args.tokenizer)
+    """The corpus and tokenizer; ValueError for a form, or local files, that cannot be read."""
+    return DataConfig(source=args.data, tokenizer=args.tokenizer).checked()
 
 
 def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
@@ -303,12 +312,12 @@ def _plan(space: SearchSpace, args: argparse.Namespace):
 def _too_big(plan, args: argparse.Namespace, opts) -> int | None:
     """The headline command on a machine too small for it: estimate first, ask before hours of
     training. None: go on."""
-    from benchmark.perf import timing
+    from benchmark.perf import probe
     from benchmark.space.plan import records
 
     space = plan.space
-    flops = timing.machine_flops()
-    recs = records(plan, timing.estimates())
+    speed = probe.estimates(plan, _trial_config(space, args))
+    flops, recs = speed(plan.candidates[0].spec.family).flops_per_s, records(plan, speed)
     hours = sum(r["est_seconds"] for r in recs) * opts.seeds / 3600
     if hours <= LIMIT_HOURS:
         return None
@@ -349,17 +358,10 @@ def _print_summary(console, s) -> None:
 def run_single(args: argparse.Namespace) -> int:
     """Train and evaluate one architecture from a YAML spec, with a progress bar."""
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from benchmark.arch.spec import ArchSpec, SpecError
     from benchmark.space.yamlsafe import load_yaml
-    from benchmark.trial.config import QuantizeConfig, TrainConfig
     from benchmark.trial.run import run_trial
 
     try:
@@ -389,8 +391,6 @@ def run_single(args: argparse.Namespace) -> int:
         return 2
     console = Console()
     console.print(f"{spec.family} {spec.structure()} d_model {spec.d_model}: preparing data ({args.data}, {args.tokenizer})")
-    from benchmark.data import prepare
-
     prepared = prepare(data)
     cols = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
             TextColumn("loss {task.fields[loss]:.3f}"), TimeElapsedColumn(), TimeRemainingColumn())

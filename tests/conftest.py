@@ -86,6 +86,23 @@ def s3_prefix(s3_endpoint) -> str:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    """One intra-op thread for the tests' tiny models, here and in the processes they start
+    (OMP_NUM_THREADS; Ray's trainables set their own from the CPUs they hold). Two threads do not
+    speed such models up, and on a 2-core machine where anything else runs (Ray's processes, a
+    subprocess, another job) they wait on each other: a tiny trial took 60 times as long, a few
+    test files 5.6 times (benchmarks/2026-11-27-xeon-amx-plan-and-suite.md)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")
+        yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def own_speeds_file(tmp_path_factory):
     """Tests never read or teach this machine's measured speeds (store/speeds.py): the tiny,
     uncompiled trials they run would skew a user's `--plan` estimates, and a user's would move

@@ -1,4 +1,4 @@
-"""A CUDA device on the CPU, for tests of the device path (issue 17).
+"""A CUDA device on the CPU, for tests of the device path.
 
 Tensors on the fake device are ordinary CPU tensors that this TorchFunctionMode marks as
 resident; Python sees `t.device == cuda:0` and `t.is_cuda`, while the kernels, autograd and the

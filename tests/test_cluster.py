@@ -1,4 +1,4 @@
-"""Searches on a multi-node Ray cluster (issue 11): resources sized per node, trials on every
+"""Searches on a multi-node Ray cluster: resources sized per node, trials on every
 node, a worker node lost mid-trial, results on S3, the infeasible case, and the README's
 `ray start` commands driven from the command line.
 

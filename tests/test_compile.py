@@ -1,4 +1,4 @@
-"""Regional compilation (trial/step.py `compile_regions`, issue 12): the compiled step trains as
+"""Regional compilation (trial/step.py `compile_regions`): the compiled step trains as
 the eager one does, compiles one graph per repeated unit whatever the depth or loop count, and
 leaves the model eager when training ends. The only tests that run torch.compile: every trial
 test trains eagerly to stay fast."""
@@ -70,8 +70,8 @@ def graphs(spec: ArchSpec) -> int:
 
 def test_the_compile_cache_keeps_every_region():
     """torch's AOTAutograd cache, which spares a warm trial re-tracing a region, keeps no graph
-    with an autocast context in it, even a disabled one (the fp32 head, mHC's Sinkhorn: 0.5 s of a
-    quickstart Transformer's warm first step, 2026-11-24), nor by default one with a custom
+    with an autocast context in it, even a disabled one (the fp32 head, mHC's Sinkhorn: re-traced
+    on every warm first step otherwise), nor by default one with a custom
     autograd Function (the gates' write, StreamWrite; the step allows it: `cached_functions`)."""
     from torch._dynamo.utils import counters
 

@@ -1,4 +1,4 @@
-"""The device path on the CPU (issue 17): what a trial does on a GPU must not depend on tensors the
+"""The device path on the CPU: what a trial does on a GPU must not depend on tensors the
 CPU made being used where the model lives, the precision rule must not count emulated bf16, and a
 trial's peak memory is its own.
 
@@ -151,16 +151,7 @@ def test_the_fake_cuda_device_refuses_what_a_gpu_refuses(monkeypatch):
             lin(host)
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny models run fastest on one thread: on a busy two-core machine two threads contend."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def test_a_whole_trial_and_its_checkpoint_on_a_gpu_run_where_each_tensor_lives(corpus, tmp_path, monkeypatch, one_thread):
+def test_a_whole_trial_and_its_checkpoint_on_a_gpu_run_where_each_tensor_lives(corpus, tmp_path, monkeypatch):
     """Training steps, periodic and final evaluation, the analyses, INT8/INT4 GPTQ and INT4 RTN
     with their evaluations, the checkpoint saved and loaded back onto the device, and lm-eval's
     loglikelihood and greedy generation on it, with the model on a fake CUDA device (tests/

@@ -85,3 +85,51 @@ def test_the_readme_is_short_and_its_commands_are_the_ones_ci_runs():
            ".venv/bin/python run_search.py search_spaces/quickstart.yaml" in readme
     test_command = 'python -m pytest -q -m "not bench"'
     assert f".venv/bin/{test_command}" in readme and ci.rstrip().endswith(test_command)
+
+
+# Citations in code, tests, pyproject.toml and the pages: repository paths, sections of a page
+# ("README "The commands"", "docs/x.md, "Heading"") and the config files the project keeps.
+CITING = sorted({*PAGES, ROOT / "pyproject.toml", *ROOT.glob("*.py"), *ROOT.glob("benchmark/**/*.py"),
+                 *ROOT.glob("tests/*.py")} - {ROOT / "tests" / "test_docs.py"})
+_PATH = re.compile(r"(?<![\w/.<-])((?:benchmarks|docs|results|search_spaces|tests|benchmark)/[\w./-]*\w)")
+_SECTION = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.md|README),? \"([^\"\n]+)\"")
+_CONFIG = re.compile(r"(?<![\w/])(\.(?:importlinter|ci/\w+|github/[\w./-]*\w|pre-commit-config\.yaml|coveragerc|flake8|ruff\.toml))")
+# Study names the pages and the code use as examples of a user's own results, not records.
+EXAMPLE_STUDIES = {"quickstart", "a", "b", "ladder", "my-study", "demo"}
+
+
+def cited_problems(path: Path) -> list[str]:
+    text, out = path.read_text(encoding="utf-8"), []
+    for target in _PATH.findall(text) + _CONFIG.findall(text):
+        parts = target.split("/")
+        if parts[0] == "results" and (len(parts) < 2 or parts[1] in EXAMPLE_STUDIES):
+            continue
+        if target.startswith("tests/artifacts") or (ROOT / target).exists() or (path.parent / target).exists():
+            continue
+        out.append(f"{target}: no such file")
+    for page, section in _SECTION.findall(text):
+        dest = ROOT / ("README.md" if page == "README" else page)
+        dest = dest if dest.exists() else path.parent / page
+        if not dest.exists():
+            out.append(f"{page}: no such file")
+        elif not any(a.startswith(slug(section)) for a in anchors(dest)):
+            out.append(f'{page} "{section}": no such heading')
+    return out
+
+
+@pytest.mark.parametrize("path", [p.relative_to(ROOT).as_posix() for p in CITING])
+def test_what_the_code_and_pages_cite_exists(path):
+    assert cited_problems(ROOT / path) == []
+
+
+def test_a_stale_citation_is_found(tmp_path):
+    cited = tmp_path / "x.toml"
+    cited.write_text('# the layering (.importlinter); README "Searches"; README "The commands";\n'
+                     "# results/quickstart-gone/README.md, results/quickstart, docs/performance.md\n")
+    assert cited_problems(cited) == ["results/quickstart-gone/README.md: no such file",
+                                     ".importlinter: no such file", 'README "Searches": no such heading']
+
+
+def test_every_record_is_listed_in_the_results_readme():
+    listed = set(re.findall(r"\]\(([\w.-]+)/README\.md\)", (ROOT / "results" / "README.md").read_text(encoding="utf-8")))
+    assert {p.parent.name for p in ROOT.glob("results/*/README.md")} == listed

@@ -22,7 +22,7 @@ from benchmark.leaderboard import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-KEPT = ROOT / "results" / "quickstart-after-9" / "quickstart-after-9"  # committed rows (its record: results/quickstart-after-9/README.md)
+KEPT = ROOT / "results" / "quickstart-faithful-families" / "quickstart-faithful-families"  # committed rows (its record: results/quickstart-faithful-families/README.md)
 SYNE_TUNE = ("hyperparameters.parquet", "configspace.json", "fidelityspace.json", "objectives_evaluations.npy",
              "fidelities_values.npy", "metadata.json")
 TOKENS = 800_768
@@ -139,7 +139,7 @@ def test_the_kept_quickstart_exports_its_sampled_axes(tmp_path):
     board = build_board(read_studies(studies), declared=read_declarations(studies))
     written = export_benchmark(board, tmp_path)
     assert {p.name for p in written} >= set(SYNE_TUNE)
-    got = load(tmp_path / "quickstart-after-9")
+    got = load(tmp_path / "quickstart-faithful-families")
     assert got["hps"].to_dict("list") == {
         "hp_family": ["transformer", "transformer", "looped", "looped", "hyperloop", "hyperloop"],
         "hp_shape.unrolled_layers": [6, 8, 6, 8, 6, 8], "hp_shape.head_dim": [32] * 6, "hp_budget": [1_500_000] * 6}

@@ -26,7 +26,7 @@ from benchmark.leaderboard.layout import axis_label, new, style
 from benchmark.store.metrics import metric
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-KEPT = ["quickstart-after-9", "quickstart-before-9", "hyper-init-and-read"]
+KEPT = ["quickstart-faithful-families", "quickstart-original-families", "hyper-init-and-read"]
 
 
 def _kept(tmp: Path, *names: str, declare: dict | None = None, at_300k: bool = False):
@@ -46,10 +46,10 @@ def _kept(tmp: Path, *names: str, declare: dict | None = None, at_300k: bool = F
 
 BOARDS = {
     "synthetic": lambda tmp: build_board(synthetic_trials("broad", shapes=1, seeds=2)),
-    "declared": lambda tmp: _kept(tmp, "quickstart-after-9", declare={"objectives": [["val_loss", "min"],
+    "declared": lambda tmp: _kept(tmp, "quickstart-faithful-families", declare={"objectives": [["val_loss", "min"],
                                                                                       ["params", "min"]]}),
     "three studies": lambda tmp: _kept(tmp, *KEPT),
-    "300k": lambda tmp: _kept(tmp, "quickstart-after-9", at_300k=True),
+    "300k": lambda tmp: _kept(tmp, "quickstart-faithful-families", at_300k=True),
 }
 
 
@@ -150,7 +150,7 @@ def test_no_frontier_over_counts_that_differ_by_the_budgets_rounding(tmp_path, t
     inside the 0.5% the space allows, so loss against parameters would order rounding, not
     architectures: that frontier is left out, with a note. The tolerance is the study's own: at
     0.001% the same counts are real differences and the frontier is drawn."""
-    board = _kept(tmp_path, "quickstart-after-9", declare={
+    board = _kept(tmp_path, "quickstart-faithful-families", declare={
         "objectives": [["val_loss", "min"], ["flops_per_token_train", "min"]], "tolerance": tolerance})
     names = [plot.name for plot in plots.plan(board)[0]]
     assert "frontier_flops_per_token_train_val_loss" in names and "frontier_int4_bytes_val_ppl_int4" in names

@@ -60,7 +60,7 @@ def test_no_import_circles():
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
 
-# Not yet split (issue 10 stays open until they are): strict, so the mark must go when they are.
+# Modules not yet split: strict, so the mark must go when they are.
 TOO_LONG: set[str] = set()
 
 

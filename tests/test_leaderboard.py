@@ -47,7 +47,7 @@ from benchmark.store.results import ResultsWarning
 from benchmark.store.study import write_study_info
 
 ROOT = Path(__file__).resolve().parents[1]
-KEPT = ROOT / "results" / "quickstart-after-9" / "quickstart-after-9"  # committed rows (its record: results/quickstart-after-9/README.md)
+KEPT = ROOT / "results" / "quickstart-faithful-families" / "quickstart-faithful-families"  # committed rows (its record: results/quickstart-faithful-families/README.md)
 
 # --- a synthetic study: realistic magnitudes, every family, seeds, failures ------------------------
 
@@ -238,7 +238,7 @@ def test_structure_and_shape_columns_follow_the_papers():
 
 
 @pytest.mark.parametrize("raw", [{"family": f} for f in FAMILIES] + [
-    {"family": "hyperloop", "layers": {"begin": 1, "middle": 1, "end": 1}, "loops": 1},   # issue 16's case
+    {"family": "hyperloop", "layers": {"begin": 1, "middle": 1, "end": 1}, "loops": 1},   # one loop of a one-layer middle
     {"family": "looped", "loops": 1}, {"family": "looped", "layers": {"middle": 4}, "loops": 2}])
 def test_the_page_and_the_rows_write_one_structure(raw):
     """The row's `structure` (ArchSpec.structure, also the search's summary and the plan) and the
@@ -674,7 +674,7 @@ def test_cli_prints_markdown_and_writes_a_site(results, tmp_path, capsys):
     ([KEPT, "--x", "params", "--y", "val_ppl", "--format", "md"], "ranked by validation perplexity"),
     ([KEPT, "--objectives", "flops,ppl", "--format", "md"],
      "Objectives training FLOPs per token (flops_per_token_train:min) vs validation perplexity"),
-    ([ROOT / "results" / "quickstart-before-9" / "quickstart-before-9", KEPT, "--format", "md"], "# Leaderboard: quickstart-before-9, quickstart-after-9"),
+    ([ROOT / "results" / "quickstart-original-families" / "quickstart-original-families", KEPT, "--format", "md"], "# Leaderboard: quickstart-original-families, quickstart-faithful-families"),
 ])
 def test_the_readme_commands_run_on_the_kept_studies(args, expect, capsys):
     assert load_cli().main(list(map(str, args))) == 0

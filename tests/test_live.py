@@ -1,4 +1,4 @@
-"""The live view of a search (issue 12, item 6): each running trial's tokens, loss, tokens/s and
+"""The live view of a search: each running trial's tokens, loss, tokens/s and
 ETA, the search's ETA from them, and plain lines when the console is a log, not a terminal."""
 
 import io

@@ -49,16 +49,6 @@ def story(rng: random.Random) -> str:
     return " ".join(sentences)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread: on a busy two-core machine two threads contend
-    (training below takes ~1 s on one thread and ~15 s on two)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(autouse=True)
 def no_network(monkeypatch):
     def refuse(self, address, *args):

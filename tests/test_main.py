@@ -13,7 +13,8 @@ from test_leaderboard import synthetic_trials, write_study
 from benchmark import cli
 from benchmark.leaderboard import command
 from benchmark.main import COMMANDS, main
-from benchmark.perf import timing
+from benchmark.perf import probe
+from benchmark.store.speeds import Speed
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = str(ROOT / "search_spaces" / "quickstart.yaml")
@@ -77,7 +78,7 @@ def test_a_flag_error_is_said_under_the_command_name(capsys):
 
 
 def test_plan_is_run_search_py_plan(capsys, monkeypatch):
-    monkeypatch.setattr(timing, "machine_flops", lambda: 5e10)  # no probe of this machine
+    monkeypatch.setattr(probe, "probe_speed", lambda spec, cfg: Speed(5e10, 6.0, 0))  # no probe of this machine
     assert main(["plan", QUICKSTART, "--json"]) == 0
     ours = capsys.readouterr()
     assert cli.main([QUICKSTART, "--plan", "--json"]) == 0

@@ -131,7 +131,7 @@ def test_other_mixings_differ_from_the_residual(mixing):
 
 
 def test_dynamic_hc_checkpoints_of_the_transposed_weight_layout_load():
-    """ZhuGate stored W as (d, n + 2) before 2026-11-23; such a checkpoint loads into the (n + 2, d)
+    """ZhuGate once stored W as (d, n + 2); such a checkpoint loads into the (n + 2, d)
     layout as the same model."""
     hc = build(tiny("hc", layers={"n": 2}, hyper={"streams": 2, "mixing": "dynamic"}), seed=1)
     with torch.no_grad():

@@ -12,7 +12,8 @@ import pytest
 
 from benchmark import count_flops
 from benchmark.cli import as_declared, build_parser, main
-from benchmark.perf import timing
+from benchmark.perf import probe
+from benchmark.store.speeds import Speed
 from benchmark.search.driver import SearchOptions, study_info
 from benchmark.search.study import Sample
 from benchmark.space.language import load_space
@@ -35,7 +36,7 @@ training: {tokens: 1M, seq_len: 128, batch_size: 16, warmup: 100, schedule: cosi
 
 @pytest.fixture(autouse=True)
 def fixed_machine(monkeypatch):
-    monkeypatch.setattr(timing, "machine_flops", lambda: 5e10)
+    monkeypatch.setattr(probe, "probe_speed", lambda spec, cfg: Speed(5e10, 6.0, 0))
 
 
 @pytest.fixture

@@ -10,8 +10,10 @@ import pytest
 
 from benchmark import count_flops, count_params, perf
 from benchmark.cli import main
-from benchmark.perf import timing
-from benchmark.space.plan import TRIAL_OVERHEAD_S
+from benchmark.perf import probe
+from benchmark.space.plan import TRIAL_REST_S
+from benchmark.store.speeds import Speed
+from benchmark.trial.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = str(ROOT / "search_spaces" / "quickstart.yaml")
@@ -20,7 +22,7 @@ FLOPS = 5e10  # a stand-in for this machine's measured training FLOP/s
 
 @pytest.fixture(autouse=True)
 def fixed_machine(monkeypatch):
-    monkeypatch.setattr(timing, "machine_flops", lambda: FLOPS)  # where estimates() reads it
+    monkeypatch.setattr(probe, "probe_speed", lambda spec, cfg: Speed(FLOPS, TRIAL_REST_S, 0))  # estimates() asks it
 
 
 def plan_json(capsys, *args):
@@ -41,7 +43,7 @@ def test_json_records(capsys):
         assert abs(r["budget_distance"]) <= 0.005
         assert r["flops_per_token_train"] == count_flops(r["spec"], 128)["train"]
         assert r["tokens"] == 600_000                    # training.tokens of the quickstart space
-        assert r["est_seconds"] == pytest.approx(r["flops_per_token_train"] * r["tokens"] / FLOPS + TRIAL_OVERHEAD_S)
+        assert r["est_seconds"] == pytest.approx(r["flops_per_token_train"] * r["tokens"] / FLOPS + TRIAL_REST_S)
     assert [r["family"] for r in rows] == ["transformer", "looped", "hyperloop"]
 
 
@@ -89,6 +91,25 @@ def test_table(capsys):
 def test_search_flags_fail_loudly(args, message, capsys):
     assert main([QUICKSTART, *args]) == 2
     assert capsys.readouterr().err == message + "\n"
+
+
+@pytest.mark.parametrize("flag, value, problem", [
+    ("--data", "embedded:wiki=-1", "data.source: the weight of part 'wiki' must be a positive number, got '-1'"),
+    ("--data", "embedded:wiki=abc", "data.source: the weight of part 'wiki' must be a positive number, got 'abc'"),
+    ("--data", "embedded:wikki=0.5", "data.source: unknown embedded part(s) 'wikki' (did you mean 'wiki'?)"),
+    ("--data", "embedded:wiki=0,bible=0", "data.source: the weight of part 'wiki' must be a positive number, got '0'"),
+    ("--tokenizer", "bogus", "data.tokenizer: unknown tokenizer 'bogus'"),
+    ("--data", "/nonexistent/corpus.txt", "data.source: no such file '/nonexistent/corpus.txt'"),
+])
+def test_a_plan_refuses_the_data_its_search_would(flag, value, problem, capsys, tmp_path):
+    """The same one line and exit 2 from --plan as from the search, which refuses it before training."""
+    assert main([QUICKSTART, flag, value, "--results", str(tmp_path)]) == 2
+    searched = capsys.readouterr().err
+    assert main([QUICKSTART, flag, value, "--plan"]) == 2
+    planned = capsys.readouterr()
+    assert planned.err == searched and planned.out == "" and searched.count("\n") == 1
+    assert searched.startswith(f"run_search.py: {problem}")
+    assert not list(tmp_path.iterdir())
 
 
 def test_resume_needs_an_existing_study(capsys, tmp_path):
@@ -149,8 +170,15 @@ def test_missing_file(capsys, tmp_path):
 
 def test_run_search_py_plans_the_default_space(tmp_path, monkeypatch):
     """The real entry point, without SPACE (search_spaces/default.yaml), from another directory."""
+    from benchmark.space.language import load_space
+    from benchmark.space.plan import make_plan
+    from benchmark.space.source import Override
+    from benchmark.store import speeds
+
     monkeypatch.setenv("SHAPEBENCH_CACHE", str(tmp_path / "cache"))
-    perf.record_flops(FLOPS, source="test")                     # so the child does not probe
+    plan = make_plan(load_space(ROOT / "search_spaces" / "default.yaml", [Override.flag("budget", "budget", "113M")]))
+    first = probe.probe_key(plan.candidates[0].spec, TrainConfig.from_dict(plan.space.trial_training))
+    speeds.record_probe(perf.timing.speeds_file(), first, FLOPS, 10.0)   # so the child does not probe
     work = tmp_path / "work"
     work.mkdir()
     run = subprocess.run([sys.executable, str(ROOT / "run_search.py"), "--plan", "--json", "--budget", "113M"],
@@ -188,42 +216,100 @@ def test_a_results_path_that_is_a_file_is_one_line_before_any_training(capsys, t
 
 def test_estimates_learn_from_the_trials_finished_here(monkeypatch, tmp_path):
     """`--plan` uses each family's measured training FLOP/s and time outside training once trials
-    have run here (issue 12); a family not yet run gets the mean of those that have."""
+    have run here; a family not yet run gets the mean of those that have."""
     from benchmark.space.language import load_space
     from benchmark.space.plan import make_plan, records
     from benchmark.store import speeds
 
     monkeypatch.setenv(speeds.ENV, str(tmp_path / "perf.json"))
     plan = make_plan(load_space(QUICKSTART))
-    before = records(plan, perf.estimates())
+    cfg = TrainConfig.from_dict(plan.space.trial_training)
+    before = records(plan, perf.estimates(plan, cfg))
     assert all(r["est_from_trials"] == 0 for r in before)
     path = speeds.path_in(tmp_path)
     policy = speeds.policy_key("auto", True)
     speeds.record_trial(path, policy, "transformer", 2e10, 100.0)
     speeds.record_trial(path, policy, "transformer", 4e10, 60.0)
     speeds.record_trial(path, speeds.policy_key("fp32", False), "looped", 1e9, 1.0)  # another policy
-    after = records(plan, perf.estimates())
+    after = records(plan, perf.estimates(plan, cfg))
     for r in after:
         work = r["flops_per_token_train"] * r["tokens"]
         assert r["est_seconds"] == pytest.approx(work / 3e10 + 80.0)  # the mean of the two trials
         assert r["est_from_trials"] == (2 if r["family"] == "transformer" else 0)
 
 
-def test_the_fallback_is_the_probe_not_the_benchmark_at_its_reference_size(monkeypatch, tmp_path):
-    """Before any trial, estimates fall back on the probe's FLOP/s. A value that `perf models`
-    recorded at its 4.8M reference size is not read: it overstated the quickstart's speed 1.6x."""
+def _probes(monkeypatch, peak: float = 1e15) -> list[tuple]:
+    """What each probe measured (spec, policy, seq_len, batch_size): a fake step, a fake matmul peak."""
+    from benchmark.trial import step
+
+    seen = []
+
+    def fake_measure(paths, steps, warmup, seq_len, batch_size, until):
+        seen.append((paths[0][0], paths[0][1], seq_len, batch_size))
+        return [perf.Measurement(0.5, 20.5, 1e3, 2e10, 0, (0.5,) * 3)]
+
+    monkeypatch.undo()  # the autouse stand-in for the probe
+    monkeypatch.setattr(perf.timing, "measure_together", fake_measure)
+    monkeypatch.setattr(step, "matmul_peak", lambda dtype, budget_s, device: peak)
+    return seen
+
+
+def test_the_first_estimate_probes_the_first_candidate_trained_as_its_trial_will_be(monkeypatch, tmp_path, capsys):
+    """Before any trial here, the plan probes its first candidate in the trials' policy (the precision
+    `auto` resolves to, compiled unless --no-compile), at their sequence length and micro-batch: a
+    small eager probe read a Xeon with AMX at a third of its compiled bf16 trials' speed. The first
+    step beyond a steady one is the compilation the trial pays; a second plan reads the record."""
     from benchmark.store import speeds
 
+    seen = _probes(monkeypatch)
     monkeypatch.setenv(speeds.ENV, str(tmp_path / "perf.json"))
-    path = speeds.path_in(tmp_path)
-    speeds.record_machine(path, 7.8e10, source="benchmark.perf models")    # a file from before
-    assert speeds.machine_fallback(path) is None
-    speeds.record_machine(path, 5e10, source="probe")
-    assert speeds.machine_fallback(path) == 5e10
-    monkeypatch.setattr(perf.models, "measure_together", lambda paths, steps, seq_len, batch_size, until, focus: [
-        perf.Measurement(1.0, 1.0, 1e3, 1e11, 0, (1.0,) * 3) for _ in paths])
-    perf.run_models(["depth"], steps=3)                                     # the benchmark leaves it
-    assert speeds.machine_fallback(path) == 5e10
+    rows, _ = plan_json(capsys, QUICKSTART)
+    (spec, policy, seq_len, batch), = seen
+    assert spec.to_dict() == rows[0]["spec"] and (seq_len, batch) == (128, 16)   # the quickstart's training
+    assert policy.precision == "auto" and policy.compile and policy.compile_scope == "regions"
+    for r in rows:   # 2e10 FLOP/s, 20 s of compiling, and the rest of a trial
+        assert r["est_seconds"] == pytest.approx(r["flops_per_token_train"] * r["tokens"] / 2e10 + 20.0 + TRIAL_REST_S)
+    assert plan_json(capsys, QUICKSTART)[0] == rows and len(seen) == 1             # recorded: probed once
+    plan_json(capsys, QUICKSTART, "--no-compile", "--precision", "fp32")           # another policy: its own probe
+    assert len(seen) == 2 and seen[1][1].precision == "fp32" and not seen[1][1].compile
+
+
+def test_a_candidate_too_big_to_probe_is_probed_at_the_small_size(monkeypatch, tmp_path, capsys):
+    """The probe keeps to seconds: a step beyond STEP_AT_PEAK_S at the matmul peak takes fewer
+    sequences, and one whose single sequence is beyond it the small model of probe_shape."""
+    from benchmark.perf.probe import STEP_AT_PEAK_S
+    from benchmark.store import speeds
+
+    per_sequence = count_flops(plan_json(capsys, QUICKSTART)[0][0]["spec"], 128)["train"] * 128
+    small = perf.probe_shape("cpu")
+    for name, sequences, expect in [("a", 4.5, 4), ("b", 0.5, None)]:
+        seen = _probes(monkeypatch, peak=sequences * per_sequence / STEP_AT_PEAK_S)
+        monkeypatch.setenv(speeds.ENV, str(tmp_path / f"{name}.json"))
+        plan_json(capsys, QUICKSTART)
+        spec, _, seq_len, batch = seen[0]
+        assert (seq_len, batch) == ((128, expect) if expect else small[1:])
+        assert (spec == small[0]) == (expect is None)
+
+
+def test_a_real_probe_trains_the_candidate(monkeypatch, tmp_path):
+    """The probe itself, unmocked, on a tiny eager candidate: a positive speed, recorded under its
+    policy and shape."""
+    from benchmark.space.language import load_space
+    from benchmark.space.plan import make_plan
+    from benchmark.store import speeds
+
+    monkeypatch.undo()
+    monkeypatch.setenv(speeds.ENV, str(tmp_path / "perf.json"))
+    space = tmp_path / "tiny.yaml"
+    space.write_text("budget: 200K\nbase: {vocab_size: 512, n_heads: 2}\naxes: {family: [transformer]}\n"
+                     "training: {tokens: 1M, seq_len: 32, batch_size: 4}\n")
+    plan = make_plan(load_space(space))
+    cfg = TrainConfig.from_dict({**plan.space.trial_training, "compile": False})
+    monkeypatch.setattr(probe, "PROBE_S", 1.0)
+    speed = probe.probe_speed(plan.candidates[0].spec, cfg)
+    assert speed.flops_per_s > 0 and speed.overhead_s >= TRIAL_REST_S and speed.trials == 0
+    key = probe.probe_key(plan.candidates[0].spec, cfg)
+    assert key.startswith("auto|eager|") and speeds.probe(speeds.path_in(tmp_path), key) is not None
 
 
 def test_the_plan_counts_the_search_around_the_trials_as_measured_here(monkeypatch, tmp_path, capsys):

@@ -153,7 +153,7 @@ def test_cli_draws_the_fits_and_labels_the_extrapolation(tmp_path, capsys):
 
 def test_the_law_keeps_a_falling_loss_above_a_non_negative_floor():
     """Three nearly log-linear points (the quickstart ladder's Looped means over 2 seeds at 500K, 1M
-    and 2M, AMD EPYC, 2026-11-23) fit best unconstrained with alpha -> 0 and c near -25; the law's
+    and 2M, results/quickstart-ladder) fit best unconstrained with alpha -> 0 and c near -25; the law's
     meaning (a, c >= 0) forbids it."""
     from benchmark.leaderboard.scaling import fit_law
 

@@ -341,7 +341,7 @@ def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus,
                                                                    "sampler": "random"}), policy=POLICY)
 
 
-# ---- a full disk (issue 18) -------------------------------------------------------------------
+# ---- a full disk ------------------------------------------------------------------------------
 
 @pytest.fixture
 def small_disk(tmp_path):

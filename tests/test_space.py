@@ -403,7 +403,7 @@ def test_ray_tune_can_checkpoint_the_searcher_of_every_space(path, tmp_path):
     assert first == again
 
 
-# ---- budget ladders (issue 13) -------------------------------------------------------------------
+# ---- budget ladders ------------------------------------------------------------------------------
 
 LADDER = """\
 name: ladder

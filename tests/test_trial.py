@@ -70,7 +70,7 @@ def test_row_has_the_spec_columns(corpus):
 
 
 def test_the_row_says_where_the_trial_time_went(corpus):
-    """compile / train / eval / quantise seconds (issue 12): parts of wall_s, and train_s is the
+    """compile / train / eval / quantise seconds: parts of wall_s, and train_s is the
     time the measured throughput accounts for, so wall_s - train_s is the trial's overhead."""
     row = run_trial(SPEC, TrainConfig(**{**CFG, "eval_every": 5}), data=corpus)
     split = [row[k] for k in TIME_SPLIT]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.data.sources import source_kind
+from benchmark.data.sources import _local_files, source_kind
 from benchmark.data.tokenizer import parse_spec
 
 CACHE_ENV = "SHAPEBENCH_CACHE"
@@ -34,6 +34,17 @@ class DataConfig:
             raise ValueError(f"data.val_fraction must be in (0, 0.5], got {self.val_fraction!r}")
         if self.max_docs is not None and not (_is_number(self.max_docs, int) and self.max_docs >= 1):
             raise ValueError(f"data.max_docs must be a positive integer or null, got {self.max_docs!r}")
+
+    def checked(self) -> DataConfig:
+        """Itself, or ValueError (one line) for a local source that matches no .txt/.jsonl/.parquet
+        file. Asked where a command starts (a plan, a search), before anything is written; not in
+        __post_init__, as a config is also made where the files are not (a worker reading the cache)."""
+        if source_kind(self.source) == "local":
+            try:
+                _local_files(self.source)
+            except FileNotFoundError as e:
+                raise ValueError(str(e)) from None
+        return self
 
 
 def _is_number(value: Any, kind: type | tuple[type, ...] = (int, float)) -> bool:

@@ -286,8 +286,8 @@ class ZhuGate(Connection):
             self.eps = NORM_EPS  # norm(H): OLMo's norm has no parameters (HC App. B), applied in forward
             # rows: W_β | W_m | W_r (n), stored (out, in) as nn.Linear stores its weight: with the
             # transposed (d, n + 2) layout F.linear's forward and gradient matmuls took slow paths
-            # on a CPU (forward 5.4 ms against 2.2 ms at the reference size, and the connection's
-            # forward and backward ~15 ms more). Checkpoints of that layout load (_load_from_state_dict).
+            # on a CPU (benchmarks/2026-11-27-measurements-from-comments.md, "The gates' layout").
+            # Checkpoints of that layout load (_load_from_state_dict).
             self.weight = nn.Parameter(torch.zeros(n + 2, d))
             self.scale = nn.Parameter(torch.full((2,), GATE_SCALE_INIT))  # s_α, s_β
 

@@ -25,8 +25,9 @@ memory. Each hyper-connection family is timed in interleaved rounds with its bas
 `--stream-dtypes auto,fp32` times a hyper family with each storage of its streams. It is the
 GPU-sized check; on a CPU a 113M step takes minutes.
 
-`machine_flops()` is the throughput time estimates fall back on before any trial has run here
-(`run_search.py --plan`): a short probe's, measured once and cached on disk.
+`probe_speed()` is what time estimates fall back on before any trial has run here
+(`run_search.py --plan`): a short run of the plan's first candidate trained as its trial will be,
+measured once per policy and shape and cached on disk (perf/probe.py).
 """
 
 from benchmark.perf.models import (
@@ -36,18 +37,16 @@ from benchmark.perf.models import (
     reference_spec,
     run_models,
 )
+from benchmark.perf.probe import estimates, probe_speed
 from benchmark.perf.scale import run_scale
 from benchmark.perf.timing import (
     MIN_ROUNDS,
     Measurement,
-    estimates,
-    machine_flops,
     measure,
     measure_together,
     probe_shape,
-    record_flops,
 )
 
-__all__ = ["HYPER_TARGETS", "MIN_ROUNDS", "Measurement", "comparison_groups", "estimates", "machine_flops",
-           "measure", "measure_together", "paired_ratio", "probe_shape", "record_flops", "reference_spec",
+__all__ = ["HYPER_TARGETS", "MIN_ROUNDS", "Measurement", "comparison_groups", "estimates",
+           "measure", "measure_together", "paired_ratio", "probe_shape", "probe_speed", "reference_spec",
            "run_models", "run_scale"]

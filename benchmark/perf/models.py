@@ -36,8 +36,8 @@ def reference_spec(family: str) -> ArchSpec:
     return ArchSpec.from_dict(raw)
 
 
-# Issue 12's goals for the hyper-connection families: time per token over their baselines (the
-# mHC paper's fused kernel costs 6.7% at n = 4).
+# The goals for the hyper-connection families: time per token over their baselines (the mHC
+# paper's fused kernel costs 6.7% at n = 4).
 HYPER_TARGETS = (("hyperloop", "looped", 0.03), ("mhc", "transformer", 0.10), ("hc", "transformer", 0.10))
 
 

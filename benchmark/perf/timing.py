@@ -1,5 +1,5 @@
-"""Timing training steps on this machine (measure, measure_together) and the throughput that
-`run_search.py --plan` estimates from (machine_flops, estimates)."""
+"""Timing training steps on this machine (measure, measure_together), and the time a search spends
+outside its trials that `run_search.py --plan` adds (search_times; its trials: perf/probe.py)."""
 
 from __future__ import annotations
 
@@ -126,47 +126,15 @@ def speeds_file() -> Path:
     return speeds.path_in(cache_root())
 
 
-def machine_flops(probe: bool = True) -> float:
-    """This machine's training FLOP/s when no trial has measured better: an earlier probe's, else
-    a short eager probe (a few seconds). Not `benchmark.perf models`' reference size: a compiled
-    4.8M model runs faster per FLOP than the small models a first search trains, and a plan from
-    it said half the real time (benchmarks/2026-11-24-quickstart-timings.md, "The plan's estimate")."""
-    cached = speeds.machine_fallback(speeds_file())
-    if cached is not None:
-        return cached
-    if not probe:
-        raise LookupError("no measured throughput for this machine yet")
-    from benchmark.trial.step import ExecPolicy, default_device
-
-    spec, seq_len, batch_size = probe_shape(default_device().type)
-    m = measure(spec, ExecPolicy(compile=False), steps=3, warmup=1, seq_len=seq_len, batch_size=batch_size)
-    record_flops(m.flops_per_s, source="probe")
-    return m.flops_per_s
-
-
 def probe_shape(device_type: str) -> tuple[ArchSpec, int, int]:
-    """(spec, seq_len, batch) of the throughput probe. On a CPU a small model, so the probe takes
-    seconds. On a GPU a step sized like a real one (~100M parameters, 8 x 1024 tokens, in the
-    default precision): a tiny model there measures kernel launches, not the GPU, and would put
-    113M estimates off by an order of magnitude. Keyed, like every speed, by the machine (its GPU's
-    name included: store/speeds.machine_key); finished trials replace it (store/speeds.py)."""
+    """(spec, seq_len, batch) of the probe for a candidate whose one sequence is too long a step to
+    probe (perf/probe.py). On a CPU a small model, so the probe takes seconds. On a GPU a step sized
+    like a real one (~100M parameters, 8 x 1024 tokens): a tiny model there measures kernel
+    launches, not the GPU, and would put 113M estimates off by an order of magnitude."""
     if device_type == "cuda":
         spec = ArchSpec.from_dict({"d_model": 768, "n_heads": 12, "layers": {"n": 12}, "vocab_size": 8192})
         return spec, 1024, 8
     return ArchSpec.from_dict({"d_model": 128, "n_heads": 4, "layers": {"n": 4}, "vocab_size": 4096}), 128, 8
-
-
-def record_flops(flops_per_s: float, source: str) -> None:
-    """Remember this machine's training FLOP/s for estimates (atomic write; best effort)."""
-    speeds.record_machine(speeds_file(), flops_per_s, source)
-
-
-def estimates(precision: str = "auto", compile: bool = True):
-    """family -> Speed for `--plan`: what finished trials measured here under this policy
-    (store/speeds.py), else machine_flops() with the plan's fixed overhead."""
-    from benchmark.space.plan import TRIAL_OVERHEAD_S
-
-    return speeds.estimator(speeds_file(), speeds.policy_key(precision, compile), machine_flops(), TRIAL_OVERHEAD_S)
 
 
 def search_times() -> tuple[float, float, int]:

@@ -21,12 +21,12 @@ from benchmark.space.candidates import Candidate, choose, grid, resolve
 from benchmark.space.language import BUDGET_AXIS, SearchSpace
 from benchmark.store.metrics import PARAM_COLUMNS
 
-# Seconds a trial spends outside the training steps (building and compiling the model, the
-# evaluations, quantisation), until trials on this machine have measured their own (store/speeds.py).
-# A plan made before any trial ran here meets an empty compile cache, where each family's first
-# seed pays for compiling: the value is what a new user's first quickstart spent per trial on a
-# 2-core CPU (benchmarks/2026-11-24-quickstart-timings.md).
-TRIAL_OVERHEAD_S = 14.0
+# A trial's seconds outside its training steps and their compilation: the evaluations,
+# quantisation with its own three evaluations, bookkeeping. A plan adds it to a probe's speed and
+# compilation until trials on this machine have measured their own (perf/probe.py,
+# store/speeds.py). The quickstart's first trials spent about this on a 2-core CPU, a fifth of it on
+# an H100 (results/quickstart-cpu-epyc, results/quickstart-gpu-h100: wall_s - train_s - compile_s).
+TRIAL_REST_S = 6.0
 # Seconds a search spends outside its trials (starting Ray and the first worker, ending them),
 # until a search on this machine has measured its own (store/speeds.py: record_search, timed from
 # the search's start, so the interpreter's start and imports are not in it): the quickstart's on a
@@ -95,7 +95,7 @@ def records(plan: Plan, speed: float | Callable[[str], Any]) -> list[dict[str, A
     this machine's training FLOP/s, or family -> Speed (store/speeds.py: what trials measured
     here, with their time outside training) so that the estimate learns from finished trials."""
     space = plan.space
-    speed_of = speed if callable(speed) else (lambda family: _Fixed(speed, TRIAL_OVERHEAD_S, 0))
+    speed_of = speed if callable(speed) else (lambda family: _Fixed(speed, TRIAL_REST_S, 0))
     out = []
     for i, c in enumerate(plan.candidates):
         flops = count_flops(c.spec, space.training_value("seq_len"))
@@ -251,5 +251,5 @@ def _basis(rows: list[dict[str, Any]]) -> str:
     """What the estimate stands on: trials measured here, or the machine's probe."""
     measured = sum(1 for r in rows if r["est_from_trials"])
     if not measured:
-        return "from this machine's FLOP/s; finished trials refine it"
+        return "from a probe of candidate 0 trained here; finished trials refine it"
     return f"{measured} of {len(rows)} candidates from their family's trials measured here"

@@ -1,5 +1,5 @@
 """Speeds measured on this machine, for time estimates (`run_search.py --plan`, the cluster-job
-check): the machine's training FLOP/s from a probe, and, once trials
+check): a probe's training FLOP/s and compilation (perf/probe.py), and, once trials
 have finished here, each family's achieved training FLOP/s and its fixed time per trial outside
 training (compile, evaluations, quantisation), and each finished search's time outside its
 trials (record_search), so estimates learn from what ran;
@@ -7,8 +7,8 @@ and each `benchmark.perf models` run's paired time ratios (record_ratio), which 
 targets by across runs.
 
 One JSON file (`<cache>/perf.json`, or $SHAPEBENCH_SPEEDS), keyed by the machine (CPU model,
-cores, torch version, GPU model) and the execution policy. A probe sets only the machine's
-fallback; it never overrides what trials measured. Best effort: a file that cannot be read or
+cores, torch version, GPU model) and the execution policy. A probe is only the fallback; it never
+overrides what trials measured. Best effort: a file that cannot be read or
 written gives the fallback, never an error.
 """
 
@@ -119,18 +119,18 @@ def _editing(path: Path):
             lock.release()
 
 
-def machine_fallback(path: Path) -> float | None:
-    """The machine's training FLOP/s from a probe, if one was recorded. Values that
-    `benchmark.perf models` recorded are not read: measured at its reference size, they overstate
-    small models' speed (perf.timing.machine_flops)."""
-    entry = _load(path)["machines"].get(machine_key(), {})
-    value = entry.get("flops_per_s") if entry.get("source") != "benchmark.perf models" else None
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+def probe(path: Path, key: str) -> tuple[float, float] | None:
+    """(training FLOP/s, first step beyond a steady one) of the probe recorded under `key`
+    (perf/probe.py: a policy and a shape) on this machine, if any."""
+    entry = _load(path)["machines"].get(machine_key(), {}).get("probes", {}).get(key)
+    ok = (isinstance(entry, list) and len(entry) == 2 and all(isinstance(v, (int, float)) for v in entry)
+          and entry[0] > 0 and entry[1] >= 0)
+    return (float(entry[0]), float(entry[1])) if ok else None
 
 
-def record_machine(path: Path, flops_per_s: float, source: str) -> None:
+def record_probe(path: Path, key: str, flops_per_s: float, compile_s: float) -> None:
     with _editing(path) as data:
-        data["machines"].setdefault(machine_key(), {}).update(flops_per_s=flops_per_s, source=source)
+        data["machines"].setdefault(machine_key(), {}).setdefault("probes", {})[key] = [flops_per_s, compile_s]
 
 
 def record_trial(path: Path, policy: str, family: str, flops_per_s: float, overhead_s: float) -> None:
@@ -172,18 +172,22 @@ def search_times(path: Path, fallback_start_s: float) -> tuple[float, float, int
     return statistics.fmean(r[0] for r in runs), statistics.fmean(r[1] for r in runs), len(runs)
 
 
-def estimator(path: Path, policy: str, fallback_flops: float, fallback_overhead_s: float) -> Callable[[str], Speed]:
+def estimator(path: Path, policy: str, fallback: Callable[[], Speed]) -> Callable[[str], Speed]:
     """family -> Speed: the mean of that family's trials here under this policy; a family not yet
-    run gets the mean over the families that ran (their overhead too), else the fallback."""
+    run gets the mean over the families that ran (their overhead too), else `fallback()` (called
+    only then, once: a probe)."""
     measured = _load(path)["machines"].get(machine_key(), {}).get("trials", {}).get(policy, {})
     per = {fam: Speed(statistics.fmean(f for f, _ in runs), statistics.fmean(o for _, o in runs), len(runs))
            for fam, runs in measured.items() if runs}
-    if per:
-        pooled = Speed(statistics.fmean(s.flops_per_s for s in per.values()),
-                       statistics.fmean(s.overhead_s for s in per.values()), 0)
-    else:
-        pooled = Speed(fallback_flops, fallback_overhead_s, 0)
-    return lambda family: per.get(family, pooled)
+    pooled = (Speed(statistics.fmean(s.flops_per_s for s in per.values()),
+                    statistics.fmean(s.overhead_s for s in per.values()), 0) if per else None)
+
+    def speed_of(family: str) -> Speed:
+        nonlocal pooled
+        if family not in per and pooled is None:
+            pooled = fallback()
+        return per.get(family) or pooled
+    return speed_of
 
 
 def precision_probe(path: Path) -> dict | None:

@@ -132,8 +132,8 @@ def prepare_device(device: torch.device) -> None:
     runs there; its precision is recorded with the row (precision_name). And torch.compile's
     caches (Inductor's FX graph cache and AOTAutograd's, both on by default) under shapebench's
     cache folder rather than /tmp, so that a trial of shapes compiled before, in any earlier
-    process on this node, reuses the generated code after a reboot too (an H100: Hyperloop's
-    first step 71 s cold, 7 s warm). TORCHINDUCTOR_CACHE_DIR, when set, wins."""
+    process on this node, reuses the generated code after a reboot too (a tenth of a cold first
+    step: benchmarks/2026-11-27-measurements-from-comments.md, "The compile cache"). TORCHINDUCTOR_CACHE_DIR, when set, wins."""
     import os
 
     from benchmark.data import cache_root

@@ -164,8 +164,8 @@ def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: Da
 
 class Clock:
     """Where a trial's wall time goes (the row's TIME_SPLIT columns): `compile_s`, the first
-    step's time beyond one steady step, with building the model and the step before it (rows
-    written before 2026-11-23 did not count the building); `train_s`, the training steps without
+    step's time beyond one steady step, with building the model and the step before it (rows of
+    older code counted the first step alone); `train_s`, the training steps without
     it; `eval_s`, every evaluation (periodic, final, per loop count, the unigram floor, the
     diagnostics); `quantize_s`, GPTQ and RTN with their evaluations. The rest of `wall_s`
     (checkpoint, bookkeeping) is in none of them. The overhead a user waits through beyond

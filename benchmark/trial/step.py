@@ -61,12 +61,10 @@ def head_loss(model, h: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None
 
 
 # Logits a scoring pass holds at once (elements). On a CPU, 2^20 float32 is 4 MB, which stays in
-# the last-level cache between the head's matmul and the softmax: a whole quickstart evaluation
-# (24K tokens, vocab 8,192, 128 rows a chunk) took 0.78-0.82 s for the Transformer and 1.04-1.09 s
-# for Hyperloop where 2^21 (256 rows) took 0.89 and 1.13-1.18 (2-core AMD EPYC, 2026-11-24, three
-# runs of five rounds interleaved; 2^18 and 2^19 in between). Elsewhere (a GPU, not measured)
-# chunks of 2^26 (256 MB) keep the kernel count low and still bound the memory the logits take:
-# a whole 16 x 1024-token batch at a 50K vocabulary would hold 3.3 GB.
+# the last-level cache between the head's matmul and the softmax, and it scored a quickstart
+# evaluation faster than 2^21 (benchmarks/2026-11-27-measurements-from-comments.md, "Scoring chunks").
+# Elsewhere (a GPU, not measured) chunks of 2^26 (256 MB) keep the kernel count low and still bound
+# the memory the logits take: a whole 16 x 1024-token batch at a 50K vocabulary would hold 3.3 GB.
 SCORE_CHUNK_LOGITS = {"cpu": 2 ** 20}
 SCORE_CHUNK_LOGITS_OTHER = 2 ** 26
 
@@ -74,10 +72,9 @@ SCORE_CHUNK_LOGITS_OTHER = 2 ** 26
 @torch.no_grad()
 def score_head_loss(model, h: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     """head_loss for evaluation (no gradient), over chunks of tokens: the same mean, without the
-    (B, T, vocab) logits written out and read back by the softmax. Measured on a 2-core AMD EPYC
-    (32 MB L3), quickstart shapes (2,048 tokens, d 96, vocab 8,192): head and loss 110 ms per batch
-    in one piece, 57 ms in chunks of 256 tokens (the softmax was memory-bound: 37 of them in
-    log_softmax); an evaluation of the quickstart Transformer is mostly head."""
+    (B, T, vocab) logits written out and read back by the softmax, which on a CPU is bound by
+    memory: chunks halved a quickstart batch's head and loss (benchmarks/2026-11-27-measurements-from-comments.md,
+    "Scoring chunks"); an evaluation of the quickstart Transformer is mostly head."""
     h, y = h.flatten(0, -2), y.flatten()
     rows = max(64, SCORE_CHUNK_LOGITS.get(h.device.type, SCORE_CHUNK_LOGITS_OTHER) // model.spec.vocab_size)
     total = h.new_zeros((), dtype=torch.float64)  # the chunks' sums: float64, as evaluation adds batches
