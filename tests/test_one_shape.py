@@ -13,9 +13,10 @@ import pytest
 from benchmark import count_params
 from benchmark.cli import main
 from benchmark.leaderboard.claims import arms
-from benchmark.perf import timing
+from benchmark.perf import probe
 from benchmark.space.language import SpaceError, load_space
-from benchmark.space.plan import make_plan
+from benchmark.space.plan import TRIAL_REST_S, make_plan
+from benchmark.store.speeds import Speed
 
 ROOT = Path(__file__).resolve().parent.parent
 TWICE = str(ROOT / "search_spaces" / "reference-2" / "twice.yaml")
@@ -39,7 +40,7 @@ training: {tokens: 1.5M, seq_len: 128, batch_size: 32, warmup: 0.05}
 
 @pytest.fixture(autouse=True)
 def fixed_machine(monkeypatch):
-    monkeypatch.setattr(timing, "machine_flops", lambda: 5e10)
+    monkeypatch.setattr(probe, "probe_speed", lambda spec, cfg: Speed(5e10, TRIAL_REST_S, 0))  # no probe trains
 
 
 def write(tmp_path: Path, text: str, name: str = "space.yaml") -> Path:
