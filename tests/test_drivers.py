@@ -16,7 +16,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from benchmark.cli import main
+from benchmark.search.command import search_main as main
 from benchmark.search import ray_session
 from benchmark.search.study import StudyError, check_declared, declaration
 from benchmark.space.language import load_space

@@ -4,7 +4,6 @@ page, study comparison and the CLI's plain errors."""
 from __future__ import annotations
 
 import faulthandler
-import importlib.util
 import json
 import math
 import multiprocessing
@@ -643,15 +642,13 @@ def test_cli_says_plainly_when_there_is_nothing_to_show(tmp_path, case):
     done = run_cli(folder)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
-    assert done.stderr.startswith("leaderboard: no results")
+    assert done.stderr.startswith("shapebench board: no results")
 
 
 def load_cli():
-    """leaderboard.py, run in-process (the subprocess tests above already pay the start-up), loaded
-    by path so that the tests do not depend on the repository root being on sys.path."""
-    spec = importlib.util.spec_from_file_location("leaderboard_cli", ROOT / "leaderboard.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    """`shapebench board`, run in-process (the subprocess tests above already pay the start-up)."""
+    from benchmark.leaderboard import command as cli
+
     return cli
 
 

@@ -59,7 +59,7 @@ def test_bad_mixtures_are_one_line_naming_the_parts(source, problem):
 
 
 def test_bad_mixture_exits_2_from_the_command_line(tmp_path, capsys):
-    from benchmark.cli import main
+    from benchmark.search.command import search_main as main
 
     spec = tmp_path / "arch.yaml"
     spec.write_text("family: looped\nd_model: 32\nn_heads: 2\nvocab_size: 300\nlayers: {begin: 1, middle: 1, end: 1}\n")

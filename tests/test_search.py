@@ -359,7 +359,7 @@ def test_a_full_disk_stops_the_search_cleanly_and_resume_finishes_it(corpus, tmp
                                                                       started_ray):
     """capfd, not capsys: Ray Tune's loggers write to the stderr they found at import, which only
     the file descriptor shows."""
-    from benchmark.cli import main
+    from benchmark.search.command import search_main as main
 
     results = small_disk / "results"
     space_path = space_file(tmp_path, "full", trials=1, tokens="20K")

@@ -20,7 +20,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from benchmark.cli import main
+from benchmark.search.command import search_main as main
 from benchmark.search import rows as trial_rows
 from benchmark.search import searcher as searcher_module
 from benchmark.search.study import DRIVER, engine_url

@@ -1,5 +1,5 @@
 """Timing training steps on this machine (measure, measure_together) and the throughput that
-`run_search.py --plan` estimates from (machine_flops, estimates)."""
+`shapebench plan` estimates from (machine_flops, estimates)."""
 
 from __future__ import annotations
 
