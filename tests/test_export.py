@@ -1,4 +1,4 @@
-"""`leaderboard.py --export`: a study as a tabular benchmark in Syne Tune's blackbox-repository
+"""`shapebench board --export`: a study as a tabular benchmark in Syne Tune's blackbox-repository
 layout, loaded back with pandas and numpy alone. Every ok row appears once, at its configuration,
 seed and fidelity; failed rows do not; learning curves fill the fidelities they reached."""
 

@@ -196,7 +196,7 @@ def test_an_unreadable_trial_file_is_skipped_and_named(tmp_path):
     assert len(read_studies(find_studies([folder]), skipped)) == len(trials)
     assert skipped == {"torn": [str(folder / "trials" / "torn.parquet")]}
     assert skipped_notes(find_studies([folder]), skipped, {"torn": {}}) == [
-        ("torn: 1 unreadable trial file skipped (torn.parquet); redo with: python run_search.py SPACE.yaml "
+        ("torn: 1 unreadable trial file skipped (torn.parquet); redo with: shapebench search SPACE.yaml "
          f"--name torn --results {tmp_path} --resume")]
 
 
@@ -404,7 +404,7 @@ def test_a_better_study_has_the_larger_hypervolume():
 
 def declared_board(root: Path, **declarations) -> object:
     """A board of one small study per declaration (as the search writes it: _study.json beside
-    the trials), read the way leaderboard.py reads them."""
+    the trials), read the way `shapebench board` reads them."""
     for i, (name, info) in enumerate(declarations.items()):
         folder = write_study(root, synthetic_trials(name, shapes=1, seeds=2, budgets=(30e6,), seed=i,
                                                     statuses={"ok": 1.0}))

@@ -1,6 +1,6 @@
 """`solve: none`: every candidate keeps the anchor's whole shape (d_model, heads, FFN width) and its
 own parameter count, the budget and its tolerance sizing the anchor alone (Hyperloop §4.2, Table 1:
-a Transformer at the Hyperloop's width with twice its parameters); and `run_search.py --plan
+a Transformer at the Hyperloop's width with twice its parameters); and `shapebench plan
 --claims`, which follows a plan's candidates with each claim's arms and what they differ in."""
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def test_one_shape_arms_differ_in_the_family_alone_and_d_model_would_be_a_confou
     assert arms.compare({"a": [loop], "b": [wider]}, filters, declared).label == "confounded: d_model, n_heads"
 
 
-# ---- run_search.py SPACE --plan --claims FILE ---------------------------------------------------------
+# ---- shapebench plan SPACE --claims FILE -------------------------------------------------------------
 
 def test_the_plan_lists_the_claims_arms_and_what_differs(capsys):
     assert plan_main([TWICE, "--claims", CLAIMS_2]) == 0
@@ -197,4 +197,4 @@ def test_the_plans_claims_flag_fails_plainly(tmp_path, capsys):
     assert plan_main([space, "--claims", str(other)]) == 0
     assert "note: no claim of " in capsys.readouterr().err
     assert main([space, "--claims", str(other)]) == 2
-    assert "--claims applies only to --plan" in capsys.readouterr().err
+    assert "shapebench search: --claims applies only to a plan (shapebench board --claims" in capsys.readouterr().err

@@ -133,7 +133,7 @@ def test_the_leaderboard_shows_a_study_with_a_damaged_file_and_says_how_to_redo_
     assert load_leaderboard().main([str(results), "--format", "md"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("# Leaderboard: demo")
-    assert (f"- demo: 1 unreadable trial file skipped (t0003.a0.parquet); redo with: python run_search.py "
+    assert (f"- demo: 1 unreadable trial file skipped (t0003.a0.parquet); redo with: shapebench search "
             f"SPACE.yaml --name demo --results {results} --resume (SPACE.yaml: the file of space 'demo')") in out
     shown = {float(v) for v in re.findall(r"\| (\d+\.\d+) \|", out.split("## Budget")[1])}
     assert {round(r["val_ppl"], 2) for i, r in enumerate(map(row, range(6))) if i != 3} <= shown
