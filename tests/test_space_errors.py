@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.search.command import search_main as main
 from benchmark.search.command import plan_main
 from benchmark.store.metrics import SEARCHABLE
 
