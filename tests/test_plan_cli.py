@@ -144,6 +144,22 @@ def test_a_spec_file_that_is_not_a_mapping_is_one_line(text, kind, capsys, tmp_p
                                        f"(family: ..., d_model: ...), got a {kind}\n")
 
 
+
+@pytest.mark.parametrize("text, message", [
+    ("family: looped\nd_model: 32\ntraining: {seq_len: 32, warmpu: 0.1}\n",
+     "3:25: training.warmpu: unknown key (did you mean 'warmup'?)"),
+    ("family: looped\ntraining: [1, 2]\n", "2:11: training: expected a mapping, got [1, 2]"),
+    ("family: looped\nfamily: hyperloop\n", "2:1: family: duplicate key (first given at line 1)"),
+])
+def test_a_spec_files_errors_are_located_as_a_spaces(text, message, capsys, tmp_path):
+    """--spec reads its file with the space's loader: the file, line and column of every error,
+    its `training:` section checked as a space's is."""
+    spec = tmp_path / "arch.yaml"
+    spec.write_text(text)
+    assert main(["--spec", str(spec)]) == 2
+    assert capsys.readouterr().err == f"{spec}:{message}\n"
+
+
 def test_missing_file(capsys, tmp_path):
     assert plan_main([str(tmp_path / "nope.yaml")]) == 2
     assert capsys.readouterr().err == f"{tmp_path / 'nope.yaml'}: cannot read: No such file or directory\n"
