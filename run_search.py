@@ -1,13 +1,9 @@
-"""Plan or run an architecture search at a fixed parameter budget: `shapebench plan` and
-`shapebench search` under their older name (the flags: --help, or docs/searches-and-results.md).
-
-    python run_search.py [SPACE.yaml] --budget 113M --plan [--json]
-    python run_search.py [SPACE.yaml] --budget 113M
-"""
+"""`shapebench search` (and `shapebench plan` with --plan) under its older name."""
 
 import sys
 
-from benchmark.cli import main
+from benchmark.main import main
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # --plan picks the verb; every other flag is the command's own
+    argv = sys.argv[1:]
+    sys.exit(main(["plan", *(a for a in argv if a != "--plan")] if "--plan" in argv else ["search", *argv]))

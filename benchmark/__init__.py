@@ -1,7 +1,7 @@
 """shapebench: a declarative architecture-search benchmark for parameter-efficient LMs.
 
 Public API (private modules re-exported here, loaded on first use so that light tools such as
-`run_search.py --plan` and the results store do not pay for importing torch):
+`shapebench plan` and the results store do not pay for importing torch):
   ArchSpec, SpecError, FAMILIES   the architecture spec (arch/spec.py)
   build_model, param_components   the model zoo (models/)
   count_params, count_flops       analytic accounting (arch/counting.py)

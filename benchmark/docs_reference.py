@@ -308,7 +308,7 @@ def render() -> str:
         "`pandas.read_parquet(\"results/<study>\")`.",
         _columns(),
         "## Metrics",
-        "What `objectives:`, `leaderboard.py --x/--y/--objectives` and claims may name. `params` reads "
+        "What `objectives:`, `shapebench board --x/--y/--objectives` and claims may name. `params` reads "
         "the column of the study's count rule. Only `quality` and `cost` metrics are objectives.",
         _metrics(),
     ]) + "\n"

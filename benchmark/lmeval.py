@@ -1,13 +1,14 @@
 """lm-evaluation-harness adapter: run any lm-eval task on a shapebench checkpoint.
 
-    python -m benchmark.tasks TASKS_DIR                      # the offline held-out tasks (optional)
-    python -m benchmark.lmeval --model shapebench \\
+    shapebench tasks TASKS_DIR                      # the offline held-out tasks (optional)
+    shapebench lmeval --model shapebench \\
         --model_args checkpoint=PATH[,loops=4,max_length=512] --batch_size 16 --device cpu \\
         --tasks shapebench_cloze,shapebench_choice --include_path TASKS_DIR
 
 lm-eval 0.4.13 discovers models only in its own source tree (no plugin entry points), so
-`python -m benchmark.lmeval` is lm-eval's own command line with this model registered. In Python,
-importing this module registers "shapebench"; `simple_evaluate(model=ShapebenchLM(...))` also works.
+`shapebench lmeval` (or `python -m benchmark.lmeval`) is lm-eval's own command line with this model
+registered. In Python, importing this module registers "shapebench"; `simple_evaluate(model=ShapebenchLM(...))`
+also works.
 
 Choices that differ from a Hugging Face model:
   * every request starts with <|endoftext|>: each training document follows one, so this is how the

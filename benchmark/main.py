@@ -7,10 +7,11 @@
     shapebench tasks OUT_DIR                              write the offline held-out tasks for lm-eval
     shapebench lmeval --model shapebench ...              lm-evaluation-harness on a saved checkpoint
 
-`shapebench COMMAND --help` lists a command's flags. Each command is parsed by the parser of the
-entry point it stands for, which keeps working under its older name: `python run_search.py
-[--plan]`, `python leaderboard.py`, `python -m benchmark.perf`, `python -m benchmark.tasks`,
-`python -m benchmark.lmeval`.
+`shapebench COMMAND --help` lists a command's flags. Each command's line lives beside what it
+drives (search/command.py, leaderboard/command.py, perf/__main__.py, tasks/__main__.py, lmeval.py),
+which parses it once. `python run_search.py` and `python leaderboard.py` are aliases of `shapebench
+search` (`plan` with --plan) and `shapebench board`; `python -m benchmark.perf|tasks|lmeval` run the
+same commands as modules (lm-eval's own name for its model, `--model shapebench`, needs no script).
 """
 
 from __future__ import annotations
@@ -29,33 +30,18 @@ class Command:
     run: Callable[[list[str], str], int | None]  # (its arguments, its prog) -> exit code
 
 
+# Each command imports its module when it runs, so that `shapebench plan` imports neither the
+# leaderboard nor lm-eval (nor torch).
 def _plan(argv: list[str], prog: str) -> int:
-    from benchmark import cli
+    from benchmark.search.command import plan_main
 
-    _search_parser(prog, plan=True).parse_args(argv)  # --help and flag errors under this command's name
-    return cli.main([*argv, "--plan"])
+    return plan_main(argv, prog)
 
 
 def _search(argv: list[str], prog: str) -> int:
-    from benchmark import cli
+    from benchmark.search.command import search_main
 
-    _search_parser(prog, plan=False).parse_args(argv)
-    return cli.main(argv)
-
-
-def _search_parser(prog: str, plan: bool) -> argparse.ArgumentParser:
-    """run_search.py's parser, showing only the flags that apply: a plan refuses the search's own."""
-    from benchmark import cli
-
-    parser = cli.build_parser()
-    parser.prog = prog
-    hidden = {"plan", *(cli.SEARCH_ONLY + ("spec", "checkpoint") if plan else ("json",))}
-    for action in parser._actions:  # argparse has no public way to hide an inherited flag
-        if action.dest in hidden:
-            action.help = argparse.SUPPRESS
-    if plan:
-        parser.description = "Resolve and print the candidates a search would train; train nothing."
-    return parser
+    return search_main(argv, prog)
 
 
 def _board(argv: list[str], prog: str) -> int:
@@ -91,19 +77,17 @@ def _lmeval(argv: list[str], prog: str) -> int:
 
 
 COMMANDS = {
-    "plan": Command("resolve a search space into candidates at a budget and print them (run_search.py --plan)",
-                    _plan),
-    "search": Command("run or resume a search, or train one architecture with --spec (run_search.py)", _search),
-    "board": Command("leaderboard: ranked tables, frontiers, scaling fits, claims, the HTML page (leaderboard.py)",
-                     _board),
-    "perf": Command("speed of the training path on this machine (python -m benchmark.perf)", _perf),
-    "tasks": Command("write the offline held-out lm-eval tasks (python -m benchmark.tasks)", _tasks),
-    "lmeval": Command("lm-evaluation-harness on a checkpoint; its flags are lm-eval's (python -m benchmark.lmeval)",
-                      _lmeval),
+    "plan": Command("resolve a search space into candidates at a budget and print them; train nothing", _plan),
+    "search": Command("run or resume a search, or train one architecture with --spec", _search),
+    "board": Command("leaderboard: ranked tables, frontiers, scaling fits, claims, the HTML page", _board),
+    "perf": Command("speed of the training path on this machine", _perf),
+    "tasks": Command("write the offline held-out lm-eval tasks", _tasks),
+    "lmeval": Command("lm-evaluation-harness on a checkpoint; its flags are lm-eval's", _lmeval),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The top level only: which command. Each command's own parser reads the rest."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

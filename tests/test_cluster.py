@@ -202,7 +202,7 @@ def test_trials_that_cannot_start_stop_the_search_saying_what_is_free(cluster, c
 @pytest.mark.slow
 def test_the_cli_against_a_cluster_started_with_ray_start(corpus, tmp_path):
     """A second cluster, started as the README says (a head with no CPUs, one worker node,
-    token authentication on), and `run_search.py --address`: a trial runs on the worker; a
+    token authentication on), and `shapebench search --address`: a trial runs on the worker; a
     trial that no node can hold is one line and exit 2."""
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent))
     temp = f"/tmp/sbcli-{os.getpid()}"

@@ -4,7 +4,6 @@ and the measure reaches the Markdown, the page and decision.json."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -182,9 +181,7 @@ def test_markdown_page_and_json(measured, tmp_path):
 
 
 def test_cli_writes_decision_json_for_the_committed_ladder(tmp_path):
-    spec = importlib.util.spec_from_file_location("leaderboard_cli", ROOT / "leaderboard.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    from benchmark.leaderboard import command as cli
     assert cli.main([str(LADDER), "--format", "md", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "decision.json").read_text())
     assert [(s["held"], s["pairs"]) for s in data["summary"] if s["families"] == "all"] == [(2, 3), (3, 3), (2, 3)]

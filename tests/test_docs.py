@@ -82,7 +82,7 @@ def test_the_readme_is_short_and_its_commands_are_the_ones_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 200
     assert "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && " \
-           ".venv/bin/python run_search.py search_spaces/quickstart.yaml" in readme
+           ".venv/bin/shapebench search search_spaces/quickstart.yaml" in readme
     test_command = 'python -m pytest -q -m "not bench"'
     assert f".venv/bin/{test_command}" in readme and ci.rstrip().endswith(test_command)
 

@@ -16,7 +16,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from benchmark.cli import main
+from benchmark.search.command import search_main as main
 from benchmark.search import ray_session
 from benchmark.search.study import StudyError, check_declared, declaration
 from benchmark.space.language import load_space
@@ -138,7 +138,7 @@ def test_an_edited_space_is_refused_in_one_line_and_nothing_changes(sqlite_study
     assert main(flags(edited, results, corpus, "--resume")) == 2
     out, err = capfd.readouterr()
     assert err.count("\n") == 1 and "Traceback" not in err, err
-    assert err.startswith(f"run_search.py: shared: the space changed since this study began "
+    assert err.startswith(f"shapebench search: shared: the space changed since this study began "
                           f"({results / 'shared' / '_study.json'}): axes.family: [transformer, looped] -> "
                           "[transformer, looped, hc]. A study is one experiment: undo the change to resume it, "
                           "or run the changed space as a new study (--name shared-2)")
@@ -156,7 +156,7 @@ def test_what_changed_is_named_and_what_may_grow_continues(tmp_path):
     assert str(err.value).startswith("the space changed since this study began (r/s/_study.json): budget: 100K "
                                      "-> 200K; training.tokens: 4K -> 20K; seeds: 2 -> 1 (fewer than its "
                                      "trials were trained with). ")
-    assert str(err.value).endswith("rank both studies' rows together with `python leaderboard.py r`")
+    assert str(err.value).endswith("rank both studies' rows together with `shapebench board r`")
 
 
 # ---- the processes of a live driver are not a stale run's ---------------------------------------
@@ -262,10 +262,10 @@ def test_ray_that_cannot_start_is_one_line_and_exit_3(tmp_path, corpus, capfd, m
     capfd.readouterr()
     assert main(flags(space_file(tmp_path), results, corpus)) == 3
     err = capfd.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("run_search.py: shared: stopped: Ray could not start: The current node timed out during "
+    assert err.startswith("shapebench search: shared: stopped: Ray could not start: The current node timed out during "
                           "startup. This could happen because ... (Ray's logs: /")
     # the resume command repeats what the study was run with (its data, tokenizer, precision)
-    assert f"then: python run_search.py {tmp_path / 'shared.yaml'} --name shared --results {results} --data " in err
+    assert f"then: shapebench search {tmp_path / 'shared.yaml'} --name shared --results {results} --data " in err
     assert err.endswith("--resume")
     assert "Traceback" not in capfd.readouterr().err
     assert not list((results / "shared" / "_drivers").glob("*"))   # the driver ended and said so

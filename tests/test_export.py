@@ -1,10 +1,9 @@
-"""`leaderboard.py --export`: a study as a tabular benchmark in Syne Tune's blackbox-repository
+"""`shapebench board --export`: a study as a tabular benchmark in Syne Tune's blackbox-repository
 layout, loaded back with pandas and numpy alone. Every ok row appears once, at its configuration,
 seed and fidelity; failed rows do not; learning curves fill the fidelities they reached."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -71,9 +70,7 @@ def exported(tmp_path_factory):
     (root / "results" / "demo" / "trials").mkdir(parents=True)
     rows = study_rows()
     rows.to_parquet(root / "results" / "demo" / "trials" / "rows.parquet", index=False)
-    spec = importlib.util.spec_from_file_location("leaderboard_cli", ROOT / "leaderboard.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    from benchmark.leaderboard import command as cli
     assert cli.main([str(root / "results"), "--export", str(root / "bench"), "--format", "csv",
                      "--out", str(root / "site")]) == 0
     return rows, load(root / "bench" / "demo"), root / "bench" / "demo"

@@ -4,7 +4,6 @@ page, study comparison and the CLI's plain errors."""
 from __future__ import annotations
 
 import faulthandler
-import importlib.util
 import json
 import math
 import multiprocessing
@@ -197,7 +196,7 @@ def test_an_unreadable_trial_file_is_skipped_and_named(tmp_path):
     assert len(read_studies(find_studies([folder]), skipped)) == len(trials)
     assert skipped == {"torn": [str(folder / "trials" / "torn.parquet")]}
     assert skipped_notes(find_studies([folder]), skipped, {"torn": {}}) == [
-        ("torn: 1 unreadable trial file skipped (torn.parquet); redo with: python run_search.py SPACE.yaml "
+        ("torn: 1 unreadable trial file skipped (torn.parquet); redo with: shapebench search SPACE.yaml "
          f"--name torn --results {tmp_path} --resume")]
 
 
@@ -405,7 +404,7 @@ def test_a_better_study_has_the_larger_hypervolume():
 
 def declared_board(root: Path, **declarations) -> object:
     """A board of one small study per declaration (as the search writes it: _study.json beside
-    the trials), read the way leaderboard.py reads them."""
+    the trials), read the way `shapebench board` reads them."""
     for i, (name, info) in enumerate(declarations.items()):
         folder = write_study(root, synthetic_trials(name, shapes=1, seeds=2, budgets=(30e6,), seed=i,
                                                     statuses={"ok": 1.0}))
@@ -643,15 +642,13 @@ def test_cli_says_plainly_when_there_is_nothing_to_show(tmp_path, case):
     done = run_cli(folder)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
-    assert done.stderr.startswith("leaderboard: no results")
+    assert done.stderr.startswith("shapebench board: no results")
 
 
 def load_cli():
-    """leaderboard.py, run in-process (the subprocess tests above already pay the start-up), loaded
-    by path so that the tests do not depend on the repository root being on sys.path."""
-    spec = importlib.util.spec_from_file_location("leaderboard_cli", ROOT / "leaderboard.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    """`shapebench board`, run in-process (the subprocess tests above already pay the start-up)."""
+    from benchmark.leaderboard import command as cli
+
     return cli
 
 

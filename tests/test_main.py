@@ -1,7 +1,9 @@
 """`shapebench`: one command, one --help tree, each subcommand the entry point it stands for (the
-same flags, the same output), and the older entry points still working."""
+same flags, the same output), the older scripts aliases of it, and no command shown under another
+name in the docs or said by the code."""
 
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -10,10 +12,10 @@ from pathlib import Path
 import pytest
 from test_leaderboard import synthetic_trials, write_study
 
-from benchmark import cli
 from benchmark.leaderboard import command
 from benchmark.main import COMMANDS, main
 from benchmark.perf import probe
+from benchmark.search import command as search_command
 from benchmark.store.speeds import Speed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +31,7 @@ def _help(capsys, *argv) -> str:
 
 def test_the_console_script_is_declared():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["shapebench"] == "benchmark.main:main"
+    assert scripts == {"shapebench": "benchmark.main:main"}  # one command; the verbs are its own
 
 
 def test_help_lists_every_command(capsys):
@@ -77,11 +79,11 @@ def test_a_flag_error_is_said_under_the_command_name(capsys):
         capsys.readouterr().err
 
 
-def test_plan_is_run_search_py_plan(capsys, monkeypatch):
+def test_plan_is_the_search_commands_plan(capsys, monkeypatch):
     monkeypatch.setattr(probe, "probe_speed", lambda spec, cfg: Speed(5e10, 6.0, 0))  # no probe of this machine
     assert main(["plan", QUICKSTART, "--json"]) == 0
     ours = capsys.readouterr()
-    assert cli.main([QUICKSTART, "--plan", "--json"]) == 0
+    assert search_command.plan_main([QUICKSTART, "--json"]) == 0
     theirs = capsys.readouterr()
     assert ours.out == theirs.out and "median |Δ budget|" in ours.err  # (the err says how long planning took)
     rows = [json.loads(line) for line in ours.out.splitlines()]
@@ -90,7 +92,7 @@ def test_plan_is_run_search_py_plan(capsys, monkeypatch):
     assert "--resume applies only to a search" in capsys.readouterr().err
 
 
-def test_board_is_leaderboard_py(capsys, tmp_path):
+def test_board_is_the_leaderboards_command(capsys, tmp_path):
     write_study(tmp_path, synthetic_trials("cmd", shapes=2, seeds=2))
     assert main(["board", str(tmp_path), "--format", "md", "--top", "2"]) == 0
     ours = capsys.readouterr().out
@@ -99,13 +101,35 @@ def test_board_is_leaderboard_py(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("entry", [
-    ["run_search.py", "--help"], ["leaderboard.py", "--help"],
+    ["run_search.py", "--help"], ["run_search.py", "--plan", "--help"], ["leaderboard.py", "--help"],
     ["-m", "benchmark.perf", "--help"], ["-m", "benchmark.tasks", "--help"], ["-m", "benchmark.main", "--help"],
 ])
 def test_the_older_entry_points_still_work(entry):
     args = [str(ROOT / entry[0]), *entry[1:]] if entry[0].endswith(".py") else entry
     run = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    prog = {"run_search.py": "run_search.py", "leaderboard.py": "leaderboard.py"}.get(
-        entry[0], "shapebench" if entry[-2] == "benchmark.main" else f"python -m {entry[1]}")
+    prog = {"run_search.py": "shapebench search", "--plan": "shapebench plan", "leaderboard.py": "shapebench board",
+            "benchmark.main": "shapebench", "benchmark.perf": "shapebench perf", "benchmark.tasks": "shapebench tasks"}[entry[-2]]
     assert run.stdout.startswith(f"usage: {prog} ")
+
+
+# A command shown under an older name: the scripts, the module entry points, the removed console scripts.
+OLDER = re.compile(r"run_search\.py|leaderboard\.py|python3? -m benchmark\.(perf|tasks|lmeval)\b|shapebench-(tasks|lmeval)")
+
+
+def test_the_docs_show_every_command_as_shapebench_verb():
+    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+    lines = [(page.name, line) for page in pages for line in page.read_text(encoding="utf-8").splitlines()]
+    older = [f"{name}: {line}" for name, line in lines if OLDER.search(line.replace("tests/test_leaderboard.py", ""))]
+    assert [line for line in older if "alias" not in line.lower()] == []
+    assert len(older) == 2  # the README's lines that name the aliases
+    assert sum("shapebench " in line for _, line in lines) > 50
+
+
+def test_the_code_says_shapebench_verb_in_its_messages():
+    """What the code prints (errors, summaries, resume lines, --help) names the command as a user
+    types it; only the dispatcher's docstring mentions the aliases."""
+    found = [f"{path.relative_to(ROOT)}: {line.strip()}" for path in sorted((ROOT / "benchmark").rglob("*.py"))
+             if path.name != "main.py" for line in path.read_text(encoding="utf-8").splitlines()
+             if re.search(r"run_search\.py|leaderboard\.py", line)]
+    assert found == []

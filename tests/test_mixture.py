@@ -59,13 +59,13 @@ def test_bad_mixtures_are_one_line_naming_the_parts(source, problem):
 
 
 def test_bad_mixture_exits_2_from_the_command_line(tmp_path, capsys):
-    from benchmark.cli import main
+    from benchmark.search.command import search_main as main
 
     spec = tmp_path / "arch.yaml"
     spec.write_text("family: looped\nd_model: 32\nn_heads: 2\nvocab_size: 300\nlayers: {begin: 1, middle: 1, end: 1}\n")
     assert main(["--spec", str(spec), "--data", "embedded:wiki=x,bible=1"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("run_search.py: data.source: the weight of part 'wiki' must be a positive number, got 'x'")
+    assert err.startswith("shapebench search: data.source: the weight of part 'wiki' must be a positive number, got 'x'")
     assert err.count("\n") == 1
 
 

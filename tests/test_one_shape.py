@@ -1,6 +1,6 @@
 """`solve: none`: every candidate keeps the anchor's whole shape (d_model, heads, FFN width) and its
 own parameter count, the budget and its tolerance sizing the anchor alone (Hyperloop §4.2, Table 1:
-a Transformer at the Hyperloop's width with twice its parameters); and `run_search.py --plan
+a Transformer at the Hyperloop's width with twice its parameters); and `shapebench plan
 --claims`, which follows a plan's candidates with each claim's arms and what they differ in."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from benchmark import count_params
-from benchmark.cli import main
+from benchmark.search.command import search_main as main
+from benchmark.search.command import plan_main
 from benchmark.leaderboard.claims import arms
 from benchmark.perf import probe
 from benchmark.space.language import SpaceError, load_space
@@ -74,13 +75,13 @@ def test_every_candidate_keeps_the_anchors_shape_and_its_own_count(tmp_path):
 
 def test_the_plan_prints_each_count_over_the_anchors(tmp_path, capsys):
     path = str(write(tmp_path, ONE_SHAPE))
-    assert main([path, "--plan"]) == 0
+    assert plan_main([path]) == 0
     out = capsys.readouterr().out
     assert "× anchor" in out and "Δ budget" not in out
     assert "│   1.000× │" in out and "│   1.361× │" in out and "1,468,032" in out
     assert ("solve: none: the anchor -0.122% from the budget, every candidate at its shape with its own count, "
             "1.000-1.361× the anchor's") in " ".join(out.split())
-    assert main([path, "--plan", "--json"]) == 0
+    assert plan_main([path, "--json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [round(r["anchor_ratio"], 3) for r in rows] == [1.0, 1.361]
     assert rows[1]["params_non_embedding_head"] == 1_468_032
@@ -138,10 +139,10 @@ def test_one_shape_arms_differ_in_the_family_alone_and_d_model_would_be_a_confou
     assert arms.compare({"a": [loop], "b": [wider]}, filters, declared).label == "confounded: d_model, n_heads"
 
 
-# ---- run_search.py SPACE --plan --claims FILE ---------------------------------------------------------
+# ---- shapebench plan SPACE --claims FILE -------------------------------------------------------------
 
 def test_the_plan_lists_the_claims_arms_and_what_differs(capsys):
-    assert main([TWICE, "--plan", "--claims", CLAIMS_2]) == 0
+    assert plan_main([TWICE, "--claims", CLAIMS_2]) == 0
     out = capsys.readouterr().out
     table = out.index("│ transformer │")
     claim = out.index("### Hyperloop beats a Transformer of the same unrolled depth with about twice its parameters")
@@ -182,7 +183,7 @@ def test_a_confounded_claim_names_the_keys_its_groups_do_not_account_for(tmp_pat
     preference the solver moves: the claim tests the family, so the ratio and the head width are
     confounds; d_model and the FFN width follow the budget (solve: d_model)."""
     space, claims = write(tmp_path, CONFOUNDED), write(tmp_path, CLAIMS, "claims.yaml")
-    assert main([str(space), "--plan", "--claims", str(claims)]) == 0
+    assert plan_main([str(space), "--claims", str(claims)]) == 0
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("`mixed` — "))
     assert line == ("`mixed` — **confounded: head_dim, ffn.width_ratio**; differ in: family, d_model, head_dim, "
@@ -191,10 +192,10 @@ def test_a_confounded_claim_names_the_keys_its_groups_do_not_account_for(tmp_pat
 
 def test_the_plans_claims_flag_fails_plainly(tmp_path, capsys):
     space = str(write(tmp_path, CONFOUNDED))
-    assert main([space, "--plan", "--claims", str(tmp_path / "missing.yaml")]) == 2
+    assert plan_main([space, "--claims", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml: cannot be read" in capsys.readouterr().err
     other = write(tmp_path, CLAIMS.replace("study: mixed", "study: elsewhere"), "other.yaml")
-    assert main([space, "--plan", "--claims", str(other)]) == 0
+    assert plan_main([space, "--claims", str(other)]) == 0
     assert "note: no claim of " in capsys.readouterr().err
     assert main([space, "--claims", str(other)]) == 2
-    assert "--claims applies only to --plan" in capsys.readouterr().err
+    assert "shapebench search: --claims applies only to a plan (shapebench board --claims" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""`run_search.py --set KEY=VALUE`: any key of a space set over its file and validated as the file
+"""`shapebench plan|search --set KEY=VALUE`: any key of a space set over its file and validated as the file
 is, with one-line errors that name the flag; the plan and the study's declaration keep the
 overrides; and a schedule that cannot fit (warmup longer than the run) is an error at plan time."""
 
@@ -11,8 +11,9 @@ import optuna
 import pytest
 
 from benchmark import count_flops
-from benchmark.cli import as_declared, build_parser, main
 from benchmark.perf import probe
+from benchmark.search.command import as_declared, build_search_parser, plan_main
+from benchmark.search.command import search_main as main
 from benchmark.store.speeds import Speed
 from benchmark.search.driver import SearchOptions, study_info
 from benchmark.search.study import Sample
@@ -47,24 +48,29 @@ def tiny(tmp_path) -> str:
 
 
 def plan(capsys, *args) -> tuple[list[dict], str]:
-    assert main([*args, "--plan", "--json"]) == 0
+    assert plan_main([*args, "--json"]) == 0
     out, err = capsys.readouterr()
     return [json.loads(line) for line in out.splitlines()], err
 
 
-def error(capsys, *args) -> str:
-    """The one line a refused command prints (exit 2, nothing on stdout, no traceback)."""
-    assert main(list(args)) == 2
+def error(capsys, *args, run=main) -> str:
+    """The one line a refused search prints (exit 2, nothing on stdout, no traceback)."""
+    assert run(list(args)) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "Traceback" not in err, err
     return err.rstrip("\n")
+
+
+def plan_error(capsys, *args) -> str:
+    """The one line a refused plan prints."""
+    return error(capsys, *args, run=plan_main)
 
 
 # ---- the issue's commands ---------------------------------------------------------------------
 
 def test_the_papers_warmup_in_a_1m_token_run_is_an_error(capsys):
     """1000 warmup steps of 256 x 2048 tokens in a 1M-token run (2 steps) would never reach the peak."""
-    err = error(capsys, HYPERLOOP, "--budget", "600K", "--tokens", "1M", "--plan")
+    err = plan_error(capsys, HYPERLOOP, "--budget", "600K", "--tokens", "1M")
     assert err.startswith(f"{HYPERLOOP}:")   # the file's `warmup: 1000`
     assert err.endswith(": training.warmup: 1,000 warmup steps do not end before the run's 2 steps: 1M tokens at "
                         "524,288 a step (batch_size 256 x seq_len 2048); give warmup as a fraction of the run "
@@ -83,7 +89,7 @@ def test_set_plans_the_paper_space_with_a_sane_schedule(capsys):
 
 
 def test_the_table_shows_the_overrides(capsys, tiny):
-    assert main([tiny, "--plan", "--set", "training.warmup=0.1", "--set", "axes.family=[transformer]"]) == 0
+    assert plan_main([tiny, "--set", "training.warmup=0.1", "--set", "axes.family=[transformer]"]) == 0
     out = " ".join(capsys.readouterr().out.split())   # the rich table wraps the summary
     assert "489 steps (warmup 49)" in out
     assert "set on the command line: --set training.warmup=0.1 --set axes.family=[transformer]" in out  # not markup
@@ -112,11 +118,11 @@ def test_the_table_shows_the_overrides(capsys, tiny):
     ("base.n_heds=4", "base.n_heds: unknown key (did you mean 'n_heads'?)"),
 ])
 def test_a_bad_set_is_one_line_naming_it(capsys, tiny, given, message):
-    assert error(capsys, tiny, "--plan", "--set", given) == f"--set {given}: {message}"
+    assert plan_error(capsys, tiny, "--set", given) == f"--set {given}: {message}"
 
 
 def test_a_bad_set_in_a_list_names_the_item(capsys, tiny):
-    err = error(capsys, tiny, "--plan", "--set", "axes.family=[transformer, lopped]")
+    err = plan_error(capsys, tiny, "--set", "axes.family=[transformer, lopped]")
     assert err.startswith("--set axes.family=[transformer, lopped]: axes.family[1]: 'lopped' is not one of ")
     assert err.endswith("(did you mean 'looped'?)")
 
@@ -124,7 +130,7 @@ def test_a_bad_set_in_a_list_names_the_item(capsys, tiny):
 def test_an_error_the_set_did_not_touch_stays_in_the_file(capsys, tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(TINY.replace("seq_len: 128", "seq_len: 0"))
-    assert error(capsys, str(path), "--plan", "--set", "training.lr=1e-3") == \
+    assert plan_error(capsys, str(path), "--set", "training.lr=1e-3") == \
         f"{path}:6:33: training.seq_len: must be >= 1, got 0"
 
 
@@ -151,26 +157,26 @@ def test_set_fills_a_section_written_empty(capsys, tmp_path):
 
 def test_a_flag_that_sets_a_key_is_named_like_a_set(capsys, tiny):
     """--tokens is `--set training.tokens=..`: less than one step is its error, not the file's."""
-    assert error(capsys, tiny, "--plan", "--tokens", "1K") == (
+    assert plan_error(capsys, tiny, "--tokens", "1K") == (
         "--tokens 1K: training.tokens: less than one step: 1K tokens at 2,048 a step (batch_size 16 x seq_len 128); "
         "set a smaller training.batch_size or training.seq_len, or train more tokens")
 
 
 def test_set_is_refused_with_spec(capsys, tmp_path):
     assert error(capsys, "--spec", str(tmp_path / "arch.yaml"), "--set", "training.seq_len=64") == \
-        "run_search.py: --set sets a key of a search space, not of --spec (edit the spec file)"
+        "shapebench search: --set sets a key of a search space, not of --spec (edit the spec file)"
 
 
 # ---- the schedule: what fits and what does not ------------------------------------------------------
 
 @pytest.mark.parametrize("warmup, fits", [(488, True), (489, False), (0.99, True)])
 def test_a_cosine_warmup_must_end_before_the_run(capsys, tiny, warmup, fits):
-    args = [tiny, "--plan", "--json", "--set", f"training.warmup={warmup}"]
+    args = [tiny, "--json", "--set", f"training.warmup={warmup}"]
     if fits:
-        rows, _ = plan(capsys, *args[:1], *args[3:])
+        rows, _ = plan(capsys, *args[:1], *args[2:])
         assert rows[0]["steps"] == 489 and rows[0]["warmup_steps"] == (warmup if warmup >= 1 else 484)
     else:
-        assert error(capsys, *args).startswith(f"--set training.warmup={warmup}: training.warmup: 489 warmup steps "
+        assert plan_error(capsys, *args).startswith(f"--set training.warmup={warmup}: training.warmup: 489 warmup steps "
                                                "do not end before the run's 489 steps: 1M tokens at 2,048 a step ")
 
 
@@ -181,7 +187,7 @@ def test_a_wsd_warmup_must_end_before_its_decay(capsys, tiny, warmup, fits):
     if fits:
         assert plan(capsys, *args)[0][0]["warmup_steps"] == warmup
     else:
-        assert error(capsys, *args, "--plan") == (
+        assert plan_error(capsys, *args) == (
             f"--set training.warmup={warmup}: training.warmup: {warmup} warmup steps run into the last 98 steps of "
             "decay (decay: 0.2) of the run's 489 steps: 1M tokens at 2,048 a step (batch_size 16 x seq_len 128); "
             "give warmup as a fraction of the run (e.g. 0.05), or set a smaller training.batch_size or "
@@ -197,7 +203,7 @@ def test_tokens_per_parameter_name_the_candidate_whose_run_is_too_short(capsys, 
     rows, _ = plan(capsys, str(path), "--set", "training.warmup=0.05")
     small = rows[0]
     assert small["budget"] == 200_000 and small["steps"] == math.ceil(20 * small["params_total"] / 4096)
-    err = error(capsys, str(path), "--plan")
+    err = plan_error(capsys, str(path))
     assert err == (f"{path}:6:63: training.warmup: 1,000 warmup steps do not end before the run's {small['steps']} "
                    f"steps: candidate 0 (transformer, budget 200K) trains {small['tokens'] / 1e6:.4g}M tokens = 20x "
                    f"its {small['params_total'] / 1e3:.4g}K total parameters at 4,096 a step (batch_size 16 x "
@@ -224,7 +230,7 @@ def test_a_per_loop_objective_needs_candidates_that_evaluate_that_loop_count(cap
     """val_loss_r4 is null for a Transformer (no eval_loops): every trial would fail in Optuna, so the
     plan refuses it at the objective's key; AbbIE-D evaluates r = 1, 2, 4, 8 and plans."""
     r4 = ["--set", "objectives=[val_loss_r4:min]"]
-    assert error(capsys, tiny, "--plan", *r4) == (
+    assert plan_error(capsys, tiny, *r4) == (
         "--set objectives=[val_loss_r4:min]: objectives[0]: val_loss_r4 is the loss at 4 loops, which candidate 0 "
         "(transformer) does not evaluate (its eval_loops: none); give the family eval_loops with 4, or keep this "
         "objective to families that evaluate it (abbie-c, abbie-d, depth)")
@@ -258,7 +264,7 @@ def test_overrides_follow_the_document(data, key, value, result):
 def test_a_new_top_level_section_is_validated_by_its_own_rules(capsys, tiny):
     space = load_space(tiny, [parse_set("quantize.group_size=64")])
     assert space.quantize == {"group_size": 64}
-    assert error(capsys, tiny, "--plan", "--set", "quantize.group_sise=64") == \
+    assert plan_error(capsys, tiny, "--set", "quantize.group_sise=64") == \
         "--set quantize.group_sise=64: quantize.group_sise: unknown key (did you mean 'group_size'?)"
 
 
@@ -274,12 +280,12 @@ def test_the_flags_are_short_for_a_set_and_win_over_one(capsys, tiny):
 # ---- the declaration: a study says how it was run, and resumes so ---------------------------------------
 
 def _args(*argv):
-    return build_parser().parse_args(list(argv))
+    return build_search_parser().parse_args(list(argv))
 
 
 def test_the_declaration_keeps_the_overrides_and_they_rebuild_the_space(tiny, tmp_path):
     args = _args(tiny, "--set", "training.seq_len=64", "--set", "axes.family=[transformer, looped]", "--budget", "2M")
-    from benchmark.cli import overrides
+    from benchmark.search.command import overrides
 
     space = load_space(tiny, overrides(args))
     data = SimpleNamespace(dataset_id="d", tokenizer=SimpleNamespace(tokenizer_id="t"))
@@ -309,7 +315,7 @@ def test_the_resume_command_a_stopped_search_prints_resumes_the_same_study(tiny,
     does not set back: the flags short for a --set, --seeds, the data and the precision."""
     import shlex
 
-    from benchmark.cli import _resume_command, overrides
+    from benchmark.search.command import _resume_command, overrides
     from benchmark.search.study import check_declared
 
     argv = [tiny, "--set", "training.seq_len=64", "--budget", "2M", "--tokens", "0.5M", "--seeds", "2",
@@ -320,7 +326,7 @@ def test_the_resume_command_a_stopped_search_prints_resumes_the_same_study(tiny,
     info = study_info(space, SearchOptions(name="tiny-set", results_dir=tmp_path, seeds=2), "tpe", data)
     write_study_info(tmp_path / "tiny-set", info)
     line = _resume_command(args, "tiny-set")
-    assert line == (f"python run_search.py {tiny} --name tiny-set --results {tmp_path} --budget 2M --tokens 0.5M "
+    assert line == (f"shapebench search {tiny} --name tiny-set --results {tmp_path} --budget 2M --tokens 0.5M "
                     "--seeds 2 --data embedded:wiki --precision fp32 --resume")
     again = _args(*shlex.split(line)[2:])
     resumed = as_declared(load_space(tiny, overrides(again)), again, tmp_path / "tiny-set")
@@ -331,7 +337,7 @@ def test_the_resume_command_a_stopped_search_prints_resumes_the_same_study(tiny,
 def test_resuming_with_other_sets_is_one_line(capsys, tiny, tmp_path):
     write_study_info(tmp_path / "tiny-set", {"space": "tiny-set", "overrides": ["--set training.seq_len=64"]})
     assert error(capsys, tiny, "--results", str(tmp_path), "--resume", "--set", "training.seq_len=32") == (
-        "run_search.py: --resume: this study was run with --set training.seq_len=64; resume it with the same --set, "
+        "shapebench search: --resume: this study was run with --set training.seq_len=64; resume it with the same --set, "
         "or none to set them again (or start a new study with --name)")
 
 
@@ -375,7 +381,7 @@ def test_a_space_s_training_precision_reaches_the_trial_unless_a_flag_overrides_
     """`--set training.precision=fp32` (or the space's own `training:`) is what each trial trains
     in; only a `--precision` given on the command line overrides it (seen: the flag's default,
     `auto`, always overrode it, and a study asked for in fp32 trained in bf16)."""
-    from benchmark.cli import _policy, overrides
+    from benchmark.search.command import _policy, overrides
     from benchmark.search.context import TrialContext
 
     args = _args(tiny, "--set", "training.precision=fp32", *flags)

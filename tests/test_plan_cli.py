@@ -1,4 +1,4 @@
-"""`run_search.py --plan`: the JSON records, the table, overrides, reproducibility, and the flags
+"""`shapebench plan`: the JSON records, the table, overrides, reproducibility, and the flags
 that belong to the search (which must fail loudly rather than do nothing)."""
 
 import json
@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from benchmark import count_flops, count_params, perf
-from benchmark.cli import main
 from benchmark.perf import probe
+from benchmark.search.command import plan_main
+from benchmark.search.command import search_main as main
 from benchmark.space.plan import TRIAL_REST_S
 from benchmark.store.speeds import Speed
 from benchmark.trial.config import TrainConfig
@@ -26,7 +27,7 @@ def fixed_machine(monkeypatch):
 
 
 def plan_json(capsys, *args):
-    assert main([*args, "--plan", "--json"]) == 0
+    assert plan_main([*args, "--json"]) == 0
     out, err = capsys.readouterr()
     return [json.loads(line) for line in out.splitlines()], err
 
@@ -55,7 +56,7 @@ def test_a_piped_plan_keeps_each_row_on_one_line(capsys, monkeypatch, force_colo
         monkeypatch.setenv("FORCE_COLOR", force_color)
     else:
         monkeypatch.delenv("FORCE_COLOR", raising=False)
-    assert main([QUICKSTART, "--plan"]) == 0
+    assert plan_main([QUICKSTART]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if "│ hyperloop " in line]
     assert len(rows) == 1 and rows[0].count("│") == 13 and rows[0].rstrip().endswith("min   │")
 
@@ -77,19 +78,20 @@ def test_sampled_plans_follow_the_seed(capsys):
 
 
 def test_table(capsys):
-    assert main([QUICKSTART, "--plan"]) == 0
+    assert plan_main([QUICKSTART]) == 0
     out = capsys.readouterr().out
     assert "quickstart" in out and "1L→2L(×2)→1L" in out and "4× diagonal / loop" in out
     assert "3 (the whole grid) candidates x 2 seeds at 1.5M total parameters ± 0.5%" in out
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--plan", "--resume"], "run_search.py: --resume applies only to a search, not to --plan"),
-    (["--plan", "--name", "x", "--address", "auto"],
-     "run_search.py: --name, --address apply only to a search, not to --plan"),
+    (["--resume"], "shapebench plan: --resume applies only to a search, not to a plan"),
+    (["--name", "x", "--address", "auto"],
+     "shapebench plan: --name, --address apply only to a search, not to a plan"),
+    (["--spec", "arch.yaml"], "shapebench plan: --spec applies only to a search, not to a plan"),
 ])
 def test_search_flags_fail_loudly(args, message, capsys):
-    assert main([QUICKSTART, *args]) == 2
+    assert plan_main([QUICKSTART, *args]) == 2
     assert capsys.readouterr().err == message + "\n"
 
 
@@ -102,25 +104,26 @@ def test_search_flags_fail_loudly(args, message, capsys):
     ("--data", "/nonexistent/corpus.txt", "data.source: no such file '/nonexistent/corpus.txt'"),
 ])
 def test_a_plan_refuses_the_data_its_search_would(flag, value, problem, capsys, tmp_path):
-    """The same one line and exit 2 from --plan as from the search, which refuses it before training."""
+    """The same one line (under its own command's name) and exit 2 from the plan as from the search, which refuses it before training."""
     assert main([QUICKSTART, flag, value, "--results", str(tmp_path)]) == 2
     searched = capsys.readouterr().err
-    assert main([QUICKSTART, flag, value, "--plan"]) == 2
+    assert plan_main([QUICKSTART, flag, value]) == 2
     planned = capsys.readouterr()
-    assert planned.err == searched and planned.out == "" and searched.count("\n") == 1
-    assert searched.startswith(f"run_search.py: {problem}")
+    assert planned.out == "" and searched.count("\n") == 1
+    assert planned.err.removeprefix("shapebench plan: ") == searched.removeprefix("shapebench search: ")
+    assert searched.startswith(f"shapebench search: {problem}")
     assert not list(tmp_path.iterdir())
 
 
 def test_resume_needs_an_existing_study(capsys, tmp_path):
     assert main([QUICKSTART, "--resume", "--name", "nosuch", "--results", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == f"run_search.py: --resume: no study named 'nosuch' under {tmp_path}/\n"
+    assert capsys.readouterr().err == f"shapebench search: --resume: no study named 'nosuch' under {tmp_path}/\n"
     assert not list(tmp_path.iterdir())
 
 
 def test_bad_flags_are_usage_errors(capsys):
     with pytest.raises(SystemExit) as e:
-        main([QUICKSTART, "--plan", "--budget", "lots"])
+        plan_main([QUICKSTART, "--budget", "lots"])
     assert e.value.code == 2
     assert "argument --budget: expected an amount like 113M, 1.2B or 500K, got 'lots'" in capsys.readouterr().err
 
@@ -131,7 +134,7 @@ def test_an_absurd_budget_is_a_plain_error_in_a_second(capsys):
     import time
 
     t0 = time.perf_counter()
-    assert main([QUICKSTART, "--plan", "--budget", "1e30"]) == 2
+    assert plan_main([QUICKSTART, "--budget", "1e30"]) == 2
     assert time.perf_counter() - t0 < 10
     err = capsys.readouterr().err
     assert err.startswith("--budget 1e30: budget: ") and "would need d_model above 1,048,576" in err
@@ -150,7 +153,7 @@ def test_a_study_name_is_one_folder(name, capsys, tmp_path):
 def test_a_space_whose_name_leaves_the_results_folder_is_refused(capsys, tmp_path):
     space = tmp_path / "evil.yaml"
     space.write_text("name: ../evil\nbudget: 1M\naxes: {family: [transformer]}\n")
-    assert main([str(space), "--plan"]) == 2
+    assert plan_main([str(space)]) == 2
     assert capsys.readouterr().err.startswith(f"{space}:1:7: name: '../evil' is not a study name")
 
 
@@ -163,13 +166,30 @@ def test_a_spec_file_that_is_not_a_mapping_is_one_line(text, kind, capsys, tmp_p
                                        f"(family: ..., d_model: ...), got a {kind}\n")
 
 
+
+@pytest.mark.parametrize("text, message", [
+    ("family: looped\nd_model: 32\ntraining: {seq_len: 32, warmpu: 0.1}\n",
+     "3:25: training.warmpu: unknown key (did you mean 'warmup'?)"),
+    ("family: looped\ntraining: [1, 2]\n", "2:11: training: expected a mapping, got [1, 2]"),
+    ("family: looped\nfamily: hyperloop\n", "2:1: family: duplicate key (first given at line 1)"),
+])
+def test_a_spec_files_errors_are_located_as_a_spaces(text, message, capsys, tmp_path):
+    """--spec reads its file with the space's loader: the file, line and column of every error,
+    its `training:` section checked as a space's is."""
+    spec = tmp_path / "arch.yaml"
+    spec.write_text(text)
+    assert main(["--spec", str(spec)]) == 2
+    assert capsys.readouterr().err == f"{spec}:{message}\n"
+
+
 def test_missing_file(capsys, tmp_path):
-    assert main([str(tmp_path / "nope.yaml"), "--plan"]) == 2
+    assert plan_main([str(tmp_path / "nope.yaml")]) == 2
     assert capsys.readouterr().err == f"{tmp_path / 'nope.yaml'}: cannot read: No such file or directory\n"
 
 
 def test_run_search_py_plans_the_default_space(tmp_path, monkeypatch):
-    """The real entry point, without SPACE (search_spaces/default.yaml), from another directory."""
+    """The older entry point, `run_search.py --plan` (an alias of `shapebench plan`), without SPACE
+    (search_spaces/default.yaml), from another directory."""
     from benchmark.space.language import load_space
     from benchmark.space.plan import make_plan
     from benchmark.space.source import Override
@@ -191,13 +211,13 @@ def test_run_search_py_plans_the_default_space(tmp_path, monkeypatch):
 
 
 def test_the_headline_search_on_one_machine_asks_first(capsys, tmp_path):
-    """`run_search.py --budget 113M` here is a cluster job: the estimate, the cluster command line,
+    """`shapebench search --budget 113M` here is a cluster job: the estimate, the cluster command line,
     exit 2 without --yes when not at a terminal, and nothing trained or written."""
     assert main(["--budget", "113M", "--results", str(tmp_path / "results")]) == 2
     err = capsys.readouterr().err
     hours = float(err.split(" machine-hours")[0].rsplit(" ", 1)[1].replace(",", ""))
     assert hours > 24 and "GPU-hours at an assumed 400 TFLOP/s per GPU" in err
-    assert "--budget 113M --address auto --results s3://BUCKET/results --gpus-per-trial 1" in err
+    assert "  shapebench search --budget 113M --address auto --results s3://BUCKET/results --gpus-per-trial 1" in err
     assert "Add --yes to run it here anyway." in err
     assert not (tmp_path / "results").exists()
 
@@ -211,7 +231,7 @@ def test_a_results_path_that_is_a_file_is_one_line_before_any_training(capsys, t
     assert main([QUICKSTART, "--results", str(taken), "--name", "q"]) == 2
     err = capsys.readouterr().err
     assert time.perf_counter() - t0 < 10 and err.count("\n") == 1
-    assert err.startswith("run_search.py: q: ") and str(taken) in err and "not a directory" in err
+    assert err.startswith("shapebench search: q: ") and str(taken) in err and "not a directory" in err
 
 
 def test_estimates_learn_from_the_trials_finished_here(monkeypatch, tmp_path):

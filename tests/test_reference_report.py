@@ -19,18 +19,18 @@ COMMAND = ["results/reference", "--claims", "search_spaces/claims/reference.yaml
 
 def test_the_committed_report_is_what_the_committed_rows_give(capsys, monkeypatch):
     if not (RECORD / "REPORT.md").exists():
-        pytest.fail("results/reference/REPORT.md is missing: python leaderboard.py " + " ".join(COMMAND)
+        pytest.fail("results/reference/REPORT.md is missing: shapebench board " + " ".join(COMMAND)
                     + " > results/reference/REPORT.md")
     monkeypatch.chdir(ROOT)
     capsys.readouterr()
     assert main(COMMAND) == 0
     assert capsys.readouterr().out == (RECORD / "REPORT.md").read_text(), (
-        "results/reference/REPORT.md is stale: python leaderboard.py " + " ".join(COMMAND)
+        "results/reference/REPORT.md is stale: shapebench board " + " ".join(COMMAND)
         + " > results/reference/REPORT.md")
 
 
 def test_the_record_names_the_command():
-    assert "python leaderboard.py " + " ".join(COMMAND) in (RECORD / "README.md").read_text()
+    assert "shapebench board " + " ".join(COMMAND) in (RECORD / "README.md").read_text()
 
 
 BEGIN, END = "<!-- verdicts: results/reference/REPORT.md -->", "<!-- /verdicts -->"

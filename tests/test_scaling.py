@@ -4,7 +4,6 @@ about their rate, and a study that is no ladder says why it has no fit."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -139,9 +138,7 @@ def test_cli_draws_the_fits_and_labels_the_extrapolation(tmp_path, capsys):
     folder = tmp_path / "results" / "ladder" / "trials"
     folder.mkdir(parents=True)
     ladder(seeds=2).to_parquet(folder / "rows.parquet", index=False)
-    spec = importlib.util.spec_from_file_location("leaderboard_cli", ROOT / "leaderboard.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    from benchmark.leaderboard import command as cli
     assert cli.main([str(tmp_path / "results"), "--predict", "113M", "--format", "md", "--out", str(tmp_path / "site")]) == 0
     md = (tmp_path / "site" / "leaderboard.md").read_text()
     assert "## Scaling fits" in md and "| extrapolation |" in md and "Loss at 113M" in md

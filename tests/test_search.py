@@ -359,7 +359,7 @@ def test_a_full_disk_stops_the_search_cleanly_and_resume_finishes_it(corpus, tmp
                                                                       started_ray):
     """capfd, not capsys: Ray Tune's loggers write to the stderr they found at import, which only
     the file descriptor shows."""
-    from benchmark.cli import main
+    from benchmark.search.command import search_main as main
 
     results = small_disk / "results"
     space_path = space_file(tmp_path, "full", trials=1, tokens="20K")
@@ -371,8 +371,8 @@ def test_a_full_disk_stops_the_search_cleanly_and_resume_finishes_it(corpus, tmp
     capfd.readouterr()
     assert main(flags) == 3
     err = capfd.readouterr().err
-    assert f"run_search.py: full: stopped: {results / 'full'}: the disk is full" in err and "MiB free" in err
-    assert (f"once there is space: python run_search.py {space_path} --name full --results {results} --trials 2 "
+    assert f"shapebench search: full: stopped: {results / 'full'}: the disk is full" in err and "MiB free" in err
+    assert (f"once there is space: shapebench search {space_path} --name full --results {results} --trials 2 "
             f"--data {corpus / 'text.txt'} --tokenizer bpe:320 --precision fp32 --no-compile --resume") in err
     assert "Traceback" not in err
     kept = pd.read_parquet(results / "full")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.cli import main
+from benchmark.search.command import plan_main
 from benchmark.store.metrics import SEARCHABLE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,7 +102,7 @@ def test_malformed_space_exits_2_with_one_located_message(name, tmp_path, monkey
     shutil.copy(BAD / name, tmp_path / name)
     monkeypatch.chdir(tmp_path)
     before = _listing(tmp_path)
-    assert main([name, "--plan"]) == 2
+    assert plan_main([name]) == 2
     out, err = capsys.readouterr()
     assert err == EXPECTED[name] + "\n" and out == ""
     assert _listing(tmp_path) == before

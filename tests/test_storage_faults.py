@@ -20,7 +20,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from benchmark.cli import main
+from benchmark.search.command import search_main as main
 from benchmark.search import rows as trial_rows
 from benchmark.search import searcher as searcher_module
 from benchmark.search.study import DRIVER, engine_url
@@ -146,10 +146,10 @@ def test_a_database_down_at_the_start_is_one_line_and_exit_3(tmp_path, corpus, s
     about = [line for line in err if "database" in line]
     assert about == [err[-1]], "\n".join(err)   # one line, the last
     assert re.fullmatch(
-        r"run_search\.py: down: stopped: the study's database postgresql\+psycopg://postgres@127\.0\.0\.1:\d+/postgres "
+        r"shapebench search: down: stopped: the study's database postgresql\+psycopg://postgres@127\.0\.0\.1:\d+/postgres "
         r"has not answered within 2 s \(OperationalError: connection failed: .*Connection refused\); finished rows "
         r"are kept\. Check that the server is up and reachable from here \(or wait longer with --storage-wait\); "
-        r"then: python run_search\.py .* --storage postgresql://postgres@127\.0\.0\.1:\d+/postgres --resume", err[-1])
+        r"then: shapebench search .* --storage postgresql://postgres@127\.0\.0\.1:\d+/postgres --resume", err[-1])
     study_dir = tmp_path / "results" / "down"   # the wait is bounded (2 s), and nothing else ran:
     assert not list(study_dir.glob("trials/*")) and not (study_dir / "_ray").exists()   # no Ray, no trial
 
@@ -163,7 +163,7 @@ def test_a_database_away_past_the_wait_stops_in_one_line_and_resume_completes(tm
     assert main(args) == 3
     err = stderr_lines(capfd)
     assert seen == [0] and "Traceback" not in "\n".join(err)
-    assert err[-1].startswith("run_search.py: away: stopped: the study's database postgresql+psycopg://postgres@"), err
+    assert err[-1].startswith("shapebench search: away: stopped: the study's database postgresql+psycopg://postgres@"), err
     assert " has not answered within 3 s (OperationalError: connection failed: " in err[-1], err[-1]
     assert err[-1].endswith(f"--storage {server.url} --resume")
     study_dir = tmp_path / "results" / "away"
@@ -206,7 +206,7 @@ def test_a_lost_ray_head_ends_the_driver_in_one_line_and_resume_completes(tmp_pa
             driver.kill()
     lines = [line for line in log.read_text().splitlines() if line.strip()]
     assert "Traceback" not in log.read_text()
-    assert lines[-1].startswith("run_search.py: head: stopped: Ray lost its head node: "), lines[-3:]
+    assert lines[-1].startswith("shapebench search: head: stopped: Ray lost its head node: "), lines[-3:]
     assert f" --name head --results {tmp_path / 'results'} --trials 2 --data " in lines[-1]
     assert lines[-1].endswith("--no-compile --resume")
     assert gone_after < 30   # the watchdog's three refused connections, not Ray's own minute

@@ -6,7 +6,6 @@ function works on an s3:// URI as on a path."""
 from __future__ import annotations
 
 import errno
-import importlib.util
 import math
 import os
 import re
@@ -122,9 +121,7 @@ def test_quarantine_moves_damaged_files_out_of_every_reader(tmp_path):
 
 
 def load_leaderboard():
-    spec = importlib.util.spec_from_file_location("leaderboard_cli", ROOT / "leaderboard.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    from benchmark.leaderboard import command as cli
     return cli
 
 
@@ -136,11 +133,11 @@ def test_the_leaderboard_shows_a_study_with_a_damaged_file_and_says_how_to_redo_
     assert load_leaderboard().main([str(results), "--format", "md"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("# Leaderboard: demo")
-    assert (f"- demo: 1 unreadable trial file skipped (t0003.a0.parquet); redo with: python run_search.py "
+    assert (f"- demo: 1 unreadable trial file skipped (t0003.a0.parquet); redo with: shapebench search "
             f"SPACE.yaml --name demo --results {results} --resume (SPACE.yaml: the file of space 'demo')") in out
     shown = {float(v) for v in re.findall(r"\| (\d+\.\d+) \|", out.split("## Budget")[1])}
     assert {round(r["val_ppl"], 2) for i, r in enumerate(map(row, range(6))) if i != 3} <= shown
-    assert f"leaderboard: {files[3]}: not a readable Parquet file; skipped" in err.splitlines()
+    assert f"shapebench board: {files[3]}: not a readable Parquet file; skipped" in err.splitlines()
 
 
 # ---- a results location that cannot take rows is refused before any training -------------------

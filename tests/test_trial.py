@@ -164,7 +164,7 @@ def test_token_budgets():
 
 
 def test_one_trial_from_the_command_line(corpus, tmp_path, capsys):
-    from benchmark.cli import main
+    from benchmark.search.command import search_main as main
 
     spec = tmp_path / "arch.yaml"
     spec.write_text("family: looped\nd_model: 32\nn_heads: 2\nvocab_size: 300\n"
@@ -245,19 +245,13 @@ def test_abbie_rows_carry_the_loss_at_each_loop_count(abbie_results):
 def test_a_loop_claim_and_the_leaderboard_read_the_per_loop_losses(abbie_results, tmp_path):
     """A claim comparing AbbIE-D with itself at r = 2 and r = 8 pairs each seed's two losses; the
     leaderboard ranks by val_loss_r4 (--y)."""
-    import importlib.util
-    from pathlib import Path
-
+    from benchmark.leaderboard import command as cli
     from benchmark.leaderboard import stats
     from benchmark.store.results import read_study
 
     rows = read_study(abbie_results / "abbie").sort_values("seed")
     per_seed = (rows["val_loss_r2"] - rows["val_loss_r8"]).to_numpy()
     (tmp_path / "claims.yaml").write_text(LOOP_CLAIM)
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("leaderboard_cli", root / "leaderboard.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
     assert cli.main([str(abbie_results), "--x", "params", "--y", "val_loss_r4", "--claims",
                      str(tmp_path / "claims.yaml"), "--format", "md", "--out", str(tmp_path / "site")]) == 0
     (claim,) = json.loads((tmp_path / "site" / "claims.json").read_text())["claims"]

@@ -1,4 +1,4 @@
-"""The leaderboard's command line: `shapebench board` and `python leaderboard.py`.
+"""The leaderboard's command line: `shapebench board`.
 
     shapebench board                                 every study under results/, in the terminal,
                                                      ranked by the objectives the studies declared
@@ -19,8 +19,6 @@
                                                      bh | none), what each claim's arms differ in (+ claims.json)
     shapebench board results/quickstart --export bench/   a tabular benchmark (Syne Tune's
                                                      blackbox-repository layout) in bench/quickstart/
-
-`python leaderboard.py ...` takes the same flags.
 """
 
 from __future__ import annotations
@@ -53,7 +51,7 @@ from benchmark.store.location import RESULTS_ROOT
 FILE_FORMATS = [f for f in FORMATS if f != "terminal"]
 
 
-def build_parser(prog: str = "leaderboard.py") -> argparse.ArgumentParser:
+def build_parser(prog: str = "shapebench board") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", nargs="*", default=[RESULTS_ROOT], metavar="RESULTS_DIR",
                    help=f"a results root holding studies, or study folders; paths or URIs (default: {RESULTS_ROOT})")
@@ -85,7 +83,7 @@ def build_parser(prog: str = "leaderboard.py") -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(argv: list[str] | None = None, prog: str = "leaderboard.py") -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None, prog: str = "shapebench board") -> argparse.Namespace:
     p = build_parser(prog)
     args = p.parse_args(argv)
     try:
@@ -115,7 +113,7 @@ def settings(args: argparse.Namespace, count: str = "total") -> Settings:
     )
 
 
-def main(argv: list[str] | None = None, prog: str = "leaderboard.py") -> int:
+def main(argv: list[str] | None = None, prog: str = "shapebench board") -> int:
     args = parse_args(argv, prog)
     try:
         claims = load_claims(args.claims) if args.claims else None  # a broken file fails before any reading
@@ -124,14 +122,14 @@ def main(argv: list[str] | None = None, prog: str = "leaderboard.py") -> int:
         skipped: dict[str, list[str]] = {}
         trials = read_studies(studies, skipped)
         for path in (p for files in skipped.values() for p in files):
-            print(f"leaderboard: {path}: not a readable Parquet file; skipped", file=sys.stderr)
+            print(f"{prog}: {path}: not a readable Parquet file; skipped", file=sys.stderr)
         board = build_board(trials, settings(args, counted(declared)[0]), declared,
                             skipped_notes(studies, skipped, declared))
         checked = (claims, evaluate_claims(claims, board.trials, args.adjust, declared)) if claims else None
         curves = read_study_curves(studies, board.trials) if claims and (args.out or "html" in args.formats) else None
         exported = export_benchmark(board, args.export) if args.export else []
     except LeaderboardError as err:
-        print(f"leaderboard: {err}", file=sys.stderr)
+        print(f"{prog}: {err}", file=sys.stderr)
         return 2
     for path in [*exported, *publish(board, args.formats, args.out, args.top, predict=args.target,
                                      fit_by=args.fit_by, checked=checked, curves=curves)]:

@@ -192,7 +192,7 @@ def _metadata(board: Board, study: str, rows, metrics, seeds, dropped: list, ski
         "resource_attr": FIDELITY, "seeds": [int(s) for s in seeds],
         "objectives_labels": {n: m.axis_label() for n, m in zip(names, metrics)},
         "source": {"study": study, "code_version": distinct("code_version"), "dataset_id": distinct("dataset_id"),
-                   "tokenizer_id": distinct("tokenizer_id"), "writer": "shapebench leaderboard.py --export"},
+                   "tokenizer_id": distinct("tokenizer_id"), "writer": "shapebench board --export"},
         "repeats_dropped": dropped, "rows_without_tokens": skipped,
     }
 

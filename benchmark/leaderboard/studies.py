@@ -96,7 +96,7 @@ def skipped_notes(studies: Mapping[str, str], skipped: Mapping[str, list[str]],
         named = declared.get(label, {}).get("space")
         notes.append(f"{label}: {len(files)} unreadable trial file{'s' * (len(files) != 1)} skipped "
                      f"({', '.join(location.basename(f) for f in files[:3])}{', ...' if len(files) > 3 else ''}); "
-                     f"redo with: python run_search.py {space} --name {location.basename(folder)} "
+                     f"redo with: shapebench search {space} --name {location.basename(folder)} "
                      f"--results {location.parent(folder)} --resume"
                      + (f" (SPACE.yaml: the file of space '{named}')" if named and space == "SPACE.yaml" else ""))
     return notes

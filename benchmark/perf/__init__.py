@@ -1,7 +1,7 @@
 """Speed of the training path on this machine.
 
-    python -m benchmark.perf models [--minutes 9] [--steps 60] [--families transformer,looped,...]
-    python -m benchmark.perf scale [SPACE] [--budget 113M] [--families transformer,hyperloop]
+    shapebench perf models [--minutes 9] [--steps 60] [--families transformer,looped,...]
+    shapebench perf scale [SPACE] [--budget 113M] [--families transformer,hyperloop]
                                    [--set shape.layers=12 ...] [--precisions default,fp32]
                                    [--stream-dtypes auto,fp32]
 
@@ -26,7 +26,7 @@ memory. Each hyper-connection family is timed in interleaved rounds with its bas
 GPU-sized check; on a CPU a 113M step takes minutes.
 
 `probe_speed()` is what time estimates fall back on before any trial has run here
-(`run_search.py --plan`): a short run of the plan's first candidate trained as its trial will be,
+(`shapebench plan`): a short run of the plan's first candidate trained as its trial will be,
 measured once per policy and shape and cached on disk (perf/probe.py).
 """
 

@@ -1,4 +1,5 @@
-"""The command line of `python -m benchmark.perf` (the package docstring says what it measures)."""
+"""`shapebench perf`'s command line (the package docstring says what it measures); `python -m
+benchmark.perf` runs it too."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def _setting(text: str) -> tuple[str, object]:
     return key.strip(), yaml.safe_load(value)
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m benchmark.perf") -> int:
+def main(argv: list[str] | None = None, prog: str = "shapebench perf") -> int:
     ap = argparse.ArgumentParser(prog=prog, description=perf.__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["models", "scale"])

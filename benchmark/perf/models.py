@@ -1,4 +1,4 @@
-"""`python -m benchmark.perf models`: every family's training step at a reference size, its
+"""`shapebench perf models`: every family's training step at a reference size, its
 paths (default, eager fp32, the other precisions) side by side, and the hyper families' speed
 targets (HYPER_TARGETS) judged with paired intervals."""
 

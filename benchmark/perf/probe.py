@@ -1,4 +1,4 @@
-"""The first estimate on a machine (`run_search.py --plan` before any trial has run here under the
+"""The first estimate on a machine (`shapebench plan` before any trial has run here under the
 trial's policy): a short run of the plan's first candidate trained as its trial will be: the
 precision `auto` resolves to here, compiled when the trial compiles, the trial's sequence length
 and micro-batch. A probe that trained otherwise (a small model, eager) said 2.8x the first

@@ -1,4 +1,4 @@
-"""`python -m benchmark.perf scale`: one training step of each family as a space solves it at its
+"""`shapebench perf scale`: one training step of each family as a space solves it at its
 budget (the GPU-sized check), each hyper-connection family interleaved with its baseline."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Timing training steps on this machine (measure, measure_together), and the time a search spends
-outside its trials that `run_search.py --plan` adds (search_times; its trials: perf/probe.py)."""
+outside its trials that `shapebench plan` adds (search_times; its trials: perf/probe.py)."""
 
 from __future__ import annotations
 

@@ -283,11 +283,11 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
 
 
 def _say_stopped(opts: SearchOptions, line: str) -> None:
-    """The one line of a driver that ends at once (its Ray's head is gone), as run_search.py's."""
+    """The one line of a driver that ends at once (its Ray's head is gone), as the search command's."""
     import sys
 
     then = f"; then: {opts.resume_command}" if opts.resume_command else "; then resume the study"
-    print(f"run_search.py: {opts.name}: stopped: {line}{then}", file=sys.stderr, flush=True)
+    print(f"shapebench search: {opts.name}: stopped: {line}{then}", file=sys.stderr, flush=True)
 
 
 def _record_times(summary: SearchSummary) -> None:

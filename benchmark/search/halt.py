@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# kind -> the exit code of run_search.py: 3 the machine or the store failed (resume once it is
+# kind -> the exit code of `shapebench search`: 3 the machine or the store failed (resume once it is
 # fixed), 2 what was asked cannot run (change the flags).
 EXIT_CODES = {"store_full": 3, "ray": 3, "storage": 3, "resources": 2}
 

@@ -298,7 +298,7 @@ def check_declared(space, seeds: int, recorded: dict[str, Any], where: str, name
         raise StudyError(f"the space changed since this study began ({where}): {'; '.join(changes)}. A study is "
                          f"one experiment: undo the change to resume it, or run the changed space as a new study "
                          f"(--name {name}-2) and rank both studies' rows together with "
-                         f"`python leaderboard.py {_parent(where)}`")
+                         f"`shapebench board {_parent(where)}`")
 
 
 def _diff(path: str, old: Any, new: Any) -> list[str]:

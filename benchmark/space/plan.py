@@ -1,4 +1,4 @@
-"""`run_search.py --plan`: a space's candidates, resolved without training: exact parameter counts,
+"""`shapebench plan`: a space's candidates, resolved without training: exact parameter counts,
 distance from the budget, FLOPs per token and the time each trial would take on this machine.
 
 Which candidates: every point of the grid when the space is finite (choice / int / fixed axes) and
@@ -91,7 +91,7 @@ def make_plan(space: SearchSpace, seed: int = 0) -> Plan:
 
 
 def records(plan: Plan, speed: float | Callable[[str], Any]) -> list[dict[str, Any]]:
-    """One JSON-able record per candidate (`run_search.py --plan --json`). `speed` is
+    """One JSON-able record per candidate (`shapebench plan --json`). `speed` is
     this machine's training FLOP/s, or family -> Speed (store/speeds.py: what trials measured
     here, with their time outside training) so that the estimate learns from finished trials."""
     space = plan.space

@@ -1,6 +1,6 @@
 """The metric registry: every number a trial reports, written once.
 
-A metric has the name a person writes (in a space's `objectives:`, in `leaderboard.py --x`, in the
+A metric has the name a person writes (in a space's `objectives:`, in `shapebench board --x`, in the
 Optuna study's metric names), the results-store column it is read from, its natural direction,
 a label and a unit for tables and axes, and short aliases. The search space validates objectives
 against it, the trainable reports every searchable metric from its row, Optuna names the study's

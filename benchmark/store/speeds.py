@@ -1,4 +1,4 @@
-"""Speeds measured on this machine, for time estimates (`run_search.py --plan`, the cluster-job
+"""Speeds measured on this machine, for time estimates (`shapebench plan`, the cluster-job
 check): a probe's training FLOP/s and compilation (perf/probe.py), and, once trials
 have finished here, each family's achieved training FLOP/s and its fixed time per trial outside
 training (compile, evaluations, quantisation), and each finished search's time outside its

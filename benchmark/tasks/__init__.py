@@ -1,4 +1,4 @@
-"""Offline lm-eval tasks generated from held-out text (see heldout.py); `python -m benchmark.tasks`."""
+"""Offline lm-eval tasks generated from held-out text (see heldout.py); `shapebench tasks`."""
 
 from benchmark.tasks.heldout import make_tasks
 

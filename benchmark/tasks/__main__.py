@@ -1,4 +1,4 @@
-"""python -m benchmark.tasks OUT_DIR [--source embedded] [--n 500] [--seed 0]: write the offline tasks."""
+"""shapebench tasks OUT_DIR [--source embedded] [--n 500] [--seed 0]: write the offline tasks."""
 
 import argparse
 
@@ -6,7 +6,7 @@ from benchmark.data import DataConfig
 from benchmark.tasks.heldout import MAX_WORDS, make_tasks
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m benchmark.tasks") -> None:
+def main(argv: list[str] | None = None, prog: str = "shapebench tasks") -> None:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("out_dir", help="where the task YAMLs and their jsonl data go")
     parser.add_argument("--source", default=DataConfig.source,

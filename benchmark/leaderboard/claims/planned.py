@@ -1,9 +1,9 @@
 """Each claim's arms as planned, before any training: `python -m benchmark.leaderboard.claims.planned
-CLAIMS SPACE...` plans every space (as `run_search.py SPACE --plan` does), matches each claim's groups
+CLAIMS SPACE...` plans every space (as `shapebench plan SPACE` does), matches each claim's groups
 in the plan of its study, and prints, per claim, a table of its arms (d_model, heads, head_dim, the
 FFN's width and ratio, the structure, the hyper-connections, the embeddings, the parameters under the
 space's count) with what differs between them and whether the comparison is controlled. The same
-lines follow a plan's candidates with `run_search.py SPACE --plan --claims CLAIMS` (for_plan)."""
+lines follow a plan's candidates with `shapebench plan SPACE --claims CLAIMS` (for_plan)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def markdown(found: list[tuple]) -> str:
 
 
 def for_plan(path: str, plan, out) -> int:
-    """`run_search.py SPACE --plan --claims FILE`: after the candidates, each claim of FILE on the
+    """`shapebench plan SPACE --claims FILE`: after the candidates, each claim of FILE on the
     plan's study, as markdown() writes it, to `out`. 2 (and one line on stderr) for a claims file
     that does not load; a file without a claim on this study says so on stderr."""
     try:
