@@ -24,13 +24,13 @@ from pathlib import Path
 
 from benchmark.data import DataConfig
 from benchmark.search import SAMPLERS, STORAGE_WAIT_S, loggers
-from benchmark.space.budget import COUNTS, parse_tokens
+from benchmark.arch.counting import COUNTS
+from benchmark.recipe import PRECISIONS, TrainConfig, parse_tokens
 from benchmark.space.language import SearchSpace, SpaceError, load_space, parse_budgets
 from benchmark.space.source import Override, parse_set
 from benchmark.space.yamlsafe import YamlError
 from benchmark.store.location import RESULTS_ROOT
 from benchmark.store.results import check_study_name
-from benchmark.trial.config import PRECISIONS, TrainConfig
 
 DEFAULT_SPACE = Path(__file__).resolve().parent.parent / "search_spaces" / "default.yaml"
 SEARCH_ONLY = ("name", "results", "resume", "address", "seeds", "time_budget", "concurrency", "sampler", "storage", "rerun",
@@ -359,7 +359,7 @@ def run_single(args: argparse.Namespace) -> int:
 
     from benchmark.arch.spec import ArchSpec, SpecError
     from benchmark.space.yamlsafe import load_yaml
-    from benchmark.trial.config import QuantizeConfig, TrainConfig
+    from benchmark.recipe import QuantizeConfig, TrainConfig
     from benchmark.trial.run import run_trial
 
     try:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from benchmark import ArchSpec, build_model
-from benchmark.trial.config import TrainConfig
+from benchmark.recipe import TrainConfig
 from benchmark.trial.step import ExecPolicy, TrainStep
 from benchmark.trial.training import make_optimizer
 

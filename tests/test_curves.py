@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from benchmark.trial.config import TrainConfig
+from benchmark.recipe import TrainConfig
 from benchmark.trial.curve import Curve, largest_rise
 from test_trial import CFG, SPEC, corpus  # noqa: F401  (the module's corpus fixture)
 

@@ -95,7 +95,7 @@ def test_k_micro_batches_give_the_update_of_one_batch_k_times_larger():
 
 
 def test_tokens_per_step_counts_the_micro_batches():
-    from benchmark.trial.config import TrainConfig
+    from benchmark.recipe import TrainConfig
 
     cfg = TrainConfig(tokens="1M", seq_len=2048, batch_size=16, grad_accum=16)
     assert cfg.tokens_per_step == 524_288  # Hyperloop App. A: 256 x 2048 tokens per batch
@@ -193,7 +193,7 @@ def test_a_whole_trial_and_its_checkpoint_on_a_gpu_run_where_each_tensor_lives(c
     from benchmark.data import DataConfig, prepare
     from benchmark.lmeval import ShapebenchLM
     from benchmark.trial import training
-    from benchmark.trial.config import TrainConfig
+    from benchmark.recipe import TrainConfig
     from benchmark.trial.run import run_trial
 
     data = prepare(DataConfig(source=str(corpus / "text.txt"), tokenizer="bpe:300", cache_dir=str(tmp_path / "cache")))

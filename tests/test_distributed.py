@@ -169,7 +169,7 @@ def _two_ranks(rank: int, port: int, data_cfg, out: dict) -> None:
     import torch.distributed as dist
 
     from benchmark.data import prepare
-    from benchmark.trial.config import TrainConfig
+    from benchmark.recipe import TrainConfig
     from benchmark.trial.run import run_trial
 
     torch.set_num_threads(1)
@@ -193,7 +193,7 @@ def test_two_gloo_ranks_train_as_one_process(corpus):
     import torch.multiprocessing as mp
 
     from benchmark.data import prepare
-    from benchmark.trial.config import TrainConfig
+    from benchmark.recipe import TrainConfig
     from benchmark.trial.run import run_trial
 
     with socket.socket() as s:

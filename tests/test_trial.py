@@ -11,10 +11,9 @@ import torch
 
 from benchmark import ArchSpec
 from benchmark.data import DataConfig, prepare
-from benchmark.space.budget import fmt_count, parse_amount
+from benchmark.recipe import QuantizeConfig, TrainConfig, fmt_count, parse_amount
 from benchmark.store.metrics import TIME_SPLIT
 from benchmark.trial.checkpoint import CheckpointError, load_checkpoint
-from benchmark.trial.config import QuantizeConfig, TrainConfig
 from benchmark.trial.run import run_trial
 from claim_files import abbie_loops_claim
 

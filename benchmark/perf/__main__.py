@@ -6,7 +6,7 @@ import argparse
 
 import benchmark.perf as perf
 from benchmark.arch.spec import FAMILIES, STREAM_DTYPES
-from benchmark.trial.config import PRECISIONS
+from benchmark.recipe import PRECISIONS
 
 # `scale` times each path at the execution policy's own choice ("default") or at a fixed precision.
 SCALE_PRECISIONS = ("default", *(p for p in PRECISIONS if p != "auto"))

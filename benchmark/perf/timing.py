@@ -50,7 +50,7 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
     import torch
 
     from benchmark.models import build_model
-    from benchmark.trial.config import TrainConfig
+    from benchmark.recipe import TrainConfig
     from benchmark.trial.step import TrainStep, default_device, prepare_device
     from benchmark.trial.training import (
         held_memory_bytes,

@@ -43,14 +43,14 @@ class TrialContext:
 
     def train_config(self, seed: int, setting: Mapping[str, Any] | None = None):
         """`setting`: training settings a `tune:` grid sets over the space's (a point of the grid)."""
-        from benchmark.trial.config import TrainConfig
+        from benchmark.recipe import TrainConfig
 
         # as SearchSpace.trial_training: `tokens_per` defaults to the budget's count, the space may set it
         return TrainConfig.from_dict({"tokens_per": self.count, **self.training, **(setting or {}), "seed": seed,
                                       **self.policy})
 
     def quantize_config(self):
-        from benchmark.trial.config import QuantizeConfig
+        from benchmark.recipe import QuantizeConfig
 
         return QuantizeConfig.from_dict(self.quantize)
 

@@ -389,7 +389,7 @@ def study_info(space, opts: SearchOptions, sampler: str, data) -> dict[str, Any]
 
 def _total_tokens_hint(space) -> int:
     """ASHA's max_t: the training token budget when absolute, else a large bound."""
-    from benchmark.space.budget import parse_tokens
+    from benchmark.recipe import parse_tokens
 
     return parse_tokens(space.training.get("tokens", "20x")).resolve(space.budget or 1)
 

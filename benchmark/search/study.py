@@ -224,7 +224,7 @@ class Sample:
     def __call__(self, trial) -> dict[str, Any]:
         from benchmark.arch.counting import count_params
         from benchmark.arch.spec import ArchSpec
-        from benchmark.space.budget import fmt_count
+        from benchmark.recipe import fmt_count
         from benchmark.space.candidates import define_by_run
         from benchmark.space.language import SpaceError
 
@@ -316,7 +316,7 @@ _NONE = object()
 
 def _shown(v: Any, amounts: bool = False) -> str:
     """A declared value as a line shows it; `amounts`: numbers as 1M, 500K (budgets)."""
-    from benchmark.space.budget import fmt_count
+    from benchmark.recipe import fmt_count
 
     if v is _NONE:
         return "(none)"

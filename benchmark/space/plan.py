@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from benchmark.arch.counting import count_flops
-from benchmark.space.budget import SOLVE_NONE, fmt_count, fmt_fraction, parse_tokens
+from benchmark.recipe import fmt_count, fmt_fraction, parse_tokens
+from benchmark.space.budget import SOLVE_NONE
 from benchmark.space.candidates import Candidate, choose, grid, resolve
 from benchmark.space.language import BUDGET_AXIS, SearchSpace
 from benchmark.store.metrics import PARAM_COLUMNS

@@ -13,7 +13,7 @@ import torch
 
 from benchmark.models.layers import float32_region
 from benchmark.trial.compilation import COMPILE_SCOPES
-from benchmark.trial.config import PRECISIONS
+from benchmark.recipe import PRECISIONS
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,7 +21,7 @@ from benchmark.store.metrics import LOOP_COUNTS, count_columns, loop_loss
 from benchmark.store.provenance import code_version, hardware, package_versions
 from benchmark.trial.analysis import hyper_diagnostics
 from benchmark.trial.checkpoint import save_checkpoint
-from benchmark.trial.config import QuantizeConfig, TrainConfig
+from benchmark.recipe import QuantizeConfig, TrainConfig
 from benchmark.trial.evaluate import evaluate, evaluate_loops, unigram_perplexity
 from benchmark.trial.training import TrialDiverged, train
 

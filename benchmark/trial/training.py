@@ -21,7 +21,7 @@ import torch
 from benchmark.arch.counting import count_flops, count_params
 from benchmark.arch.spec import ArchSpec
 from benchmark.models import build_model, weight_decays
-from benchmark.trial.config import TrainConfig
+from benchmark.recipe import TrainConfig
 from benchmark.trial.curve import Curve, largest_rise
 from benchmark.trial.evaluate import evaluate
 from benchmark.trial.step import (
