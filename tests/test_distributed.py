@@ -22,7 +22,8 @@ import torch
 from benchmark.arch.spec import ArchSpec
 from benchmark.models import build_model
 from benchmark.trial.distributed import Ranks, split
-from benchmark.trial.step import ExecPolicy, LossModule, TrainStep, lm_loss
+from benchmark.trial.policy import ExecPolicy
+from benchmark.trial.step import LossModule, TrainStep, lm_loss
 
 LOSS_RTOL = 1e-5
 

@@ -11,13 +11,13 @@ from benchmark.arch.counting import count_flops
 from benchmark.arch.spec import ArchSpec
 from benchmark.perf import models, timing
 from benchmark.trial import policy, step
-from benchmark.trial.step import ExecPolicy
+from benchmark.trial.policy import ExecPolicy
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_matmul_probe_stays_within_its_budget(dtype):
     start = time.perf_counter()
-    flops = step.matmul_peak(dtype, budget_s=1.0)
+    flops = policy.matmul_peak(dtype, budget_s=1.0)
     assert flops > 0
     assert time.perf_counter() - start < 6.0  # the budget, with room for a loaded machine
 
@@ -37,7 +37,6 @@ def test_the_throughput_probe_on_a_gpu_is_sized_like_a_real_step(monkeypatch, tm
     probe is ~85M non-embedding parameters and 8 x 1024 tokens per step, in the default precision."""
     from benchmark import count_params
     from benchmark.store import speeds
-    from benchmark.trial import step
 
     # a speeds file of its own: the session's may hold a speed another test recorded
     monkeypatch.setenv(speeds.ENV, str(tmp_path / "perf.json"))
@@ -48,7 +47,7 @@ def test_the_throughput_probe_on_a_gpu_is_sized_like_a_real_step(monkeypatch, tm
         return perf.Measurement(1.0, 1.0, 1.0, 1.23e14)
 
     monkeypatch.setattr(timing, "measure", fake_measure)
-    monkeypatch.setattr(step, "default_device", lambda: torch.device("cuda"))
+    monkeypatch.setattr("benchmark.trial.policy.default_device", lambda: torch.device("cuda"))
     assert perf.machine_flops() == 1.23e14
     params, tokens, policy = seen[0]
     assert 80e6 < params < 90e6 and tokens == 8192 and policy.precision == "auto" and not policy.compile
@@ -282,7 +281,7 @@ def test_scale_times_each_hyper_family_with_its_baseline_at_each_stream_dtype(mo
                                                                for t in base)) for s, _ in paths]
 
     monkeypatch.setattr(scale, "measure_together", fake_together)
-    monkeypatch.setattr(step, "matmul_peak", lambda dtype, *a, **kw: 1e12)
+    monkeypatch.setattr(policy, "matmul_peak", lambda dtype, *a, **kw: 1e12)
     results = scale.run_scale("search_spaces/default.yaml", "20M", ["transformer", "hc", "mhc", "looped"], {},
                               ["default"], 4, 64, 2, ["auto", "fp32"])
     assert groups == [[("transformer", None), ("mhc", "auto"), ("mhc", "fp32"), ("hc", "auto"), ("hc", "fp32")],

@@ -54,12 +54,7 @@ def run_scale(space_path: str, budget: str | None, families: list[str], fixed: d
     from benchmark.space.candidates import resolve
     from benchmark.space.language import load_space
     from benchmark.space.source import Override
-    from benchmark.trial.step import (
-        ExecPolicy,
-        default_device,
-        matmul_peak,
-        prepare_device,
-    )
+    from benchmark.trial.policy import ExecPolicy, default_device, matmul_peak, prepare_device
 
     space = load_space(space_path, [Override.flag("budget", "budget", budget)] if budget else [])
     seq_len = seq_len or space.training_value("seq_len")

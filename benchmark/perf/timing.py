@@ -51,7 +51,8 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
 
     from benchmark.models import build_model
     from benchmark.recipe import TrainConfig
-    from benchmark.trial.step import TrainStep, default_device, prepare_device
+    from benchmark.trial.policy import default_device, prepare_device
+    from benchmark.trial.step import TrainStep
     from benchmark.trial.training import (
         held_memory_bytes,
         make_optimizer,
@@ -136,7 +137,7 @@ def machine_flops(probe: bool = True) -> float:
         return cached
     if not probe:
         raise LookupError("no measured throughput for this machine yet")
-    from benchmark.trial.step import ExecPolicy, default_device
+    from benchmark.trial.policy import ExecPolicy, default_device
 
     spec, seq_len, batch_size = probe_shape(default_device().type)
     m = measure(spec, ExecPolicy(compile=False), steps=3, warmup=1, seq_len=seq_len, batch_size=batch_size)

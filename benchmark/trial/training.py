@@ -24,13 +24,8 @@ from benchmark.models import build_model, weight_decays
 from benchmark.recipe import TrainConfig
 from benchmark.trial.curve import Curve, largest_rise
 from benchmark.trial.evaluate import evaluate
-from benchmark.trial.step import (
-    TrainStep,
-    device_of,
-    policy_of,
-    precision_name,
-    prepare_device,
-)
+from benchmark.trial.policy import device_of, policy_of, precision_name, prepare_device
+from benchmark.trial.step import TrainStep
 
 
 class TrialDiverged(RuntimeError):
