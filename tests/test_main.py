@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from test_leaderboard import synthetic_trials, write_study
+from synthetic_studies import synthetic_trials, write_study
 
 from benchmark import cli
 from benchmark.leaderboard import command
