@@ -13,13 +13,9 @@ import json
 import sys
 from pathlib import Path
 
-from benchmark.arch.fields import Key, keys
-from benchmark.arch.presets import PRESETS
-from benchmark.arch.spec import SPEC_KEYS
-from benchmark.space.language import TOP_KEYS
-from benchmark.space.shape import SHAPE_KEYS
-from benchmark.store.metrics import METRICS
-from benchmark.store.results import SCHEMA, SCHEMA_VERSION
+from benchmark.arch import Key, keys, PRESETS, SPEC_KEYS
+from benchmark.space import TOP_KEYS, SHAPE_KEYS
+from benchmark.store import METRICS, SCHEMA, SCHEMA_VERSION
 from benchmark.recipe import QuantizeConfig, TrainConfig
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference.md"

@@ -48,7 +48,7 @@ from benchmark.leaderboard.studies import (
     skipped_notes,
 )
 from benchmark.recipe import parse_amount
-from benchmark.store.location import RESULTS_ROOT
+from benchmark.store import RESULTS_ROOT
 
 FILE_FORMATS = [f for f in FORMATS if f != "terminal"]
 

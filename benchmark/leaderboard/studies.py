@@ -14,8 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from benchmark.store import location, results
-from benchmark.store.study import read_study_info
+from benchmark.store import location, results, read_study_info
 
 
 class LeaderboardError(Exception):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 import benchmark.perf as perf
-from benchmark.arch.spec import FAMILIES, STREAM_DTYPES
+from benchmark.arch import FAMILIES, STREAM_DTYPES
 from benchmark.recipe import PRECISIONS
 
 # `scale` times each path at the execution policy's own choice ("default") or at a fixed precision.

@@ -9,8 +9,7 @@ import math
 import time
 from pathlib import Path
 
-from benchmark.arch.counting import count_flops, count_params
-from benchmark.arch.spec import ArchSpec
+from benchmark.arch import count_flops, count_params, ArchSpec
 from benchmark.perf import timing
 from benchmark.perf.timing import MIN_ROUNDS, Measurement, measure_together
 from benchmark.store import speeds

@@ -10,8 +10,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmark.arch.counting import count_flops
-from benchmark.arch.spec import ArchSpec
+from benchmark.arch import count_flops, ArchSpec
 from benchmark.store import speeds
 
 

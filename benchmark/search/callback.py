@@ -23,7 +23,7 @@ from benchmark.search import rows
 from benchmark.search.context import TrialContext
 from benchmark.search.halt import Halt
 from benchmark.search.live import LiveView
-from benchmark.store.results import StoreFull
+from benchmark.store import StoreFull
 
 
 class SearchCallback(Callback):

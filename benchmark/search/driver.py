@@ -44,9 +44,9 @@ from benchmark.search.rows import best_row
 from benchmark.search.halt import Halt, SearchHalted  # noqa: F401  (SearchHalted re-exported)
 from benchmark.search.storage import STORAGE_WAIT_S, StorageUnavailable
 from benchmark.search.study import OPTUNA_DB  # noqa: F401  (re-exported: where the study lives)
-from benchmark.store import location, metrics
-from benchmark.store.results import finished_trials, read_study, trial_files
-from benchmark.store.study import STUDY_FILE, read_study_info, write_study_info
+from benchmark.store import (
+    location, metrics, finished_trials, read_study, trial_files, STUDY_FILE, read_study_info, write_study_info
+)
 
 # What one trial leaves in the results store, for the free-space check before a search: a row
 # file (~30 kB with the evaluations' curves), its share of the Optuna study and Ray's state.

@@ -10,8 +10,7 @@ from typing import Sequence
 from benchmark.search import rows, tuning
 from benchmark.search.context import TrialContext
 from benchmark.search.study import DRIVER, StudyError, mirror, trial_number
-from benchmark.store import location
-from benchmark.store.results import quarantine, recover, sweep_orphans
+from benchmark.store import location, quarantine, recover, sweep_orphans
 
 
 def prepare_store(study_dir: str, storage: str | None, fallback: str, others: Sequence = (),

@@ -14,13 +14,11 @@ import traceback
 from pathlib import Path
 from typing import Any, Mapping
 
-from benchmark.arch.describe import variant
+from benchmark.arch import variant
 from benchmark.search.context import TrialContext
 from benchmark.store import metrics
 from benchmark.store.curves import KEY as CURVE
-from benchmark.store.curves import write_curve
-from benchmark.store.location import disk_full
-from benchmark.store.results import read_files, trial_files, write_row
+from benchmark.store import write_curve, disk_full, read_files, trial_files, write_row
 
 ERROR_CHARS = 1500
 NOT_AXES = ("spec", "optuna_trial", "node_id", "continues")

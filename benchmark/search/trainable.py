@@ -21,8 +21,7 @@ from typing import Any
 
 from benchmark.search import rows, tuning
 from benchmark.search.context import TrialContext
-from benchmark.store import metrics
-from benchmark.store.results import StoreFull
+from benchmark.store import metrics, StoreFull
 
 INTERMEDIATE = tuple(m.name for m in metrics.METRICS if m.intermediate)
 NO_VALUES = {name: math.nan for name in metrics.SEARCHABLE}

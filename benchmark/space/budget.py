@@ -10,8 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from benchmark.arch.counting import COUNTS, count_params
-from benchmark.arch.spec import FFN_WIDTHS, ArchSpec, FFNSpec
+from benchmark.arch import COUNTS, count_params, FFN_WIDTHS, ArchSpec, FFNSpec
 from benchmark.recipe import fmt_count, fmt_fraction
 from benchmark.space.align import Align
 

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from benchmark.arch.fields import did_you_mean
+from benchmark.arch import did_you_mean
 from benchmark.recipe import parse_amount
 from benchmark.space.yamlsafe import YamlError, parse_yaml
 

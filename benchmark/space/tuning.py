@@ -19,9 +19,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from benchmark.arch.fields import did_you_mean
+from benchmark.arch import did_you_mean
 from benchmark.recipe import DEFAULTS, TrainConfig, TrainConfigError
-from benchmark.store.metrics import MetricError, objective
+from benchmark.store import MetricError, objective
 
 KEYS = ("grid", "seeds", "metric")
 # Settings a grid may not vary: they change what is trained or measured, not how well.

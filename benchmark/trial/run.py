@@ -12,13 +12,11 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from benchmark.arch.counting import count_flops, count_params
-from benchmark.arch.spec import ArchSpec
+from benchmark.arch import count_flops, count_params, ArchSpec
 from benchmark.data import DataConfig, PreparedData, batches, eval_sets, prepare
 from benchmark.models.hyper import stream_record
 from benchmark.store.curves import KEY as CURVE
-from benchmark.store.metrics import LOOP_COUNTS, count_columns, loop_loss
-from benchmark.store.provenance import code_version, hardware, package_versions
+from benchmark.store import LOOP_COUNTS, count_columns, loop_loss, code_version, hardware, package_versions
 from benchmark.trial.analysis import hyper_diagnostics
 from benchmark.trial.checkpoint import save_checkpoint
 from benchmark.recipe import QuantizeConfig, TrainConfig

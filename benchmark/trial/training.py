@@ -18,8 +18,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from benchmark.arch.counting import count_flops, count_params
-from benchmark.arch.spec import ArchSpec
+from benchmark.arch import count_flops, count_params, ArchSpec
 from benchmark.models import build_model, weight_decays
 from benchmark.recipe import TrainConfig
 from benchmark.trial.curve import Curve, largest_rise

@@ -24,9 +24,8 @@ from typing import Any
 
 import pandas as pd
 
-from benchmark.arch.presets import PRESETS
-from benchmark.arch.spec import ArchSpec, HyperSpec, SpecError
-from benchmark.space.budget import SOLVE_NONE
+from benchmark.arch import PRESETS, ArchSpec, HyperSpec, SpecError
+from benchmark.space import SOLVE_NONE
 
 # Keys that are bookkeeping of the solver or the preset rather than the model's shape: ratios are
 # compared as the derived `ffn.width_ratio` of the trained width, multiple_of is the width's lattice.

@@ -27,7 +27,7 @@ import pandas as pd
 
 from benchmark.leaderboard.formats import Column, Table
 from benchmark.space import select
-from benchmark.store.results import PHASES
+from benchmark.store import PHASES
 
 KEY = "instability"   # the claims file's top-level key
 TUNE = PHASES[0]      # a row's phase: a tuning run (space/tuning.py), which no claim or rank reads
