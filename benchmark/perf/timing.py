@@ -12,6 +12,9 @@ from pathlib import Path
 
 from benchmark.arch import count_flops, ArchSpec
 from benchmark.store import speeds
+from benchmark.recipe import TrainConfig
+from benchmark.data import cache_root
+from benchmark.space import TRIAL_OVERHEAD_S, SEARCH_START_S
 
 
 @dataclass(frozen=True)
@@ -46,10 +49,10 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
     faster. Each path's peak memory is its own: the high-water mark while it was built and warmed up
     (the first step allocates the optimiser's state), over what was held before (the paths built
     earlier), so that paths timed together report what each needs alone."""
+    # torch and the trial load when something is measured: the plan reads this module for its estimates.
     import torch
 
     from benchmark.models import build_model
-    from benchmark.recipe import TrainConfig
     from benchmark.trial.policy import default_device, prepare_device
     from benchmark.trial.step import TrainStep
     from benchmark.trial.training import (
@@ -121,8 +124,6 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
 
 
 def speeds_file() -> Path:
-    from benchmark.data import cache_root
-
     return speeds.path_in(cache_root())
 
 
@@ -164,14 +165,10 @@ def record_flops(flops_per_s: float, source: str) -> None:
 def estimates(precision: str = "auto", compile: bool = True):
     """family -> Speed for `--plan`: what finished trials measured here under this policy
     (store/speeds.py), else machine_flops() with the plan's fixed overhead."""
-    from benchmark.space.plan import TRIAL_OVERHEAD_S
-
     return speeds.estimator(speeds_file(), speeds.policy_key(precision, compile), machine_flops(), TRIAL_OVERHEAD_S)
 
 
 def search_times() -> tuple[float, float, int]:
     """(start_s, per_trial_s, searches) for `--plan`: the time finished searches here spent
     outside their trials (store/speeds.py), else the plan's assumed start."""
-    from benchmark.space.plan import SEARCH_START_S
-
     return speeds.search_times(speeds_file(), SEARCH_START_S)

@@ -52,6 +52,7 @@ DEFAULTS = {f.name: f.default for f in fields(Rule)}
 
 def rule_of(claims) -> Rule:
     """The claims file's `instability:` (ClaimsError, located, for a bad key or value), else DEFAULTS."""
+    # check.py imports this module: importing it at the top would be a circle.
     from benchmark.leaderboard.claims.check import _error, _known
 
     src = claims.origin
