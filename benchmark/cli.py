@@ -201,7 +201,7 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
 
     from benchmark.search import SearchHalted, StudyError, check_declared, run_search
     from benchmark.store.location import check_results, is_dir
-    from benchmark.store.results import ResultsError
+    from benchmark.store import ResultsError
 
     console = Console(stderr=True)
     name = args.name or space.name

@@ -43,7 +43,7 @@ from benchmark.leaderboard import (
 from benchmark.leaderboard.bands import bands, cluster
 from benchmark.leaderboard.objectives import DEFAULT, objectives
 from benchmark.leaderboard.report import FILES
-from benchmark.store.results import ResultsWarning
+from benchmark.store import ResultsWarning
 from benchmark.store.study import write_study_info
 from synthetic_studies import LAYOUTS, synthetic_trials, write_study
 

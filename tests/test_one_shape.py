@@ -14,7 +14,7 @@ from benchmark import count_params
 from benchmark.cli import main
 from benchmark.leaderboard.claims import arms
 from benchmark.perf import timing
-from benchmark.space.language import SpaceError, load_space
+from benchmark.space import SpaceError, load_space
 from benchmark.space.plan import make_plan
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ from benchmark.space.budget import solve_budget
 from benchmark.space.candidates import choose, define_by_run, grid, resolve
 from benchmark.space.domains import Choice, Fixed, FloatRange, IntRange
 from benchmark.space.expr import ExprError, parse_condition
-from benchmark.space.language import SpaceError, load_space
+from benchmark.space import SpaceError, load_space
 from benchmark.space.plan import make_plan, plan_points
 from benchmark.space.source import Override
 from benchmark.space.yamlsafe import YamlError, load_yaml

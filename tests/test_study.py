@@ -10,7 +10,7 @@ import pytest
 from benchmark.search.context import TrialContext
 from benchmark.search.rows import trial_rows, user_attrs, values
 from benchmark.search.study import StudyError, resolve_sampler
-from benchmark.space.language import SpaceError, load_space
+from benchmark.space import SpaceError, load_space
 from benchmark.store import metrics
 from benchmark.store.results import write_row
 

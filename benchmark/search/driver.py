@@ -40,9 +40,8 @@ from benchmark.data import DataConfig, prepare, cache_root
 from benchmark.search import drivers, ray_session, resume, study as studies
 from benchmark.search.context import TrialContext
 from benchmark.search.rows import best_row
-from benchmark.search.halt import Halt, SearchHalted  # noqa: F401  (SearchHalted re-exported)
+from benchmark.search.halt import Halt, SearchHalted
 from benchmark.search.storage import STORAGE_WAIT_S, StorageUnavailable
-from benchmark.search.study import OPTUNA_DB  # noqa: F401  (re-exported: where the study lives)
 from benchmark.store import (
     location, metrics, finished_trials, read_study, trial_files, STUDY_FILE, read_study_info, write_study_info,
     speeds, code_version
