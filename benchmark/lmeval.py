@@ -39,8 +39,7 @@ from lm_eval.utils import (
 
 from benchmark.data import HF_EOT_CANDIDATES, Tokenizer
 from benchmark.models import LanguageModel
-from benchmark.trial.checkpoint import TOKENIZER, CheckpointError, load_checkpoint
-from benchmark.trial.step import ExecPolicy, autocast, default_device
+from benchmark.trial import TOKENIZER, CheckpointError, load_checkpoint, ExecPolicy, autocast, default_device
 
 MAX_GEN_TOKS = 256  # lm-eval's default for generate_until
 

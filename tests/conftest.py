@@ -125,6 +125,24 @@ def corpus(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def grammar_corpus(tmp_path_factory):
+    """A few hundred short paragraphs of a tiny grammar, tokenised: learnable structure, fast to
+    tokenise; the corpus of the trial and curve tests (tiny_trial.py)."""
+    from benchmark.data import DataConfig, prepare
+
+    words = "the cat dog sat ran on under a mat log hill big small red blue and then".split()
+    root = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    paras = []
+    for _ in range(400):
+        sents = [f"{rng.choice(words[:3])} {rng.choice(words[3:5])} {rng.choice(words[5:7])} the {rng.choice(words[7:10])}."
+                 for _ in range(rng.randint(2, 5))]
+        paras.append(" ".join(sents).capitalize())
+    (root / "text.txt").write_text("\n\n".join(paras))
+    return prepare(DataConfig(source=str(root / "text.txt"), tokenizer="bpe:300", cache_dir=str(root / "cache")))
+
+
 @pytest.fixture
 def count_encodes(monkeypatch) -> list[int]:
     """The batch sizes the tokenizer encoded while the test ran: empty when a token cache was hit."""

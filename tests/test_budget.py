@@ -6,15 +6,8 @@ from hypothesis import strategies as st
 
 from benchmark import FAMILIES, count_params
 from benchmark.arch.counting import COUNTS
-from benchmark.space.budget import (
-    PRECISION,
-    BudgetError,
-    Tokens,
-    parse_amount,
-    parse_tokens,
-    parse_tolerance,
-    solve_budget,
-)
+from benchmark.recipe import Tokens, parse_amount, parse_tokens, parse_tolerance
+from benchmark.space.budget import PRECISION, BudgetError, solve_budget
 
 
 @pytest.mark.parametrize("text, amount", [

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from benchmark import ArchSpec, build_model
-from benchmark.trial.config import TrainConfig
-from benchmark.trial.step import ExecPolicy, TrainStep
+from benchmark.recipe import TrainConfig
+from benchmark.trial.policy import ExecPolicy
+from benchmark.trial.step import TrainStep
 from benchmark.trial.training import make_optimizer
 
 TINY = {"vocab_size": 97, "d_model": 32, "n_heads": 4}

@@ -7,9 +7,9 @@ import math
 import pandas as pd
 import pytest
 
-from benchmark.trial.config import TrainConfig
+from benchmark.recipe import TrainConfig
 from benchmark.trial.curve import Curve, largest_rise
-from test_trial import CFG, SPEC, corpus  # noqa: F401  (the module's corpus fixture)
+from tiny_trial import CFG, SPEC
 
 
 def test_a_curve_has_a_bounded_number_of_points_and_keeps_a_spike():
@@ -34,13 +34,13 @@ def test_validation_points_are_spread_over_the_run():
     assert not any(TrainConfig(val_points=0).evaluates(s, 100) for s in range(1, 101))
 
 
-def test_a_trial_writes_its_curve_beside_its_row_and_pandas_reads_it(corpus, tmp_path):  # noqa: F811
+def test_a_trial_writes_its_curve_beside_its_row_and_pandas_reads_it(grammar_corpus, tmp_path):
     from benchmark.search.context import TrialContext
     from benchmark.search.rows import write
     from benchmark.store.curves import read_curves
     from benchmark.trial.run import run_trial
 
-    row = run_trial(SPEC, TrainConfig(**CFG), data=corpus, quantize=None)
+    row = run_trial(SPEC, TrainConfig(**CFG), data=grammar_corpus, quantize=None)
     assert len(row["curve"]) == 79 and row["loss_spike"] >= 0   # 79 steps: one point each
     assert [e["step"] for e in json.loads(row["evals"])] == [20, 40, 59]   # val_points 3 of 79 steps
     ctx = TrialContext(study="s", study_dir=str(tmp_path / "s"), data=None, training={}, count="total",

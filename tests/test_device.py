@@ -16,7 +16,7 @@ import torch
 
 from benchmark import ArchSpec
 from benchmark.models import build_model
-from benchmark.trial import step
+from benchmark.trial import policy
 from benchmark.trial.quant import QuantConfig, collect_hessians, quantizable
 from benchmark.trial.training import peak_memory_bytes, reset_peak_memory
 
@@ -50,11 +50,11 @@ def test_bf16_autocast_only_where_the_gpu_has_bf16_tensor_cores(monkeypatch, cap
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # counts emulation
     cuda = torch.device("cuda")
-    assert step.bf16_supported(cuda) is native
-    dtype = step.ExecPolicy(precision="auto").autocast_dtype(cuda)
+    assert policy.bf16_supported(cuda) is native
+    dtype = policy.ExecPolicy(precision="auto").autocast_dtype(cuda)
     assert dtype == (torch.bfloat16 if native else None)
-    assert step.precision_name(dtype, cuda) == ("bf16" if native else "fp32+tf32")
-    assert step.precision_name(None, torch.device("cpu")) == "fp32"
+    assert policy.precision_name(dtype, cuda) == ("bf16" if native else "fp32+tf32")
+    assert policy.precision_name(None, torch.device("cpu")) == "fp32"
 
 
 def test_a_trials_peak_memory_is_its_own():
@@ -73,7 +73,8 @@ def test_k_micro_batches_give_the_update_of_one_batch_k_times_larger():
     """Gradient accumulation (training.grad_accum): the same gradient, so the same update, to
     float tolerance. Plain SGD makes the update the gradient itself (Adam's first step would hide
     a wrong scale)."""
-    from benchmark.trial.step import ExecPolicy, TrainStep
+    from benchmark.trial.policy import ExecPolicy
+    from benchmark.trial.step import TrainStep
 
     torch.manual_seed(0)
     x = torch.randint(0, 64, (8, 17))
@@ -95,7 +96,7 @@ def test_k_micro_batches_give_the_update_of_one_batch_k_times_larger():
 
 
 def test_tokens_per_step_counts_the_micro_batches():
-    from benchmark.trial.config import TrainConfig
+    from benchmark.recipe import TrainConfig
 
     cfg = TrainConfig(tokens="1M", seq_len=2048, batch_size=16, grad_accum=16)
     assert cfg.tokens_per_step == 524_288  # Hyperloop App. A: 256 x 2048 tokens per batch
@@ -184,7 +185,7 @@ def test_a_whole_trial_and_its_checkpoint_on_a_gpu_run_where_each_tensor_lives(c
     from benchmark.data import DataConfig, prepare
     from benchmark.lmeval import ShapebenchLM
     from benchmark.trial import training
-    from benchmark.trial.config import TrainConfig
+    from benchmark.recipe import TrainConfig
     from benchmark.trial.run import run_trial
 
     data = prepare(DataConfig(source=str(corpus / "text.txt"), tokenizer="bpe:300", cache_dir=str(tmp_path / "cache")))
@@ -242,8 +243,8 @@ def test_compiled_code_is_cached_under_the_cache_folder_unless_the_user_chose_on
 
     monkeypatch.setenv("SHAPEBENCH_CACHE", str(tmp_path))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    step.prepare_device(torch.device("cpu"))
+    policy.prepare_device(torch.device("cpu"))
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(cache_root() / "inductor") == cache_dir()
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
-    step.prepare_device(torch.device("cpu"))
+    policy.prepare_device(torch.device("cpu"))
     assert cache_dir() == str(tmp_path / "mine")

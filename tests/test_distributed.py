@@ -22,7 +22,8 @@ import torch
 from benchmark.arch.spec import ArchSpec
 from benchmark.models import build_model
 from benchmark.trial.distributed import Ranks, split
-from benchmark.trial.step import ExecPolicy, LossModule, TrainStep, lm_loss
+from benchmark.trial.policy import ExecPolicy
+from benchmark.trial.step import LossModule, TrainStep, lm_loss
 
 LOSS_RTOL = 1e-5
 
@@ -169,7 +170,7 @@ def _two_ranks(rank: int, port: int, data_cfg, out: dict) -> None:
     import torch.distributed as dist
 
     from benchmark.data import prepare
-    from benchmark.trial.config import TrainConfig
+    from benchmark.recipe import TrainConfig
     from benchmark.trial.run import run_trial
 
     torch.set_num_threads(1)
@@ -193,7 +194,7 @@ def test_two_gloo_ranks_train_as_one_process(corpus):
     import torch.multiprocessing as mp
 
     from benchmark.data import prepare
-    from benchmark.trial.config import TrainConfig
+    from benchmark.recipe import TrainConfig
     from benchmark.trial.run import run_trial
 
     with socket.socket() as s:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 from matplotlib.text import Text
-from test_leaderboard import synthetic_trials
+from synthetic_studies import synthetic_trials
 
 from benchmark.leaderboard import (
     build_board,

@@ -1,9 +1,12 @@
-"""The house plan, kept: the layering contracts in pyproject.toml hold (import-linter), no two
-modules import each other round a circle, and modules and the driver's functions stay short."""
+"""The house plan, kept: the layering contracts in pyproject.toml hold (import-linter) with no
+exemption, CONTRIBUTING.md draws them in their order, no two modules import each other round a
+circle, and modules and the driver's functions stay short."""
 
 import ast
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -19,6 +22,43 @@ def test_the_layering_contracts_hold():
                          text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "broken" not in run.stdout.lower().split("contracts:")[-1].split("kept")[0]
+
+
+def _contracts() -> list[dict]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+
+
+def _layers() -> list[list[str]]:
+    """The layers contract's layers, top to bottom, each a list of package names."""
+    (contract,) = [c for c in _contracts() if c["type"] == "layers"]
+    return [[name.strip().removeprefix("benchmark.") for name in layer.split("|")] for layer in contract["layers"]]
+
+
+def drawn_layers(text: str) -> list[list[str]]:
+    """The layers CONTRIBUTING.md draws: the first code block after "the imports, top to bottom",
+    one layer a line (`a | b`, then its description after two spaces), arrows between them."""
+    after = text[text.index("the imports, top to bottom"):]
+    block = re.search(r"```\n(.*?)```", after, re.S).group(1)
+    lines = [line for line in block.splitlines() if line.strip() and line.strip() != "↓"]
+    return [[name.strip() for name in re.split(r"\s{2,}", line)[0].split("|")] for line in lines]
+
+
+def test_the_drawing_of_the_imports_is_the_contracts_order():
+    assert drawn_layers((ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")) == _layers()
+
+
+def test_the_drawing_is_read_line_by_line():
+    text = "the imports, top to bottom:\n\n```\ncli    the commands\n ↓\nsearch | leaderboard  the rest\n```\n"
+    assert drawn_layers(text) == [["cli"], ["search", "leaderboard"]]
+
+
+def test_the_pipeline_stacks_in_order_with_no_exemption():
+    order = [name for layer in _layers() for name in layer]
+    # the space language over the recipe and the spec, the trial over the space, the search over the trial
+    assert order.index("search") < order.index("trial") < order.index("space") < order.index("recipe") \
+        < order.index("arch") < order.index("store")
+    (layers,) = [c for c in _contracts() if c["type"] == "layers"]
+    assert "ignore_imports" not in layers
 
 
 def _cycle(graph) -> list[str] | None:

@@ -26,7 +26,7 @@ from benchmark import build_model
 from benchmark.data import DataConfig, load_corpus, prepare
 from benchmark.lmeval import ShapebenchLM
 from benchmark.tasks import make_tasks
-from benchmark.trial.config import TrainConfig
+from benchmark.recipe import TrainConfig
 from benchmark.trial.run import run_trial
 
 ANIMALS = "cat dog fox owl hen pig cow bee".split()

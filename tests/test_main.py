@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from test_leaderboard import synthetic_trials, write_study
+from synthetic_studies import synthetic_trials, write_study
 
 from benchmark.leaderboard import command
 from benchmark.main import COMMANDS, main

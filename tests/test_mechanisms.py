@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from benchmark import FAMILIES, ArchSpec, build_model
 from benchmark.models.hyper import res_matrix
 from benchmark.trial.analysis import hyper_diagnostics
-from benchmark.trial.config import TrainConfig
+from benchmark.recipe import TrainConfig
 from benchmark.trial.training import make_optimizer
 
 TINY = {"vocab_size": 97, "d_model": 32, "n_heads": 4}

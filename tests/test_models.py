@@ -322,7 +322,7 @@ def test_same_seed_same_model():
 def test_weight_decay_spares_static_hyper_connection_parameters_and_loop_embeddings():
     """HC §4: "The static component ... does not utilize weight decay, whereas the dynamic
     component does"; biases, gating scalars, norms and loop embeddings are not decayed either."""
-    from benchmark.trial.config import TrainConfig
+    from benchmark.recipe import TrainConfig
     from benchmark.trial.training import make_optimizer
 
     for family in ("hc", "hyperloop", "mhc"):

@@ -15,7 +15,7 @@ from benchmark.search.command import search_main as main
 from benchmark.search.command import plan_main
 from benchmark.leaderboard.claims import arms
 from benchmark.perf import probe
-from benchmark.space.language import SpaceError, load_space
+from benchmark.space import SpaceError, load_space
 from benchmark.space.plan import TRIAL_REST_S, make_plan
 from benchmark.store.speeds import Speed
 

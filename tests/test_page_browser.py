@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_leaderboard import synthetic_trials, write_study
+from synthetic_studies import synthetic_trials, write_study
 
 from benchmark.leaderboard import Settings, build_board, publish, read_results
 

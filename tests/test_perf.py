@@ -11,13 +11,13 @@ from benchmark.arch.counting import count_flops
 from benchmark.arch.spec import ArchSpec
 from benchmark.perf import models
 from benchmark.trial import policy, step
-from benchmark.trial.step import ExecPolicy
+from benchmark.trial.policy import ExecPolicy
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_matmul_probe_stays_within_its_budget(dtype):
     start = time.perf_counter()
-    flops = step.matmul_peak(dtype, budget_s=1.0)
+    flops = policy.matmul_peak(dtype, budget_s=1.0)
     assert flops > 0
     assert time.perf_counter() - start < 6.0  # the budget, with room for a loaded machine
 
@@ -269,7 +269,7 @@ def test_scale_times_each_hyper_family_with_its_baseline_at_each_stream_dtype(mo
                                                                for t in base)) for s, _ in paths]
 
     monkeypatch.setattr(scale, "measure_together", fake_together)
-    monkeypatch.setattr(step, "matmul_peak", lambda dtype, *a, **kw: 1e12)
+    monkeypatch.setattr(policy, "matmul_peak", lambda dtype, *a, **kw: 1e12)
     results = scale.run_scale("search_spaces/default.yaml", "20M", ["transformer", "hc", "mhc", "looped"], {},
                               ["default"], 4, 64, 2, ["auto", "fp32"])
     assert groups == [[("transformer", None), ("mhc", "auto"), ("mhc", "fp32"), ("hc", "auto"), ("hc", "fp32")],

@@ -14,7 +14,7 @@ from benchmark.search.command import plan_main
 from benchmark.search.command import search_main as main
 from benchmark.space.plan import TRIAL_REST_S
 from benchmark.store.speeds import Speed
-from benchmark.trial.config import TrainConfig
+from benchmark.recipe import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = str(ROOT / "search_spaces" / "quickstart.yaml")

@@ -20,7 +20,8 @@ from benchmark.trial.quant import (
     quantize,
     rtn,
 )
-from benchmark.trial.step import ExecPolicy, TrainStep, lm_loss
+from benchmark.trial.policy import ExecPolicy
+from benchmark.trial.step import TrainStep, lm_loss
 
 
 def gaussian(rows, cols, seed=0):

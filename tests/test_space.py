@@ -13,15 +13,15 @@ import pytest
 
 from benchmark import ArchSpec, count_params
 from benchmark.arch.spec import SPEC_KEYS
+from benchmark.recipe import TrainConfig, TrainConfigError
 from benchmark.space.budget import solve_budget
 from benchmark.space.candidates import choose, define_by_run, grid, resolve
 from benchmark.space.domains import Choice, Fixed, FloatRange, IntRange
 from benchmark.space.expr import ExprError, parse_condition
-from benchmark.space.language import SpaceError, load_space
+from benchmark.space import SpaceError, load_space
 from benchmark.space.plan import make_plan, plan_points
 from benchmark.space.source import Override
 from benchmark.space.yamlsafe import YamlError, load_yaml
-from benchmark.trial.config import TrainConfig, TrainConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 # every shipped space, papers/ and ablations/ too (claims/ holds claims files, not spaces)
@@ -350,7 +350,7 @@ def test_paper_spaces_count_and_quantise_as_their_papers_do():
     """Hyperloop counts non-embedding + the untied head (App. A) and quantises with GPTQ group 128
     on 1024 calibration sequences (§4); HC counts every parameter (Table 7); the shape paper
     non-embedding (§4.1); AbbIE states no rule (non-embedding; tied, so no head)."""
-    from benchmark.trial.config import QuantizeConfig
+    from benchmark.recipe import QuantizeConfig
 
     papers = {p.name: load_space(p) for p in sorted((ROOT / "search_spaces" / "papers").glob("*.yaml"))}
     rule = {"hyperloop": "non_embedding_head", "hc": "total", "hourglass": "non_embedding", "abbie": "non_embedding"}

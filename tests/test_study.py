@@ -10,7 +10,7 @@ import pytest
 from benchmark.search.context import TrialContext
 from benchmark.search.rows import trial_rows, user_attrs, values
 from benchmark.search.study import StudyError, resolve_sampler
-from benchmark.space.language import SpaceError, load_space
+from benchmark.space import SpaceError, load_space
 from benchmark.store import metrics
 from benchmark.store.results import write_row
 
@@ -211,7 +211,6 @@ def test_a_seeds_final_row_is_measured_or_failed_at_its_last_attempt(tmp_path):
 def test_a_continuing_trial_trains_only_the_seeds_it_lacks(tmp_path, monkeypatch):
     """The trainable of trial 1, continuing trial 0 (seeds 0 and 1 finished, seed 2 not): it trains
     seed 2 alone, and Optuna is told the mean over the three seeds."""
-    import benchmark.data
     from benchmark.search import trainable
 
     _seed_row(tmp_path, 0, 0, 4.0)
@@ -223,7 +222,7 @@ def test_a_continuing_trial_trains_only_the_seeds_it_lacks(tmp_path, monkeypatch
         return {"status": "ok", "seed": seed, "val_loss": 4.4, "wall_s": 7.0, "tokens_trained": 100}
 
     monkeypatch.setattr(trainable, "attempts", attempts)
-    monkeypatch.setattr(benchmark.data, "prepare", lambda data: None)
+    monkeypatch.setattr(trainable, "prepare", lambda data: None)
     under_asha = replace(_context(tmp_path, 3), training={"eval_every": 5})   # the driver's, with ASHA
     final = trainable._trial({"optuna_trial": 1, "continues": [0], "family": "looped"}, under_asha, None)
     assert trained == [("t0001-s2", True)]           # the first seed it trains reports ASHA's rungs

@@ -3,50 +3,27 @@ divergence, checkpoints and the errors a user can act on."""
 
 import json
 import math
-import random
 
 import pandas as pd
 import pytest
 import torch
 
 from benchmark import ArchSpec
-from benchmark.data import DataConfig, prepare
-from benchmark.space.budget import fmt_count, parse_amount
+from benchmark.recipe import QuantizeConfig, TrainConfig, fmt_count, parse_amount
 from benchmark.store.metrics import TIME_SPLIT
 from benchmark.trial.checkpoint import CheckpointError, load_checkpoint
-from benchmark.trial.config import QuantizeConfig, TrainConfig
 from benchmark.trial.run import run_trial
 from claim_files import abbie_loops_claim
-
-WORDS = "the cat dog sat ran on under a mat log hill big small red blue and then".split()
+from tiny_trial import CFG, SPEC
 
 # A claim's undecided pair, in the claims' words (stats.verdict is the interval's, before adjustment).
 UNDECIDED = {"inconclusive": "not decided"}
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """A few hundred short paragraphs of a tiny grammar: learnable structure, fast to tokenise."""
-    root = tmp_path_factory.mktemp("corpus")
-    rng = random.Random(0)
-    paras = []
-    for _ in range(400):
-        sents = [f"{rng.choice(WORDS[:3])} {rng.choice(WORDS[3:5])} {rng.choice(WORDS[5:7])} the {rng.choice(WORDS[7:10])}."
-                 for _ in range(rng.randint(2, 5))]
-        paras.append(" ".join(sents).capitalize())
-    (root / "text.txt").write_text("\n\n".join(paras))
-    return prepare(DataConfig(source=str(root / "text.txt"), tokenizer="bpe:300", cache_dir=str(root / "cache")))
-
-
-SPEC = {"family": "looped", "d_model": 32, "n_heads": 2, "vocab_size": 300,
-        "layers": {"begin": 1, "middle": 1, "end": 1}, "loops": 2, "eval_loops": [1, 2, 3]}
-CFG = dict(tokens="20K", seq_len=32, batch_size=8, lr=3e-3, compile=False, precision="fp32", eval_tokens=1024)
-
-
-def test_same_seed_same_losses_different_seed_different(corpus):
-    a = run_trial(SPEC, TrainConfig(**CFG, seed=1), data=corpus)
-    b = run_trial(SPEC, TrainConfig(**CFG, seed=1), data=corpus)
-    c = run_trial(SPEC, TrainConfig(**CFG, seed=2), data=corpus)
+def test_same_seed_same_losses_different_seed_different(grammar_corpus):
+    a = run_trial(SPEC, TrainConfig(**CFG, seed=1), data=grammar_corpus)
+    b = run_trial(SPEC, TrainConfig(**CFG, seed=1), data=grammar_corpus)
+    c = run_trial(SPEC, TrainConfig(**CFG, seed=2), data=grammar_corpus)
     assert a["status"] == b["status"] == "ok"
     assert a["val_loss"] == b["val_loss"] and a["train_loss"] == b["train_loss"]
     assert a["val_loss"] != c["val_loss"]
@@ -58,8 +35,8 @@ def test_same_seed_same_losses_different_seed_different(corpus):
     assert a["val_ppl"] < 0.5 * a["val_ppl_unigram"]  # it learned more than token frequencies
 
 
-def test_row_has_the_spec_columns(corpus):
-    row = run_trial(SPEC, TrainConfig(**CFG), data=corpus)
+def test_row_has_the_spec_columns(grammar_corpus):
+    row = run_trial(SPEC, TrainConfig(**CFG), data=grammar_corpus)
     for col in ("family", "spec", "params_total", "params_non_embedding", "flops_per_token_train",
                 "flops_per_token_infer", "tokens_trained", "val_loss", "val_ppl", "tokens_per_s",
                 "peak_mem_bytes", "wall_s", "seed", "dataset_id", "tokenizer_id", "code_version",
@@ -69,10 +46,10 @@ def test_row_has_the_spec_columns(corpus):
     assert row["val_ppl"] == pytest.approx(math.exp(row["val_loss"]))
 
 
-def test_the_row_says_where_the_trial_time_went(corpus):
+def test_the_row_says_where_the_trial_time_went(grammar_corpus):
     """compile / train / eval / quantise seconds: parts of wall_s, and train_s is the
     time the measured throughput accounts for, so wall_s - train_s is the trial's overhead."""
-    row = run_trial(SPEC, TrainConfig(**{**CFG, "eval_every": 5}), data=corpus)
+    row = run_trial(SPEC, TrainConfig(**{**CFG, "eval_every": 5}), data=grammar_corpus)
     split = [row[k] for k in TIME_SPLIT]
     assert TIME_SPLIT == ("compile_s", "train_s", "eval_s", "quantize_s")
     assert all(v > 0 for v in split[1:])
@@ -85,14 +62,14 @@ def test_the_row_says_where_the_trial_time_went(corpus):
     assert len(json.loads(row["evals"])) >= 2  # the periodic evaluations are in eval_s, not train_s
 
 
-def test_rows_carry_the_hyper_connection_diagnostics(corpus, tmp_path):
+def test_rows_carry_the_hyper_connection_diagnostics(grammar_corpus, tmp_path):
     """Hyperloop's row has every diagnostic; a looped model's has none; both survive the store."""
     from benchmark.store.metrics import DIAGNOSTICS
     from benchmark.store.results import read_study, write_row
 
     hyper = run_trial({**SPEC, "family": "hyperloop", "hyper": {"streams": 2}}, TrainConfig(**CFG),
-                      data=corpus, quantize=False)
-    plain = run_trial(SPEC, TrainConfig(**CFG), data=corpus, quantize=False)
+                      data=grammar_corpus, quantize=False)
+    plain = run_trial(SPEC, TrainConfig(**CFG), data=grammar_corpus, quantize=False)
     assert 0.0 < hyper["stream_cosine"] < 1.0 - 1e-6            # two streams, not copies
     assert hyper["hres_deviation"] > 0 and hyper["loop_emb_norm"] > 0
     assert 0.0 <= hyper["gate_saturation"] <= 1.0
@@ -106,8 +83,8 @@ def test_rows_carry_the_hyper_connection_diagnostics(corpus, tmp_path):
     assert df.loc["hyperloop", "stream_dtype"] == "fp32" and pd.isna(df.loc["looped", "stream_dtype"])
 
 
-def test_divergence_is_recorded_not_raised(corpus):
-    row = run_trial(SPEC, TrainConfig(**{**CFG, "lr": 1e4, "grad_clip": 0, "warmup": 0}), data=corpus)
+def test_divergence_is_recorded_not_raised(grammar_corpus):
+    row = run_trial(SPEC, TrainConfig(**{**CFG, "lr": 1e4, "grad_clip": 0, "warmup": 0}), data=grammar_corpus)
     assert row["status"] == "diverged" and "loss is" in row["error"]
     # its row says how far it got, through the step whose loss was NaN, and where the time went
     step = int(row["error"].split(" at step ")[1].split()[0])
@@ -117,11 +94,11 @@ def test_divergence_is_recorded_not_raised(corpus):
     assert row["compile_s"] + row["train_s"] <= row["wall_s"]
 
 
-def test_checkpoint_round_trip_and_spec_mismatch(corpus, tmp_path):
-    run_trial(SPEC, TrainConfig(**CFG), data=corpus, checkpoint_dir=tmp_path / "ck")
+def test_checkpoint_round_trip_and_spec_mismatch(grammar_corpus, tmp_path):
+    run_trial(SPEC, TrainConfig(**CFG), data=grammar_corpus, checkpoint_dir=tmp_path / "ck")
     assert {p.name for p in (tmp_path / "ck").iterdir()} == {"model.safetensors", "spec.json", "meta.json", "tokenizer.json"}
     model, meta = load_checkpoint(tmp_path / "ck", spec=SPEC)
-    assert meta["tokenizer_id"] == corpus.tokenizer.tokenizer_id
+    assert meta["tokenizer_id"] == grammar_corpus.tokenizer.tokenizer_id
     x = torch.randint(0, 300, (1, 8))
     assert torch.isfinite(model(x)).all()
     with pytest.raises(CheckpointError, match="d_model is 32 in the checkpoint, 64 requested"):
@@ -130,10 +107,10 @@ def test_checkpoint_round_trip_and_spec_mismatch(corpus, tmp_path):
         load_checkpoint(tmp_path)
 
 
-def test_vocab_mismatch_is_a_clear_error(corpus):
-    n = corpus.tokenizer.vocab_size
+def test_vocab_mismatch_is_a_clear_error(grammar_corpus):
+    n = grammar_corpus.tokenizer.vocab_size
     with pytest.raises(ValueError, match=f"vocab_size: the spec has 100 but tokenizer bpe:300@.* has {n}; set vocab_size: {n}"):
-        run_trial({**SPEC, "vocab_size": 100}, TrainConfig(**CFG), data=corpus)
+        run_trial({**SPEC, "vocab_size": 100}, TrainConfig(**CFG), data=grammar_corpus)
 
 
 def test_schedules():
@@ -163,13 +140,13 @@ def test_token_budgets():
         TrainConfig.from_dict({"warmpu": 0.1})
 
 
-def test_one_trial_from_the_command_line(corpus, tmp_path, capsys):
+def test_one_trial_from_the_command_line(grammar_grammar_corpus, tmp_path, capsys):
     from benchmark.search.command import search_main as main
 
     spec = tmp_path / "arch.yaml"
     spec.write_text("family: looped\nd_model: 32\nn_heads: 2\nvocab_size: 300\n"
                     "layers: {begin: 1, middle: 1, end: 1}\ntraining: {seq_len: 32, batch_size: 8, eval_tokens: 1K}\n")
-    text = corpus.dataset_id.split("@")[0]
+    text = grammar_corpus.dataset_id.split("@")[0]
     args = ["--spec", str(spec), "--tokens", "8K", "--data", text, "--tokenizer", "bpe:300",
             "--no-compile", "--precision", "fp32", "--checkpoint", str(tmp_path / "ck")]
     assert main(args) == 0
@@ -217,13 +194,13 @@ LOOP_CLAIM = abbie_loops_claim("AbbIE-D at its training iterations beats itself 
 
 
 @pytest.fixture(scope="module")
-def abbie_results(corpus, tmp_path_factory):
+def abbie_results(grammar_corpus, tmp_path_factory):
     """Three seeds of a tiny AbbIE-D in a results store, as a search writes them."""
     from benchmark.store.results import write_row
 
     root = tmp_path_factory.mktemp("results")
     for seed in range(3):
-        row = run_trial(ABBIE_D, TrainConfig(**{**CFG, "tokens": "10K", "seed": seed}), data=corpus, quantize=False)
+        row = run_trial(ABBIE_D, TrainConfig(**{**CFG, "tokens": "10K", "seed": seed}), data=grammar_corpus, quantize=False)
         write_row(root / "abbie", {**row, "study": "abbie", "trial_id": f"t{seed}"})
     return root
 
@@ -287,7 +264,7 @@ claims:
 
 
 @pytest.fixture(scope="module")
-def int4_results(corpus, tmp_path_factory):
+def int4_results(grammar_corpus, tmp_path_factory):
     """Two seeds of a tiny Transformer and a tiny Looped model, quantised per QUANT, in a results
     store as a search writes them."""
     from benchmark.store.results import write_row
@@ -295,7 +272,7 @@ def int4_results(corpus, tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
     for spec in (TRANSFORMER, SPEC):
         for seed in range(2):
-            row = run_trial(spec, TrainConfig(**{**CFG, "tokens": "5K", "seed": seed}), data=corpus, quantize=QUANT)
+            row = run_trial(spec, TrainConfig(**{**CFG, "tokens": "5K", "seed": seed}), data=grammar_corpus, quantize=QUANT)
             write_row(root / "int4", {**row, "study": "int4", "trial_id": f"{spec['family']}-{seed}"})
     return root / "int4"
 
@@ -338,9 +315,9 @@ def test_the_int4_cost_flows_into_a_claim_verdict(int4_results, tmp_path):
     assert result.verdict in ("reproduced", "contradicted", "not decided")
 
 
-def test_calibration_takes_exactly_the_sequences_asked_for(corpus):
+def test_calibration_takes_exactly_the_sequences_asked_for(grammar_corpus):
     from benchmark.trial.run import calibration
 
-    calib = calibration(corpus, TrainConfig(**CFG), 20)
+    calib = calibration(grammar_corpus, TrainConfig(**CFG), 20)
     assert [tuple(x.shape) for x in calib] == [(8, 32), (8, 32), (4, 32)]
-    assert [tuple(x.shape) for x in calibration(corpus, TrainConfig(**CFG), 3)] == [(3, 32)]
+    assert [tuple(x.shape) for x in calibration(grammar_corpus, TrainConfig(**CFG), 3)] == [(3, 32)]

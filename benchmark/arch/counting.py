@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from benchmark.arch.spec import ArchSpec, hyper_spans
-from benchmark.store.metrics import COUNTS as COUNTS  # the rules' names, with the row columns they fill
+from benchmark.store import COUNTS as COUNTS  # the rules' names, with the row columns they fill
 
 
 def with_counts(components: Mapping[str, int], total: int) -> dict[str, int]:

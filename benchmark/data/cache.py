@@ -21,7 +21,7 @@ from benchmark.data.config import DataConfig
 from benchmark.data.corpus import DATA_FORMAT, SPLITS, Corpus, hash_json, load_corpus
 from benchmark.data.sources import Document
 from benchmark.data.tokenizer import Tokenizer, load_tokenizer
-from benchmark.store.atomic import atomic_open
+from benchmark.store import atomic_open
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

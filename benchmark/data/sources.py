@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from benchmark.arch.fields import did_you_mean
+from benchmark.arch import did_you_mean
 from benchmark.data.packages import package_dir
 
 # The forms of `data.source`:

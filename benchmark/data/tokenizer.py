@@ -17,7 +17,7 @@ import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from benchmark.data.packages import package_dir
-from benchmark.store.atomic import atomic_open
+from benchmark.store import atomic_open
 
 log = logging.getLogger(__name__)
 

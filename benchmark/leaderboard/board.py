@@ -15,7 +15,7 @@ from benchmark.leaderboard import frontier, objectives, tuning
 from benchmark.leaderboard.bands import DEFAULT_TOLERANCE, bands, cohorts
 from benchmark.leaderboard.objectives import Objective
 from benchmark.leaderboard.studies import LeaderboardError, NoResults
-from benchmark.store.metrics import METRICS
+from benchmark.store import METRICS
 
 # The registry's results columns; the study-dependent `params_{count}` is one of the two params
 # columns, listed on its own.

@@ -45,8 +45,8 @@ from benchmark.leaderboard.studies import (
     read_studies,
     skipped_notes,
 )
-from benchmark.space.budget import parse_amount
-from benchmark.store.location import RESULTS_ROOT
+from benchmark.recipe import parse_amount
+from benchmark.store import RESULTS_ROOT
 
 FILE_FORMATS = [f for f in FORMATS if f != "terminal"]
 

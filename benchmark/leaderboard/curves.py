@@ -15,14 +15,13 @@ from matplotlib.figure import Figure
 from benchmark.leaderboard import layout
 from benchmark.leaderboard.plots import PALETTE, Plot
 from benchmark.space import select
+from benchmark.store import read_curves
 
 MAX_FIGURES = 24   # claims drawn at most (a page is read, not searched)
 
 
 def read_study_curves(studies: dict[str, str], trials: pd.DataFrame) -> pd.DataFrame:
     """Every curve of the studies (label -> folder), with `study` set to the label."""
-    from benchmark.store.curves import read_curves
-
     frames = [read_curves(folder, trials[trials["study"] == label]).assign(study=label)
               for label, folder in studies.items()]
     frames = [f for f in frames if len(f)]

@@ -39,7 +39,7 @@ import pandas as pd
 from benchmark.arch import describe
 from benchmark.leaderboard.board import Board
 from benchmark.leaderboard.studies import LeaderboardError
-from benchmark.store.metrics import METRICS, PARAM_COLUMNS
+from benchmark.store import METRICS, PARAM_COLUMNS
 
 FIDELITY = "hp_tokens"
 # What the search adds to a sampled point (candidates.Candidate.config): results of the budget

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from benchmark.store import metrics
-from benchmark.store.metrics import Metric, MetricError
+from benchmark.store import metrics, Metric, MetricError
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,7 +27,7 @@ from benchmark import FAMILIES
 from benchmark.leaderboard import frontier, layout, scaling
 from benchmark.leaderboard.board import KEY, Board
 from benchmark.leaderboard.objectives import Objective
-from benchmark.store.metrics import metric
+from benchmark.store import metric
 
 # Fixed colours per registered family, so a family looks the same in every plot of every study.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",

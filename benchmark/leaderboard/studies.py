@@ -14,8 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from benchmark.store import location, results
-from benchmark.store.study import read_study_info
+from benchmark.store import ResultsError, location, results, read_study_info
 
 
 class LeaderboardError(Exception):
@@ -64,14 +63,14 @@ def _label(study: str, taken: dict[str, str]) -> str:
 def read_studies(studies: Mapping[str, str], skipped: dict[str, list[str]] | None = None) -> pd.DataFrame:
     """All trials of all studies; `study` is set to the study's label (its folder name). Damaged
     trial files are skipped: listed per study label in `skipped`, or, with no dict, warned of
-    (results.ResultsWarning)."""
+    (ResultsWarning)."""
     frames = []
     for label, folder in studies.items():
         lost: list[str] | None = [] if skipped is not None else None
         try:
             table = results.read_table(folder, lost)
-        except (results.ResultsError, OSError) as err:
-            raise LeaderboardError(str(err) if isinstance(err, results.ResultsError)
+        except (ResultsError, OSError) as err:
+            raise LeaderboardError(str(err) if isinstance(err, ResultsError)
                                    else f"{folder}: {location.reason(err)}") from err
         if lost:
             skipped[label] = lost

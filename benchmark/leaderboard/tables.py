@@ -14,7 +14,7 @@ import pandas as pd
 from benchmark.leaderboard import stats
 from benchmark.leaderboard.board import Board
 from benchmark.leaderboard.formats import Column, Table
-from benchmark.store.metrics import DIAGNOSTICS, METRICS, metric
+from benchmark.store import DIAGNOSTICS, METRICS, metric
 
 # --- number formats: each maps an array of floats to display strings ---------------------------
 

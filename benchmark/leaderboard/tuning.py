@@ -18,7 +18,7 @@ import orjson
 import pandas as pd
 
 from benchmark.leaderboard.formats import Column, Table
-from benchmark.store.results import PHASES
+from benchmark.store import PHASES
 
 TUNE = PHASES[0]   # a tuning run's phase
 

@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from benchmark.models import kernels
 from benchmark.models.layers import NORM_EPS, float32_region
 
 GATE_SCALE_INIT = 0.01  # mHC App. A.1: the gating factors α start at 0.01 (HC: s_α, s_β)
@@ -70,7 +71,6 @@ def fused(t: torch.Tensor) -> bool:
     PyTorch code below runs (compiled on a GPU, the faster path there: kernels/__init__.py)."""
     if not t.is_cuda:
         return False
-    from benchmark.models import kernels
     return kernels.chosen() and kernels.available()
 
 
@@ -104,6 +104,7 @@ def sinkhorn(logits: torch.Tensor, iters: int) -> torch.Tensor:
     a log per entry, more than twice the time of these (benchmarks/2026-11-24-perf-cpu-epyc.md);
     Megatron-LM's native mHC Sinkhorn also normalises in linear space after a softmax."""
     if fused(logits):
+        # The Triton kernels import triton: they load only where they run (fused).
         from benchmark.models.kernels import sinkhorn as fused_sinkhorn
         return fused_sinkhorn.sinkhorn(logits.float(), iters, SINKHORN_FLOOR)
     with float32_region(logits.device.type):

@@ -17,8 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from benchmark.arch.counting import with_counts
-from benchmark.arch.spec import ArchSpec, hyper_spans
+from benchmark.arch import with_counts, ArchSpec, hyper_spans
 from benchmark.models.hyper import hyper_connect, make_gate
 from benchmark.models.layers import INIT_STD, Block, Proj, RMSNorm, Rotary
 

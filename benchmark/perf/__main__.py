@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 
 import benchmark.perf as perf
-from benchmark.arch.spec import FAMILIES, STREAM_DTYPES
-from benchmark.trial.config import PRECISIONS
+from benchmark.arch import FAMILIES, STREAM_DTYPES
+from benchmark.recipe import PRECISIONS
 
 # `scale` times each path at the execution policy's own choice ("default") or at a fixed precision.
 SCALE_PRECISIONS = ("default", *(p for p in PRECISIONS if p != "auto"))

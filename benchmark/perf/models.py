@@ -9,11 +9,11 @@ import math
 import time
 from pathlib import Path
 
-from benchmark.arch.counting import count_flops, count_params
-from benchmark.arch.spec import ArchSpec
+from benchmark.arch import count_flops, count_params, ArchSpec
 from benchmark.perf import timing
 from benchmark.perf.timing import MIN_ROUNDS, Measurement, measure_together
 from benchmark.store import speeds
+from benchmark.console import console as wide_console
 
 # A dtype whose matmuls are this many times slower than fp32 is not benchmarked (a training step
 # in it would take minutes on such a CPU).
@@ -61,10 +61,10 @@ def run_models(families: list[str], steps: int, minutes: float | None = None) ->
     to the training FLOPs of the paths it goes on timing after those (`read`, `cost` below) and
     times up to `steps` rounds in it (at least MIN_ROUNDS)."""
     end = time.perf_counter() + 60 * minutes if minutes else None
+    # torch and the trial load when something is measured: the plan reads perf/ for its estimates.
     import torch
     from rich.table import Table
 
-    from benchmark.console import console as wide_console
     from benchmark.trial.policy import ExecPolicy, default_device, matmul_peak
 
     console = wide_console()
@@ -147,6 +147,7 @@ def paired_ratio(a: Measurement, b: Measurement) -> tuple[float, float, float, i
     interval says so. The interval is this run's: on a shared machine two runs an hour apart can
     give disjoint intervals, as the hours differ by more than one run's rounds do
     (benchmarks/2026-11-24-perf-cpu-epyc.md)."""
+    # The leaderboard's statistics (scipy) load only for a report: the plan reads perf/ for its estimates.
     from benchmark.leaderboard.stats import ratio_interval
 
     rounds = min(len(a.step_times), len(b.step_times))  # below 2 the interval is NaN

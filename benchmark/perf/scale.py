@@ -8,14 +8,13 @@ import dataclasses
 from benchmark.perf.models import HYPER_TARGETS, comparison_groups, paired_line
 from benchmark.perf.timing import measure_together
 from benchmark.store import speeds
+from benchmark.space import choose, resolve, Choice, FloatRange, IntRange, load_space, Override
+from benchmark.console import console as wide_console
 
 
 def reference_values(space, family: str, fixed: dict[str, object]) -> dict[str, object]:
     """One point of `space` for `family`: the values given with --set, else the middle of each
     range and the first of each choice (a stated, repeatable reference, not a search)."""
-    from benchmark.space.candidates import choose
-    from benchmark.space.domains import Choice, FloatRange, IntRange
-
     def pick(axis):
         if axis.key == "family":
             return family
@@ -46,20 +45,13 @@ def run_scale(space_path: str, budget: str | None, families: list[str], fixed: d
     ratios): each group of comparison_groups is built together and its steps go round the paths
     (measure_together), so a ratio is read from back-to-back steps; each path's peak memory is its
     own. A hyper family runs once per stream dtype of `stream_dtypes`."""
+    # torch and the trial load when something is measured: `python -m benchmark.perf` reads this
+    # module for its flags.
     import torch
     from rich.table import Table
 
-    from benchmark.console import console as wide_console
     from benchmark.models.hyper import stream_record
-    from benchmark.space.candidates import resolve
-    from benchmark.space.language import load_space
-    from benchmark.space.source import Override
-    from benchmark.trial.step import (
-        ExecPolicy,
-        default_device,
-        matmul_peak,
-        prepare_device,
-    )
+    from benchmark.trial.policy import ExecPolicy, default_device, matmul_peak, prepare_device
 
     space = load_space(space_path, [Override.flag("budget", "budget", budget)] if budget else [])
     seq_len = seq_len or space.training_value("seq_len")

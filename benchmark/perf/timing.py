@@ -10,9 +10,11 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmark.arch.counting import count_flops
-from benchmark.arch.spec import ArchSpec
+from benchmark.arch import count_flops, ArchSpec
 from benchmark.store import speeds
+from benchmark.recipe import TrainConfig
+from benchmark.data import cache_root
+from benchmark.space import TRIAL_OVERHEAD_S, SEARCH_START_S
 
 
 @dataclass(frozen=True)
@@ -47,11 +49,12 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
     faster. Each path's peak memory is its own: the high-water mark while it was built and warmed up
     (the first step allocates the optimiser's state), over what was held before (the paths built
     earlier), so that paths timed together report what each needs alone."""
+    # torch and the trial load when something is measured: the plan reads this module for its estimates.
     import torch
 
     from benchmark.models import build_model
-    from benchmark.trial.config import TrainConfig
-    from benchmark.trial.step import TrainStep, default_device, prepare_device
+    from benchmark.trial.policy import default_device, prepare_device
+    from benchmark.trial.step import TrainStep
     from benchmark.trial.training import (
         held_memory_bytes,
         make_optimizer,
@@ -121,8 +124,6 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
 
 
 def speeds_file() -> Path:
-    from benchmark.data import cache_root
-
     return speeds.path_in(cache_root())
 
 
@@ -140,6 +141,4 @@ def probe_shape(device_type: str) -> tuple[ArchSpec, int, int]:
 def search_times() -> tuple[float, float, int]:
     """(start_s, per_trial_s, searches) for `--plan`: the time finished searches here spent
     outside their trials (store/speeds.py), else the plan's assumed start."""
-    from benchmark.space.plan import SEARCH_START_S
-
     return speeds.search_times(speeds_file(), SEARCH_START_S)

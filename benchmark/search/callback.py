@@ -23,7 +23,9 @@ from benchmark.search import rows
 from benchmark.search.context import TrialContext
 from benchmark.search.halt import Halt
 from benchmark.search.live import LiveView
-from benchmark.store.results import StoreFull
+from benchmark.store import StoreFull
+from benchmark.search.ray_session import free_resources
+from benchmark.trial import release_workers
 
 
 class SearchCallback(Callback):
@@ -50,8 +52,6 @@ class SearchCallback(Callback):
             return
         waited = time.monotonic() - self._progress
         if waited > self.pending_timeout_s and self.halt is None:
-            from benchmark.search.ray_session import free_resources
-
             self.stop(Halt("resources", f"no trial has started for {waited:.0f} s: each asks for {self.asks}, "
                                       f"and the cluster has {free_resources()}. Lower --cpus-per-trial / "
                                       "--gpus-per-trial, or add a node that has them"))
@@ -78,8 +78,6 @@ class SearchCallback(Callback):
         """A trial of several workers: its Train job's placement group, left reserved when the
         trial's actor was stopped or died with the job's controller (trial/distributed.py)."""
         if self.ctx.workers is not None:
-            from benchmark.trial.distributed import release_workers
-
             release_workers(trial.trial_id)
 
     def _done(self, trial, error: bool) -> None:

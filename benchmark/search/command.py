@@ -29,13 +29,13 @@ from rich.markup import escape
 
 from benchmark.data import DataConfig
 from benchmark.search import SAMPLERS, STORAGE_WAIT_S, loggers
+from benchmark.arch.counting import COUNTS
+from benchmark.recipe import PRECISIONS, TrainConfig, parse_tokens
 from benchmark.search.gate import LIMIT_HOURS, too_big
-from benchmark.space.budget import COUNTS, parse_tokens
 from benchmark.space.language import SearchSpace, SpaceError, load_space, parse_budgets
 from benchmark.space.source import Override, parse_set
 from benchmark.store.location import RESULTS_ROOT, check_results, is_dir
 from benchmark.store.results import ResultsError, check_study_name
-from benchmark.trial.config import PRECISIONS, TrainConfig
 
 PLAN, SEARCH = "shapebench plan", "shapebench search"  # the commands, as their messages begin
 DEFAULT_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"

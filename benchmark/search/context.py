@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from benchmark.recipe import TrainConfig, QuantizeConfig
+from benchmark.store import is_uri
+
 if TYPE_CHECKING:  # the command line reads this package without loading the data stack
     from benchmark.data import DataConfig
 
@@ -43,15 +46,11 @@ class TrialContext:
 
     def train_config(self, seed: int, setting: Mapping[str, Any] | None = None):
         """`setting`: training settings a `tune:` grid sets over the space's (a point of the grid)."""
-        from benchmark.trial.config import TrainConfig
-
         # as SearchSpace.trial_training: `tokens_per` defaults to the budget's count, the space may set it
         return TrainConfig.from_dict({"tokens_per": self.count, **self.training, **(setting or {}), "seed": seed,
                                       **self.policy})
 
     def quantize_config(self):
-        from benchmark.trial.config import QuantizeConfig
-
         return QuantizeConfig.from_dict(self.quantize)
 
     def checkpoint_dir(self, trial_id: str) -> Path | None:
@@ -59,7 +58,6 @@ class TrialContext:
         local staging folder that the trainable copies to <study>/_checkpoints/ (upload_checkpoint)."""
         if not self.checkpoints:
             return None
-        from benchmark.store.location import is_uri
 
         if is_uri(self.study_dir):
             import tempfile

@@ -36,17 +36,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from benchmark.data import DataConfig
-from benchmark.search import drivers, ray_session, resume
-from benchmark.search import study as studies
+from benchmark.data import DataConfig, prepare, cache_root
+from benchmark.search import drivers, ray_session, resume, study as studies
 from benchmark.search.context import TrialContext
 from benchmark.search.rows import best_row
-from benchmark.search.halt import Halt, SearchHalted  # noqa: F401  (SearchHalted re-exported)
+from benchmark.search.halt import Halt, SearchHalted
 from benchmark.search.storage import STORAGE_WAIT_S, StorageUnavailable
-from benchmark.search.study import OPTUNA_DB  # noqa: F401  (re-exported: where the study lives)
-from benchmark.store import location, metrics
-from benchmark.store.results import finished_trials, read_study, trial_files
-from benchmark.store.study import STUDY_FILE, read_study_info, write_study_info
+from benchmark.store import (
+    location, metrics, finished_trials, read_study, trial_files, STUDY_FILE, read_study_info, write_study_info,
+    speeds, code_version
+)
+from benchmark.space import first_points, seeds_message
+from benchmark.search.progress import start_board, Poll
+from benchmark.recipe import parse_tokens
 
 # What one trial leaves in the results store, for the free-space check before a search: a row
 # file (~30 kB with the evaluations' curves), its share of the Optuna study and Ray's state.
@@ -140,8 +142,6 @@ def check_declared(space, opts: SearchOptions) -> None:
                            opts.name, first_seed=opts.seed)
     final = range(opts.seed, opts.seed + opts.seeds)
     if space.tune and (shared := space.tune.shared(final)):
-        from benchmark.space.tuning import seeds_message
-
         raise studies.StudyError(f"{space.source.file}: tune.seeds: {seeds_message(shared, final)} (--seed, --seeds)")
 
 
@@ -225,17 +225,12 @@ def space_needed(space, opts: SearchOptions, remaining: int) -> int:
 
 
 def _open(space, opts: SearchOptions, names, modes):
-    from benchmark.space.plan import first_points
-
     return studies.open_study(studies.storage_url(opts.study_dir, opts.storage), opts.name, names,
                               [f"{m}imize" for m in modes], first_points(space), wait_s=opts.storage_wait_s)
 
 
 def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, console, driving: _Driving):
     """Prepare the data, start Ray, size the trials to the nodes, run Tune; a Halt or None."""
-    from benchmark.data import prepare
-    from benchmark.search.progress import start_board
-
     _check_space(space, opts, remaining, summary, console)
     start = time.perf_counter()
     data = prepare(opts.data)  # tokenise once on this node, before any local worker needs the cache
@@ -300,9 +295,6 @@ def _record_times(summary: SearchSummary) -> None:
     time they took on this machine."""
     if not summary.timed_here or summary.overhead_s is None:  # None: no trial reported its wall
         return
-    from benchmark.data import cache_root
-    from benchmark.store import speeds
-
     speeds.record_search(speeds.path_in(cache_root()), summary.wall_s - summary.busy_s - summary.prepare_s,
                          summary.overhead_s)
 
@@ -335,6 +327,8 @@ def _asha(space, opts: SearchOptions, names: list[str]) -> bool:
 
 
 def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console, driving: _Driving):
+    # Ray Tune and the modules built on it load only when a search runs: the checks before it
+    # (and `--plan`) stay light.
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import ConcurrencyLimiter
@@ -342,7 +336,6 @@ def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console, dr
     from benchmark.search import loggers
     from benchmark.search.callback import SearchCallback, StopAll
     from benchmark.search.live import LiveView
-    from benchmark.search.progress import Poll
     from benchmark.search.searcher import make_searcher
     from benchmark.search.trainable import trainable
 
@@ -378,8 +371,6 @@ def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console, dr
 
 def study_info(space, opts: SearchOptions, sampler: str, data) -> dict[str, Any]:
     """What the study declared and ran on: Optuna study attributes and <study>/_study.json."""
-    from benchmark.store.provenance import code_version
-
     return {"space": space.name, "space_file": space.source.file, "description": space.description,
             "trials": space.trials, "sampler": sampler, "seeds": opts.seeds, "seed": opts.seed,
             "code_version": code_version(), "dataset_id": data.dataset_id,
@@ -389,8 +380,6 @@ def study_info(space, opts: SearchOptions, sampler: str, data) -> dict[str, Any]
 
 def _total_tokens_hint(space) -> int:
     """ASHA's max_t: the training token budget when absolute, else a large bound."""
-    from benchmark.space.budget import parse_tokens
-
     return parse_tokens(space.training.get("tokens", "20x")).resolve(space.budget or 1)
 
 

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from benchmark.store import location
+from benchmark.search.study import StudyError
 
 FOLDER = "_drivers"
 BEAT_S = 30.0     # how often a running driver refreshes its file
@@ -106,8 +107,6 @@ def check_shared(registry: Registry, others: list[Driver], on_uri: bool) -> None
     """A study another driver is running is joined where its Optuna study can be shared: an RDB
     (--storage), or SQLite beside rows on this machine's disk (SQLite's file locks serialise its
     writers there, not across machines). StudyError, one line, otherwise."""
-    from benchmark.search.study import StudyError
-
     me = registry.me
     unsafe = [d for d in others if "sqlite-copy" in (d.storage, me.storage) or (d.storage != "rdb" and d.host != me.host)]
     if unsafe:

@@ -8,7 +8,7 @@ import sys
 
 from benchmark.perf import probe
 from benchmark.space.plan import Plan, records
-from benchmark.trial.config import TrainConfig
+from benchmark.recipe import TrainConfig
 
 # A search estimated to take longer than this on one machine is a cluster job: it asks first.
 LIMIT_HOURS = 24

@@ -26,6 +26,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmark.store.location import absolute, disk_full
+from benchmark.search.resources import nodes_of, per_trial
+
 # Quiet Ray by default: no experiment banner, no TensorBoard/CSV loggers, no dashboard.
 QUIET = {"RAY_AIR_NEW_OUTPUT": "0", "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1", "RAY_DEDUP_LOGS": "1",
          "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1000"}
@@ -40,8 +43,6 @@ class RayStartError(RuntimeError):
 def temp_dir(study_dir: Path) -> str:
     """The study's prefix for session directories (short: Ray's unix socket paths are limited to
     ~107 chars); each driver's folder is this plus `.<slot>`."""
-    from benchmark.store.location import absolute
-
     digest = hashlib.sha1(absolute(study_dir).encode()).hexdigest()[:10]
     return os.path.join(tempfile.gettempdir(), f"sbray-{digest}")
 
@@ -199,8 +200,6 @@ class _FullDiskFilter:
     traceback each time it tries): the search says so once, in its own message."""
 
     def filter(self, record) -> bool:
-        from benchmark.store.location import disk_full
-
         error = record.exc_info[1] if record.exc_info else None
         return error is None or not disk_full(error)
 
@@ -224,8 +223,6 @@ def trial_resources(cpus: float | None, gpus: float | None, concurrency: int | N
     """What each trial asks for, decided from the alive nodes (search/resources.py); raises
     ResourcesError within seconds when no node can hold one."""
     import ray
-
-    from benchmark.search.resources import nodes_of, per_trial
 
     return per_trial(nodes_of(ray.nodes()), cpus, gpus, concurrency, workers)
 

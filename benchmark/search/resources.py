@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from benchmark.trial import Workers
+
 
 class ResourcesError(ValueError):
     """No node can hold a trial as asked: the message names what is missing."""
@@ -58,7 +60,6 @@ class TrialResources:
         """What each worker of a Train job asks for (trial/distributed.py Workers); None for one process."""
         if self.workers == 1:
             return None
-        from benchmark.trial.distributed import Workers
 
         return Workers(count=self.workers, cpus=self.cpus / self.workers, gpus=self.gpus / self.workers,
                        parallel=parallel)

@@ -10,8 +10,8 @@ from typing import Sequence
 from benchmark.search import rows, tuning
 from benchmark.search.context import TrialContext
 from benchmark.search.study import DRIVER, StudyError, mirror, trial_number
-from benchmark.store import location
-from benchmark.store.results import quarantine, recover, sweep_orphans
+from benchmark.store import location, quarantine, recover, sweep_orphans, read_study
+from benchmark.space import select
 
 
 def prepare_store(study_dir: str, storage: str | None, fallback: str, others: Sequence = (),
@@ -116,9 +116,6 @@ def supersede(study_dir: str, rerun: Sequence[str], others: Sequence = ()) -> li
     new locations; StudyError when another driver runs the study, a filter is malformed or names
     no column, or no row matches."""
     import time
-
-    from benchmark.space import select
-    from benchmark.store.results import read_study
 
     given = " ".join(rerun)
     if others:

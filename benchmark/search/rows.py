@@ -14,13 +14,11 @@ import traceback
 from pathlib import Path
 from typing import Any, Mapping
 
-from benchmark.arch.describe import variant
+from benchmark.arch import variant
 from benchmark.search.context import TrialContext
-from benchmark.store import metrics
+from benchmark.store import metrics, write_curve, disk_full, read_files, trial_files, write_row, metric
 from benchmark.store.curves import KEY as CURVE
-from benchmark.store.curves import write_curve
-from benchmark.store.location import disk_full
-from benchmark.store.results import read_files, trial_files, write_row
+from benchmark.store.location import is_uri, join, resolve
 
 ERROR_CHARS = 1500
 NOT_AXES = ("spec", "optuna_trial", "node_id", "continues")
@@ -166,8 +164,6 @@ def _present(v: Any) -> bool:
 
 def upload_checkpoint(ctx: TrialContext, trial_id: str) -> None:
     """For results on a URI: copy the weights a trial saved locally to <study>/_checkpoints/."""
-    from benchmark.store.location import is_uri, join, resolve
-
     local = ctx.checkpoint_dir(trial_id)
     if local is None or not is_uri(ctx.study_dir) or not local.is_dir():
         return
@@ -184,8 +180,6 @@ def best_row(ok, objective: str, direction: str, count: str) -> dict[str, Any] |
     """The ok row best at the study's first declared objective (read from its column under the
     budget's count rule), with that objective's name and value; None when no row has it."""
     import pandas as pd
-
-    from benchmark.store.metrics import metric
 
     column = metric(objective).column_for(count)
     values = pd.to_numeric(ok[column], errors="coerce") if column in ok else pd.Series(dtype=float)

@@ -26,7 +26,7 @@ from benchmark.search.context import TrialContext
 from benchmark.search.halt import Halt
 from benchmark.search.storage import StorageUnavailable
 from benchmark.search.study import DRIVER, Quota
-from benchmark.store.location import disk_full
+from benchmark.store import disk_full
 
 NOT_TOLD = "store_full"
 FAILED = ("failed", "infeasible", "diverged")

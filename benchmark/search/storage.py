@@ -35,6 +35,8 @@ import types
 
 from optuna.storages import RDBStorage
 
+from benchmark.store import disk_full
+
 STORAGE_WAIT_S = 120.0   # --storage-wait: a managed database's failover takes one to two minutes
 BACKOFF_S = 0.5  # the first retry's wait, doubled (with jitter) up to BACKOFF_MAX_S
 BACKOFF_MAX_S = 8.0
@@ -64,8 +66,6 @@ def transient(error: BaseException) -> bool:
     dropped (SQLAlchemy's OperationalError/InterfaceError, anywhere in the chain Optuna raises),
     not a full disk."""
     from sqlalchemy.exc import InterfaceError, OperationalError
-
-    from benchmark.store.location import disk_full
 
     if disk_full(error):
         return False

@@ -24,6 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.search import rows
+from benchmark.store.location import is_uri, join, resolve, parent
+from benchmark.data import cache_root
+from benchmark.store import trial_files
+from benchmark.search.storage import STORAGE_WAIT_S, PatientStorage
+from benchmark.recipe import fmt_count
+from benchmark.arch import count_params, ArchSpec
+from benchmark.space import define_by_run, SpaceError
 
 OPTUNA_DB = "_optuna.db"
 SAMPLERS = ("auto", "tpe", "nsga2", "gp", "random")
@@ -38,8 +45,6 @@ def storage_url(study_dir: str | Path, storage: str | None = None) -> str:
     """Where the Optuna study lives: `--storage` (an RDB URL several drivers can share), else
     SQLite in the study folder; for results on a URI (SQLite cannot live in an object store), a
     SQLite file kept by the driver (mirror_path) and copied to <study>/_optuna.db (mirror)."""
-    from benchmark.store.location import is_uri
-
     if storage:
         return storage
     path = mirror_path(study_dir) if is_uri(study_dir) else Path(study_dir) / OPTUNA_DB
@@ -48,8 +53,6 @@ def storage_url(study_dir: str | Path, storage: str | None = None) -> str:
 
 def mirror_path(study_dir: str) -> Path:
     import hashlib
-
-    from benchmark.data import cache_root
 
     digest = hashlib.sha1(str(study_dir).encode()).hexdigest()[:12]
     return cache_root() / "studies" / digest / OPTUNA_DB
@@ -63,9 +66,6 @@ def mirror(study_dir: str | Path, storage: str | None, push: bool) -> bool:
     from contextlib import closing
 
     import pyarrow.fs as pafs
-
-    from benchmark.store.location import is_uri, join, resolve
-    from benchmark.store.results import trial_files
 
     if storage or not is_uri(study_dir):
         return False
@@ -148,8 +148,6 @@ def open_study(url: str, name: str, ctx_names: list[str], directions: list[str],
     up to `wait_s` (search/storage.py), else raises StorageUnavailable."""
     import optuna
 
-    from benchmark.search.storage import STORAGE_WAIT_S, PatientStorage
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
@@ -199,8 +197,6 @@ class Quota:
     def taken(self, study, upto: int | None = None) -> int:
         from optuna.trial import TrialState
 
-        from benchmark.store.results import trial_files
-
         trials = study.get_trials(deepcopy=False)
         numbers = {n for f in trial_files(self.study_dir) if (n := trial_number(f)) is not None}
         numbers |= {t.number for t in trials if t.state == TrialState.RUNNING}
@@ -222,12 +218,6 @@ class Sample:
         self.space = space
 
     def __call__(self, trial) -> dict[str, Any]:
-        from benchmark.arch.counting import count_params
-        from benchmark.arch.spec import ArchSpec
-        from benchmark.space.budget import fmt_count
-        from benchmark.space.candidates import define_by_run
-        from benchmark.space.language import SpaceError
-
         try:
             config = define_by_run(self.space)(trial)
             # a sampled candidate the plan did not show: one whose schedule cannot fit trains nothing
@@ -316,8 +306,6 @@ _NONE = object()
 
 def _shown(v: Any, amounts: bool = False) -> str:
     """A declared value as a line shows it; `amounts`: numbers as 1M, 500K (budgets)."""
-    from benchmark.space.budget import fmt_count
-
     if v is _NONE:
         return "(none)"
     if isinstance(v, list):
@@ -330,6 +318,4 @@ def _shown(v: Any, amounts: bool = False) -> str:
 
 
 def _parent(study_file: str) -> str:
-    from benchmark.store.location import parent
-
     return parent(parent(study_file))

@@ -21,8 +21,11 @@ from typing import Any
 
 from benchmark.search import rows, tuning
 from benchmark.search.context import TrialContext
-from benchmark.store import metrics
-from benchmark.store.results import StoreFull
+from benchmark.store import metrics, StoreFull
+from benchmark.data import prepare
+from benchmark.search.progress import reporter
+from benchmark.arch import count_params, ArchSpec
+from benchmark.trial import run_distributed, lost_worker
 
 INTERMEDIATE = tuple(m.name for m in metrics.METRICS if m.intermediate)
 NO_VALUES = {name: math.nan for name in metrics.SEARCHABLE}
@@ -43,8 +46,6 @@ def trainable(config: dict[str, Any], ctx: TrialContext) -> None:
 
 
 def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
-    from benchmark.data import prepare
-
     number = int(config["optuna_trial"])
     if "infeasible" in config:  # the sampled point has no candidate within the budget
         rows.write(ctx, rows.infeasible(ctx, config))
@@ -92,7 +93,7 @@ def attempts(config, ctx: TrialContext, trial_id: str, seed: int, data, report, 
              phase: str = tuning.FINAL) -> dict[str, Any]:
     """Run one seed of a trial with bounded retries; every attempt leaves a row. `setting`: the
     training settings a `tune:` grid sets (a tuning run's point, or the candidate's choice)."""
-    from benchmark.search.progress import reporter
+    # torch loads in the worker that trains, not in the driver that hands Ray this module.
     from benchmark.trial.run import run_trial
 
     cfg = ctx.train_config(seed, setting)
@@ -122,9 +123,6 @@ def attempts(config, ctx: TrialContext, trial_id: str, seed: int, data, report, 
 
 
 def _steps(config, cfg) -> int:
-    from benchmark.arch.counting import count_params
-    from benchmark.arch.spec import ArchSpec
-
     return cfg.steps(count_params(ArchSpec.from_dict(config["spec"])))
 
 
@@ -173,14 +171,10 @@ def _untuned(config, ctx: TrialContext, number: int) -> dict[str, Any]:
 
 
 def _distributed(config, ctx: TrialContext, cfg, trial_id: str, on_step, reports: bool) -> dict[str, Any]:
-    from benchmark.trial.distributed import run_distributed
-
     return run_distributed(config["spec"], cfg, ctx.workers, ctx.data, name=f"{ctx.study}-{trial_id}",
                            quantize=ctx.quantize_config(), checkpoint_dir=ctx.checkpoint_dir(trial_id),
                            on_step=on_step, report=intermediate if reports else None)
 
 
 def _lost_worker(error: BaseException) -> bool:
-    from benchmark.trial.distributed import lost_worker
-
     return lost_worker(error)

@@ -16,8 +16,7 @@ from typing import Any, Callable, Mapping
 
 from benchmark.search import rows
 from benchmark.search.context import TrialContext
-from benchmark.store import metrics
-from benchmark.store.results import PHASES, read_files, trial_files
+from benchmark.store import metrics, PHASES, read_files, trial_files
 
 TUNE, FINAL = PHASES   # the rows' `phase`
 

@@ -12,17 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
-from benchmark.arch.counting import count_params
-from benchmark.arch.fields import deep_merge, set_dotted
-from benchmark.arch.presets import PRESETS
-from benchmark.arch.spec import FFN_WIDTHS, SPEC_KEYS, ArchSpec, SpecError
+from benchmark.arch import count_params, deep_merge, set_dotted, PRESETS, FFN_WIDTHS, SPEC_KEYS, ArchSpec, SpecError
 from benchmark.space.budget import SOLVE_NONE, BudgetError, Solution, solve_budget
 from benchmark.space.domains import Axis
 from benchmark.space.expr import ExprError
 from benchmark.space.language import BUDGET_AXIS, SearchSpace
 from benchmark.space.shape import SHAPE_KEYS, apply_shape, fit_width_depth, layer_split
 from benchmark.space.source import SpaceError
-from benchmark.store.metrics import count_columns
+from benchmark.store import count_columns
 
 
 @dataclass(frozen=True, kw_only=True)

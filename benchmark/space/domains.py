@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from benchmark.arch.fields import did_you_mean
+from benchmark.arch import did_you_mean
 from benchmark.space.expr import Condition, ExprError, parse_condition
 from benchmark.space.keys import checked, value_kind
 from benchmark.space.source import Source

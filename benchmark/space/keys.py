@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmark.arch.fields import Key
-from benchmark.arch.spec import SPEC_KEYS, SpecError
+from benchmark.arch import Key, SPEC_KEYS, SpecError
 from benchmark.space.shape import SHAPE_KEYS
 from benchmark.space.source import Source
 

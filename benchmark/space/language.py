@@ -12,19 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from benchmark.arch.fields import did_you_mean, one_of, set_dotted
-from benchmark.arch.presets import PRESETS
-from benchmark.arch.spec import FFN_WIDTHS, SPEC_KEYS
-from benchmark.space.align import Align, parse_align
-from benchmark.space.budget import (
-    COUNTS,
-    SOLVE_NONE,
-    SOLVES,
-    fmt_count,
-    parse_amount,
-    parse_tokens,
-    parse_tolerance,
+from benchmark.arch import COUNTS, did_you_mean, one_of, set_dotted, PRESETS, FFN_WIDTHS, SPEC_KEYS
+from benchmark.recipe import (
+    DEFAULTS as TRAINING_DEFAULTS, QUANTIZE_DEFAULTS, QuantizeConfig, QuantizeConfigError, TrainConfig,
+    TrainConfigError, fmt_count, parse_amount, parse_tokens, parse_tolerance
 )
+from benchmark.space.align import Align, parse_align
+from benchmark.space.budget import SOLVE_NONE, SOLVES
 from benchmark.space.domains import Axis, Choice, read_domain
 from benchmark.space.expr import Condition
 from benchmark.space.keys import LEAF_KEYS, SECTIONS, checked, first_key
@@ -32,10 +26,7 @@ from benchmark.space.shape import SHAPE_KEYS
 from benchmark.space.source import Override, Source, SpaceError, apply_overrides
 from benchmark.space.tuning import Tune, read_tune
 from benchmark.space.yamlsafe import YamlError, load_yaml
-from benchmark.store.metrics import LOOP_COUNTS, LOOP_LOSSES, SEARCHABLE, MetricError, metric, objective
-from benchmark.store.results import check_study_name
-from benchmark.trial.config import DEFAULTS as TRAINING_DEFAULTS
-from benchmark.trial.config import QUANTIZE_DEFAULTS, QuantizeConfig, QuantizeConfigError, TrainConfig, TrainConfigError
+from benchmark.store import LOOP_COUNTS, LOOP_LOSSES, SEARCHABLE, MetricError, metric, objective, check_study_name
 
 TOP_KEYS = ("name", "description", "budget", "count", "tolerance", "solve", "align", "anchor", "base", "variants",
             "axes", "training", "quantize", "objectives", "trials", "seeds", "pruner", "controlled", "tune")

@@ -15,11 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from benchmark.arch.counting import count_flops
-from benchmark.space.budget import SOLVE_NONE, fmt_count, fmt_fraction, parse_tokens
+from benchmark.arch import count_flops
+from benchmark.recipe import fmt_count, fmt_fraction, parse_tokens
+from benchmark.space.budget import SOLVE_NONE
 from benchmark.space.candidates import Candidate, choose, grid, resolve
 from benchmark.space.language import BUDGET_AXIS, SearchSpace
-from benchmark.store.metrics import PARAM_COLUMNS
+from benchmark.store import PARAM_COLUMNS
 
 # A trial's seconds outside its training steps and their compilation: the evaluations,
 # quantisation with its own three evaluations, bookkeeping. A plan adds it to a probe's speed and

@@ -11,8 +11,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from benchmark.arch.fields import did_you_mean
-from benchmark.space.budget import parse_amount
+from benchmark.arch import did_you_mean
+from benchmark.recipe import parse_amount
 from benchmark.space.yamlsafe import YamlError, parse_yaml
 
 AXES_PREFIX = "axes."                # a filter on a search axis: `axes.hyper.mixing: diagonal`

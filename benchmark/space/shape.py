@@ -9,8 +9,7 @@ import math
 from dataclasses import asdict
 from typing import Any, Callable, Mapping
 
-from benchmark.arch.fields import Key
-from benchmark.arch.spec import SPEC_KEYS, ArchSpec, LayerSplit, SpecError, is_looped
+from benchmark.arch import Key, SPEC_KEYS, ArchSpec, LayerSplit, SpecError, is_looped
 from benchmark.space.budget import BudgetError, Solution
 
 

@@ -19,8 +19,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from benchmark.arch.fields import did_you_mean
-from benchmark.store.metrics import MetricError, objective
+from benchmark.arch import did_you_mean
+from benchmark.recipe import DEFAULTS, TrainConfig, TrainConfigError
+from benchmark.store import MetricError, objective
 
 KEYS = ("grid", "seeds", "metric")
 # Settings a grid may not vary: they change what is trained or measured, not how well.
@@ -57,8 +58,6 @@ class Tune:
 def read_tune(src, raw: Any, training: Mapping[str, Any], final: Sequence[int]) -> Tune:
     """The section validated against TrainConfig's rules (each value of the grid set over the
     space's `training:`) and the space's final seeds; SpaceError located in the file."""
-    from benchmark.trial.config import DEFAULTS, TrainConfig, TrainConfigError
-
     if not isinstance(raw, dict):
         raise src.error(("tune",), "expected a mapping like {grid: {lr: [1e-3, 3e-3]}, seeds: [100, 101]}")
     for key in raw:

@@ -39,10 +39,8 @@ from benchmark.store.errors import (
 )
 from benchmark.store.metrics import DIAGNOSTICS, LOOP_LOSSES, PARAM_COLUMNS, TIME_SPLIT
 
-__all__ = ["COLUMNS", "PHASES", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "ResultsError", "ResultsPathError", "ResultsWarning",
-           "StoreFull",
-           "check_study_name", "damaged_files", "finished_trials", "quarantine", "read_files", "read_study",
-           "read_table", "recover", "sweep_orphans", "to_table", "trial_files", "trials_dir", "write_row"]
+__all__ = ["COLUMNS", "PHASES", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "check_study_name", "damaged_files",
+           "finished_trials", "quarantine", "read_files", "read_study", "read_table", "recover", "sweep_orphans", "to_table", "trial_files", "trials_dir", "write_row"]
 
 # 2: the hyper-connection diagnostics (DIAGNOSTICS); files of version 1 read with them null.
 # 3: node_id, the Ray node that ran the trial (a cluster search), and precision, what the training

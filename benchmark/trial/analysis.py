@@ -37,11 +37,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from benchmark.arch.spec import hyper_spans
+from benchmark.arch import hyper_spans
 from benchmark.models import LanguageModel
 from benchmark.models.hyper import SigmoidGate, hyper_connect, res_matrix
 from benchmark.models.lm import span_output
-from benchmark.store.metrics import DIAGNOSTICS
+from benchmark.store import DIAGNOSTICS
 
 
 @dataclass(frozen=True)

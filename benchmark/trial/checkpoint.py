@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from benchmark.arch.spec import ArchSpec
+from benchmark.arch import ArchSpec
 from benchmark.models import LanguageModel, build_model
-from benchmark.store.atomic import atomic_dir
+from benchmark.store import atomic_dir
 
 WEIGHTS, SPEC, META, TOKENIZER = "model.safetensors", "spec.json", "meta.json", "tokenizer.json"
 

@@ -26,6 +26,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from benchmark.arch import count_params
+
 PARALLELS = ("auto", "ddp", "fsdp")
 
 # `auto` shards (FSDP2) when fp32 weights, gradients and AdamW's two moments (16 bytes a
@@ -90,8 +92,6 @@ class Ranks:
     def ready(self, model, cfg) -> "Ranks":
         """Before the step compiles: which parallelism, and which parameters a step leaves
         without a gradient (DDP then waits for them for ever unless told: find_unused_parameters)."""
-        from benchmark.arch.counting import count_params
-
         self.parallel = choose(self.requested, count_params(model.spec)["total"], self.device)
         self.unused = unused_parameters(model, cfg.seq_len, self.device)
         return self
@@ -146,6 +146,8 @@ class Ranks:
         gathered into an unsharded copy); None on the other ranks."""
         if self.parallel != "fsdp":
             return model if self.main else None
+        # torch, the model and the trial load here, in a worker: the driver reads this module
+        # (Workers, release_workers) without them.
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         from benchmark.models import build_model

@@ -9,7 +9,8 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from benchmark.trial.step import device_of, lm_loss, policy_of, score_head_loss
+from benchmark.trial.policy import device_of, policy_of
+from benchmark.trial.step import lm_loss, score_head_loss
 
 
 @torch.no_grad()

@@ -13,7 +13,9 @@ import torch
 
 from benchmark.models.layers import float32_region
 from benchmark.trial.compilation import COMPILE_SCOPES
-from benchmark.trial.config import PRECISIONS
+from benchmark.recipe import PRECISIONS
+from benchmark.data import cache_root
+from benchmark.store import speeds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,9 +69,6 @@ def bf16_faster_here() -> bool:
     fresh machine wait for one probe rather than each timing matmuls while the others run.
     `benchmark.perf models` shows how the choice compares with eager fp32, compiled fp32 and
     compiled bf16 measured side by side."""
-    from benchmark.data import cache_root
-    from benchmark.store import speeds
-
     path = speeds.path_in(cache_root())
     if str(path) not in _BF16_FASTER:
         probe = speeds.precision_probe(path)
@@ -135,8 +134,6 @@ def prepare_device(device: torch.device) -> None:
     process on this node, reuses the generated code after a reboot too (a tenth of a cold first
     step: benchmarks/2026-11-27-measurements-from-comments.md, "The compile cache"). TORCHINDUCTOR_CACHE_DIR, when set, wins."""
     import os
-
-    from benchmark.data import cache_root
 
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
     if device.type == "cuda":

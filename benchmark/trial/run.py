@@ -12,18 +12,17 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from benchmark.arch.counting import count_flops, count_params
-from benchmark.arch.spec import ArchSpec
-from benchmark.data import DataConfig, PreparedData, batches, eval_sets, prepare
+from benchmark.arch import count_flops, count_params, ArchSpec
+from benchmark.data import DataConfig, PreparedData, batches, eval_sets, prepare, cache_root
 from benchmark.models.hyper import stream_record
 from benchmark.store.curves import KEY as CURVE
-from benchmark.store.metrics import LOOP_COUNTS, count_columns, loop_loss
-from benchmark.store.provenance import code_version, hardware, package_versions
+from benchmark.store import LOOP_COUNTS, count_columns, loop_loss, code_version, hardware, package_versions, speeds
 from benchmark.trial.analysis import hyper_diagnostics
 from benchmark.trial.checkpoint import save_checkpoint
-from benchmark.trial.config import QuantizeConfig, TrainConfig
+from benchmark.recipe import QuantizeConfig, TrainConfig
 from benchmark.trial.evaluate import evaluate, evaluate_loops, unigram_perplexity
 from benchmark.trial.training import TrialDiverged, train
+from benchmark.trial.quant import QuantConfig, calibrate, quantize
 
 
 def now() -> str:
@@ -85,8 +84,6 @@ def quantized_columns(model, evals, data: PreparedData, cfg: TrainConfig, quant:
     """Post-training weight quantisation: INT8 and INT4 with GPTQ (loop-aware Hessians), INT4 with
     round-to-nearest; perplexity of each on the held-out set, the model size at each precision, and
     what INT4 costs: the perplexity it adds over full precision (`ppl`), relative."""
-    from benchmark.trial.quant import QuantConfig, calibrate, quantize
-
     hessians = calibrate(model, calibration(data, cfg, quant.calib_sequences))  # once for both GPTQ widths
     out: dict[str, Any] = {"quantize": json.dumps(asdict(quant), sort_keys=True)}
     for bits, method, col in ((8, "gptq", "int8"), (4, "gptq", "int4"), (4, "rtn", "int4_rtn")):
@@ -192,9 +189,6 @@ class Clock:
 def remember_speed(family: str, cfg: TrainConfig, row: Mapping[str, Any]) -> None:
     """This trial's training FLOP/s and its time outside the training steps (wall_s - train_s:
     compile, evaluations, quantisation), for the estimates of later plans on this machine."""
-    from benchmark.data import cache_root
-    from benchmark.store import speeds
-
     if not (row.get("tokens_per_s") and row.get("flops_per_s")):
         return
     speeds.record_trial(speeds.path_in(cache_root()), speeds.policy_key(cfg.precision, cfg.compile), family,

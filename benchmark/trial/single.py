@@ -13,7 +13,7 @@ from benchmark.data import DataConfig, prepare
 from benchmark.space.archfile import load_arch
 from benchmark.space.source import SpaceError
 from benchmark.store.metrics import LOOP_LOSSES, PARAM_COLUMNS
-from benchmark.trial.config import QuantizeConfig, TrainConfig
+from benchmark.recipe import QuantizeConfig, TrainConfig
 from benchmark.trial.run import run_trial
 
 

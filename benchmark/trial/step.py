@@ -12,20 +12,8 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-# The policy's and the compiler's names stay importable from here, where callers found them.
-from benchmark.trial.compilation import COMPILE_SCOPES, cached_functions, compile_regions  # noqa: F401
-from benchmark.trial.policy import (  # noqa: F401
-    ExecPolicy,
-    autocast,
-    bf16_faster_here,
-    bf16_supported,
-    default_device,
-    device_of,
-    matmul_peak,
-    policy_of,
-    precision_name,
-    prepare_device,
-)
+from benchmark.trial.compilation import cached_functions, compile_regions
+from benchmark.trial.policy import ExecPolicy, autocast
 
 
 def lm_loss(model, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None, loops: int | None = None,

@@ -18,19 +18,13 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from benchmark.arch.counting import count_flops, count_params
-from benchmark.arch.spec import ArchSpec
+from benchmark.arch import count_flops, count_params, ArchSpec
 from benchmark.models import build_model, weight_decays
-from benchmark.trial.config import TrainConfig
+from benchmark.recipe import TrainConfig
 from benchmark.trial.curve import Curve, largest_rise
 from benchmark.trial.evaluate import evaluate
-from benchmark.trial.step import (
-    TrainStep,
-    device_of,
-    policy_of,
-    precision_name,
-    prepare_device,
-)
+from benchmark.trial.policy import device_of, policy_of, precision_name, prepare_device
+from benchmark.trial.step import TrainStep
 
 
 class TrialDiverged(RuntimeError):

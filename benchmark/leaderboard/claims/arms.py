@@ -24,9 +24,9 @@ from typing import Any
 
 import pandas as pd
 
-from benchmark.arch.presets import PRESETS
-from benchmark.arch.spec import ArchSpec, HyperSpec, SpecError
-from benchmark.space.budget import SOLVE_NONE
+from benchmark.arch import PRESETS, ArchSpec, HyperSpec, SpecError
+from benchmark.space import SOLVE_NONE
+from benchmark.arch.describe import describe
 
 # Keys that are bookkeeping of the solver or the preset rather than the model's shape: ratios are
 # compared as the derived `ffn.width_ratio` of the trained width, multiple_of is the width's lattice.
@@ -223,8 +223,6 @@ def declaration(space) -> dict[str, Any]:
 def plan_rows(plan) -> pd.DataFrame:
     """A plan's candidates (space.plan.Plan) as the rows their trials would write: the columns a
     claim's groups filter on (family, budget, axes, streams, ...), the spec and the counts."""
-    from benchmark.arch.describe import describe
-
     rows = []
     for c in plan.candidates:
         config = c.config()

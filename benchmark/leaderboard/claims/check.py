@@ -11,15 +11,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmark.arch.fields import did_you_mean
+from benchmark.arch import did_you_mean
 from benchmark.leaderboard import stats
 from benchmark.leaderboard.claims.arms import Arms, candidates_of, compare
 from benchmark.leaderboard.objectives import Objective
 from benchmark.leaderboard.studies import LeaderboardError
-from benchmark.space import select
-from benchmark.space.source import Source
-from benchmark.space.yamlsafe import YamlError, load_yaml
-from benchmark.store.metrics import MetricError
+from benchmark.space import select, Source, YamlError, load_yaml
+from benchmark.store import MetricError
 
 TOP_KEYS = ("description", "claims", "instability")   # instability: stability.py
 CLAIM_KEYS = ("claim", "source", "study", "metric", "order", "groups", "where", "published", "note")

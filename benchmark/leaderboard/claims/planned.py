@@ -12,10 +12,7 @@ import sys
 
 from benchmark.leaderboard.claims import arms as arms_
 from benchmark.leaderboard.claims.check import ClaimsError, ClaimsFile, load
-from benchmark.space import select
-from benchmark.space.language import load_space
-from benchmark.space.plan import make_plan
-from benchmark.space.source import SpaceError, parse_set
+from benchmark.space import select, load_space, make_plan, SpaceError, parse_set
 
 COLUMNS = (("group", "arm"), ("family", "family"), ("d_model", "d_model"), ("n_heads", "heads"),
            ("head_dim", "head_dim"), ("ffn", "FFN width (× d_model)"), ("structure", "layers"),

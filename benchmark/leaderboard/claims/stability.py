@@ -27,7 +27,7 @@ import pandas as pd
 
 from benchmark.leaderboard.formats import Column, Table
 from benchmark.space import select
-from benchmark.store.results import PHASES
+from benchmark.store import PHASES
 
 KEY = "instability"   # the claims file's top-level key
 TUNE = PHASES[0]      # a row's phase: a tuning run (space/tuning.py), which no claim or rank reads
@@ -52,6 +52,7 @@ DEFAULTS = {f.name: f.default for f in fields(Rule)}
 
 def rule_of(claims) -> Rule:
     """The claims file's `instability:` (ClaimsError, located, for a bad key or value), else DEFAULTS."""
+    # check.py imports this module: importing it at the top would be a circle.
     from benchmark.leaderboard.claims.check import _error, _known
 
     src = claims.origin

@@ -9,8 +9,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from benchmark.arch.fields import did_you_mean, keys, setting
-from benchmark.space.budget import COUNTS, parse_amount, parse_tokens
+from benchmark.arch import did_you_mean, keys, setting, COUNTS
+from benchmark.recipe.amounts import parse_amount, parse_tokens
 
 SCHEDULES = ("cosine", "wsd")
 PRECISIONS = ("auto", "bf16", "fp32")
