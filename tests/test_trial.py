@@ -140,7 +140,7 @@ def test_token_budgets():
         TrainConfig.from_dict({"warmpu": 0.1})
 
 
-def test_one_trial_from_the_command_line(grammar_grammar_corpus, tmp_path, capsys):
+def test_one_trial_from_the_command_line(grammar_corpus, tmp_path, capsys):
     from benchmark.search.command import search_main as main
 
     spec = tmp_path / "arch.yaml"

@@ -14,7 +14,7 @@ from benchmark.arch import count_flops, ArchSpec
 from benchmark.store import speeds
 from benchmark.recipe import TrainConfig
 from benchmark.data import cache_root
-from benchmark.space import TRIAL_OVERHEAD_S, SEARCH_START_S
+from benchmark.space import SEARCH_START_S
 
 
 @dataclass(frozen=True)

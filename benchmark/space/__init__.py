@@ -21,7 +21,7 @@ from benchmark.space.budget import SOLVE_NONE, BudgetError, solve_budget
 from benchmark.space.candidates import choose, define_by_run, resolve
 from benchmark.space.domains import Choice, FloatRange, IntRange
 from benchmark.space.language import TOP_KEYS, SearchSpace, load_space, parse_budgets
-from benchmark.space.plan import SEARCH_START_S, TRIAL_OVERHEAD_S, first_points, make_plan
+from benchmark.space.plan import SEARCH_START_S, TRIAL_REST_S, first_points, make_plan
 from benchmark.space.shape import SHAPE_KEYS
 from benchmark.space.source import Override, Source, SpaceError, parse_set
 from benchmark.space.tuning import seeds_message
@@ -32,7 +32,7 @@ __all__ = [
     "SHAPE_KEYS",
     "SOLVE_NONE",
     "TOP_KEYS",
-    "TRIAL_OVERHEAD_S",
+    "TRIAL_REST_S",
     "BudgetError",
     "Choice",
     "FloatRange",

@@ -33,7 +33,6 @@ import pyarrow.parquet as pq
 from benchmark.store import location
 from benchmark.store.errors import (
     ResultsError,
-    ResultsPathError,
     ResultsWarning,
     StoreFull,
 )
