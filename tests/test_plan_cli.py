@@ -260,7 +260,7 @@ def test_estimates_learn_from_the_trials_finished_here(monkeypatch, tmp_path):
 
 def _probes(monkeypatch, peak: float = 1e15) -> list[tuple]:
     """What each probe measured (spec, policy, seq_len, batch_size): a fake step, a fake matmul peak."""
-    from benchmark.trial import step
+    from benchmark.trial import policy
 
     seen = []
 
@@ -269,8 +269,8 @@ def _probes(monkeypatch, peak: float = 1e15) -> list[tuple]:
         return [perf.Measurement(0.5, 20.5, 1e3, 2e10, 0, (0.5,) * 3)]
 
     monkeypatch.undo()  # the autouse stand-in for the probe
-    monkeypatch.setattr(perf.timing, "measure_together", fake_measure)
-    monkeypatch.setattr(step, "matmul_peak", lambda dtype, budget_s, device: peak)
+    monkeypatch.setattr(probe, "measure_together", fake_measure)
+    monkeypatch.setattr(policy, "matmul_peak", lambda dtype, budget_s, device: peak)
     return seen
 
 

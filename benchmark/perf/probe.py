@@ -16,6 +16,7 @@ import time
 
 from benchmark.arch.counting import count_flops
 from benchmark.arch.spec import ArchSpec
+from benchmark.perf.timing import measure_together, probe_shape, speeds_file
 from benchmark.space.plan import TRIAL_REST_S
 from benchmark.store import speeds
 
@@ -31,8 +32,6 @@ def estimates(plan, cfg):
     """family -> Speed for `--plan`: what finished trials measured here under the trials' policy
     (store/speeds.py), else a probe of the plan's first candidate trained as its trial will be
     under `cfg`, the trials' TrainConfig."""
-    from benchmark.perf.timing import speeds_file
-
     first = plan.candidates[0].spec if plan.candidates else None
     return speeds.estimator(speeds_file(), speeds.policy_key(cfg.precision, cfg.compile),
                             lambda: probe_speed(first, cfg))
@@ -47,8 +46,6 @@ def probe_key(spec: ArchSpec, cfg) -> str:
 def probe_speed(spec: ArchSpec, cfg) -> speeds.Speed:
     """The training FLOP/s and time outside training of `spec` trained under `cfg` (a TrainConfig)
     on this machine: a recorded probe's, else a probe now (PROBE_S and its first step)."""
-    from benchmark.perf.timing import speeds_file
-
     path, key = speeds_file(), probe_key(spec, cfg)
     known = speeds.probe(path, key)
     if known is None:
@@ -60,10 +57,9 @@ def probe_speed(spec: ArchSpec, cfg) -> speeds.Speed:
 
 def run_probe(spec: ArchSpec, cfg) -> tuple[float, float]:
     """(training FLOP/s, seconds the first step took beyond a steady one) of `spec` under `cfg`."""
-    import torch
+    import torch  # torch and the trial only when a probe runs: a plan with recorded speeds stays light
 
-    from benchmark.perf.timing import measure_together, probe_shape
-    from benchmark.trial.step import default_device, matmul_peak, policy_of, prepare_device
+    from benchmark.trial.policy import default_device, matmul_peak, policy_of, prepare_device
 
     policy, device = policy_of(cfg), default_device()
     prepare_device(device)
