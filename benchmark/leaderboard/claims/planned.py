@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from benchmark.leaderboard.claims import arms as arms_
-from benchmark.leaderboard.claims.check import ClaimsError, ClaimsFile, load
+from benchmark.leaderboard.claims.file import ClaimsError, ClaimsFile, load
 from benchmark.space import select
 from benchmark.space.language import load_space
 from benchmark.space.plan import make_plan

@@ -6,7 +6,8 @@ import math
 import os
 
 from benchmark.leaderboard import stats
-from benchmark.leaderboard.claims.check import NO_DATA, ClaimsFile, Group, Pair, Result
+from benchmark.leaderboard.claims.check import NO_DATA, Group, Pair, Result
+from benchmark.leaderboard.claims.file import ClaimsFile
 from benchmark.leaderboard.formats import Column, Table
 from benchmark.leaderboard.tables import MISSING, WITH_SE
 
