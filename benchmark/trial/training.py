@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import resource
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
@@ -24,6 +23,7 @@ from benchmark.models import build_model, weight_decays
 from benchmark.trial.config import TrainConfig
 from benchmark.trial.curve import Curve, largest_rise
 from benchmark.trial.evaluate import evaluate
+from benchmark.trial.memory import peak_memory_bytes, reset_peak_memory
 from benchmark.trial.step import (
     TrainStep,
     device_of,
@@ -218,47 +218,3 @@ def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     if device.type == "cuda":
         return t.pin_memory().to(device, non_blocking=True)
     return t.to(device)
-
-
-def reset_peak_memory(device: torch.device) -> None:
-    """Start this trial's peak: CUDA's allocator statistics, or on Linux the process's resident
-    high-water mark (writing 5 to /proc/self/clear_refs resets VmHWM)."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        return
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-
-
-def _proc_status_bytes(field: str) -> int | None:
-    """A memory line of /proc/self/status (VmRSS, VmHWM) in bytes; None where /proc is missing."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def held_memory_bytes(device: torch.device) -> int:
-    """What is held now, on the scale peak_memory_bytes reads: CUDA's allocated bytes, else the
-    process's resident memory (VmRSS; 0 where /proc is missing)."""
-    if device.type == "cuda":
-        return int(torch.cuda.memory_allocated(device))
-    return _proc_status_bytes("VmRSS") or 0
-
-
-def peak_memory_bytes(device: torch.device) -> int:
-    """CUDA: peak allocated by torch since reset_peak_memory. CPU: the process's resident
-    high-water mark since then (VmHWM; where /proc is missing, the lifetime peak ru_maxrss)."""
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    hwm = _proc_status_bytes("VmHWM")
-    if hwm is not None:
-        return hwm
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
