@@ -51,7 +51,7 @@ from benchmark.store.study import STUDY_FILE, read_study_info, write_study_info
 @dataclass(frozen=True, kw_only=True)
 class SearchOptions:
     name: str
-    results_dir: str | Path = Path("results")   # a local or NFS folder, or a URI (s3://, gs://: pyarrow.fs)
+    results_dir: str | Path = Path(location.RESULTS_ROOT)   # a local or NFS folder, or a URI (s3://, gs://: pyarrow.fs)
     seed: int = 0
     seeds: int = 1                   # train every chosen candidate with this many seeds
     concurrency: int | None = None   # default: as many trials as the nodes hold (search/resources.py)
@@ -381,7 +381,7 @@ def _total_tokens_hint(space) -> int:
     """ASHA's max_t: the training token budget when absolute, else a large bound."""
     from benchmark.space.budget import parse_tokens
 
-    return parse_tokens(space.training.get("tokens", "20x")).resolve(space.budget or 1)
+    return parse_tokens(space.training_value("tokens")).resolve(space.budget or 1)
 
 
 def _eval_every(space) -> int:

@@ -45,7 +45,7 @@ class Pair:
     verdict: str                     # the direction: reproduced / contradicted / not decided, at the adjusted p
     published: float | None = None   # the paper's better - worse
     p_adjusted: float = math.nan     # the difference's p-value, adjusted over every pair evaluated together
-    adjustment: str = "holm"         # how (stats.ADJUSTMENTS)
+    adjustment: str = stats.DEFAULT_ADJUSTMENT   # how (stats.ADJUSTMENTS)
     seeds: int = 0                   # the fewer seeds of the two groups
 
     @property
@@ -94,7 +94,7 @@ class Result:
     arms: Arms | None = None         # what the groups' models differ in (arms.compare); None without specs
 
 
-def evaluate(claims: ClaimsFile, trials: pd.DataFrame, adjust: str = "holm",
+def evaluate(claims: ClaimsFile, trials: pd.DataFrame, adjust: str = stats.DEFAULT_ADJUSTMENT,
              declared: Mapping[str, dict] | None = None) -> list[Result]:
     """Every claim checked against `trials` (a board's trials: every row read, any status), in its
     study, or in each study when it names none; verdicts at the p-values adjusted by `adjust`

@@ -92,7 +92,7 @@ def _heads(results: list[Result]) -> dict[str, str]:
 
 
 def _method(results: list[Result]) -> str:
-    return next((p.adjustment for r in results for p in r.pairs), "holm")
+    return next((p.adjustment for r in results for p in r.pairs), stats.DEFAULT_ADJUSTMENT)
 
 
 def rule(results: list[Result]) -> str:

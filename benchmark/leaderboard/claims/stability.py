@@ -27,6 +27,7 @@ import pandas as pd
 
 from benchmark.leaderboard.claims.file import error, only_known
 from benchmark.leaderboard.formats import Column, Table
+from benchmark.leaderboard.stats import DEFAULT_ADJUSTMENT
 from benchmark.space import select
 from benchmark.store.results import PHASES
 
@@ -123,7 +124,7 @@ def assess(claims, results: list, trials: pd.DataFrame) -> tuple[Rule, list[Stab
     rule = rule_of(claims)
     trials = final(trials)
     why = mark(trials, rule)
-    method = next((p.adjustment for r in results for p in r.pairs), "holm")   # the verdicts' own rule
+    method = next((p.adjustment for r in results for p in r.pairs), DEFAULT_ADJUSTMENT)   # the verdicts' own rule
     again = {(r.claim.index, r.study): r for r in evaluate(claims, trials[(why == "").to_numpy()], method)} \
         if (why != "").any() else {}
     out = []
