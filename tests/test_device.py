@@ -17,8 +17,8 @@ import torch
 from benchmark import ArchSpec
 from benchmark.models import build_model
 from benchmark.trial import policy
+from benchmark.trial.memory import peak_memory_bytes, reset_peak_memory
 from benchmark.trial.quant import QuantConfig, collect_hessians, quantizable
-from benchmark.trial.training import peak_memory_bytes, reset_peak_memory
 
 SPEC = {"family": "looped", "d_model": 32, "n_heads": 2, "vocab_size": 64,
         "layers": {"begin": 1, "middle": 1, "end": 1}, "loops": 2}

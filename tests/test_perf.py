@@ -225,7 +225,7 @@ def test_paths_timed_together_each_report_their_own_peak_memory(monkeypatch):
     """`measure_together` builds every path before the rounds: the peak of the second path must not
     count the first's weights and optimiser state (seen: `perf scale` then read a baseline-plus-HC
     peak as HC's)."""
-    from benchmark.trial import training
+    from benchmark.trial import memory
 
     mem = {"held": 1000, "peak": 1000}  # a fake allocator: bytes held now, the high-water mark
     size = {"transformer": 300, "hc": 500}
@@ -243,9 +243,9 @@ def test_paths_timed_together_each_report_their_own_peak_memory(monkeypatch):
             pass
 
     monkeypatch.setattr(step, "TrainStep", Allocating)
-    monkeypatch.setattr(training, "held_memory_bytes", lambda device: mem["held"])
-    monkeypatch.setattr(training, "peak_memory_bytes", lambda device: mem["peak"])
-    monkeypatch.setattr(training, "reset_peak_memory", lambda device: mem.update(peak=mem["held"]))
+    monkeypatch.setattr(memory, "held_memory_bytes", lambda device: mem["held"])
+    monkeypatch.setattr(memory, "peak_memory_bytes", lambda device: mem["peak"])
+    monkeypatch.setattr(memory, "reset_peak_memory", lambda device: mem.update(peak=mem["held"]))
     tiny = {"d_model": 32, "n_heads": 2, "vocab_size": 64}
     specs = [ArchSpec.from_dict({"family": f, **tiny}) for f in ("transformer", "hc")]
     out = perf.measure_together([(s, ExecPolicy(compile=False)) for s in specs], steps=3, warmup=1,

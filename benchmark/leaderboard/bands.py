@@ -17,7 +17,7 @@ import json
 import numpy as np
 import pandas as pd
 
-DEFAULT_TOLERANCE = 0.005  # the 0.5% a search space allows by default (SPEC: `tolerance`)
+from benchmark.space.budget import DEFAULT_TOLERANCE  # the 0.5% a search space allows by default
 
 
 def cluster(params: np.ndarray, tolerance: float = DEFAULT_TOLERANCE) -> np.ndarray:

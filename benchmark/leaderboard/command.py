@@ -31,7 +31,7 @@ from benchmark.leaderboard.bands import DEFAULT_TOLERANCE
 from benchmark.leaderboard.board import Settings
 from benchmark.leaderboard.board import build as build_board
 from benchmark.leaderboard.claims import evaluate as evaluate_claims
-from benchmark.leaderboard.stats import ADJUSTMENTS
+from benchmark.leaderboard.stats import ADJUSTMENTS, DEFAULT_ADJUSTMENT
 from benchmark.leaderboard.claims import load as load_claims
 from benchmark.leaderboard.curves import read_study_curves
 from benchmark.leaderboard.export import write as export_benchmark
@@ -75,7 +75,7 @@ def build_parser(prog: str = "shapebench board") -> argparse.ArgumentParser:
                    "family and structure (default: family)")
     p.add_argument("--claims", type=Path, metavar="FILE", help="check the orderings a claims file lists "
                    "(search_spaces/claims/*.yaml); with --out, also claims.json")
-    p.add_argument("--adjust", choices=list(ADJUSTMENTS), default="holm", help="how the claims' p-values are "
+    p.add_argument("--adjust", choices=list(ADJUSTMENTS), default=DEFAULT_ADJUSTMENT, help="how the claims' p-values are "
                    "adjusted for their number before a verdict is decided at 5%%: holm (the family-wise error "
                    "rate), bh (Benjamini-Hochberg: the false discovery rate) or none (default: %(default)s)")
     p.add_argument("--export", type=Path, metavar="DIR", help="write each study as a tabular benchmark in "

@@ -75,10 +75,11 @@ def bh(p) -> np.ndarray:
 # rate (the chance of any false verdict) at 5%, BH the false discovery rate, none neither (each
 # test at 5% on its own). The verdicts of claims say which one they were decided at.
 ADJUSTMENTS = {"holm": holm, "bh": bh, "none": lambda p: np.asarray(p, dtype=float)}
+DEFAULT_ADJUSTMENT = "holm"
 ALPHA = 1 - LEVEL   # the error rate a verdict is decided at, after the adjustment
 
 
-def adjust(p, method: str = "holm") -> np.ndarray:
+def adjust(p, method: str = DEFAULT_ADJUSTMENT) -> np.ndarray:
     """The p-values adjusted by `method` (ADJUSTMENTS)."""
     return ADJUSTMENTS[method](p)
 

@@ -53,14 +53,10 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
     import torch
 
     from benchmark.models import build_model
+    from benchmark.trial.memory import held_memory_bytes, peak_memory_bytes, reset_peak_memory
     from benchmark.trial.policy import default_device, prepare_device
     from benchmark.trial.step import TrainStep
-    from benchmark.trial.training import (
-        held_memory_bytes,
-        make_optimizer,
-        peak_memory_bytes,
-        reset_peak_memory,
-    )
+    from benchmark.trial.training import make_optimizer
 
     device = default_device()
     prepare_device(device)

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from benchmark.data import DataConfig, prepare, cache_root
-from benchmark.search import drivers, ray_session, resume, study as studies
+from benchmark.data import DataConfig, cache_root, prepare
+from benchmark.search import disk, drivers, ray_session, resume
+from benchmark.search import study as studies
 from benchmark.search.context import TrialContext
 from benchmark.search.rows import best_row
 from benchmark.search.halt import Halt, SearchHalted
@@ -50,15 +51,10 @@ from benchmark.space import first_points, seeds_message
 from benchmark.search.progress import start_board, Poll
 from benchmark.recipe import parse_tokens
 
-# What one trial leaves in the results store, for the free-space check before a search: a row
-# file (~30 kB with the evaluations' curves), its share of the Optuna study and Ray's state.
-BYTES_PER_TRIAL = 256 * 1024
-
-
 @dataclass(frozen=True, kw_only=True)
 class SearchOptions:
     name: str
-    results_dir: str | Path = Path("results")   # a local or NFS folder, or a URI (s3://, gs://: pyarrow.fs)
+    results_dir: str | Path = Path(location.RESULTS_ROOT)   # a local or NFS folder, or a URI (s3://, gs://: pyarrow.fs)
     seed: int = 0
     seeds: int = 1                   # train every chosen candidate with this many seeds
     concurrency: int | None = None   # default: as many trials as the nodes hold (search/resources.py)
@@ -168,9 +164,10 @@ def _search(space, opts: SearchOptions, console, policy, registry, others, slot)
     if remaining == 0:
         return _finish(summary, opts, t0, before)
     asked: list[int] = []
+    run = _Run(space=space, opts=opts, console=console, driving=_Driving(registry, slot, quota, asked), study=study,
+               storage=storage, sampler=sampler, modes=modes, remaining=remaining)
     try:
-        halt = _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, console,
-                    _Driving(registry, slot, quota, asked))
+        halt = _run(run, ctx, summary)
     except Exception as e:  # the study database or Ray's state could not be written: a full disk?
         if not location.disk_full(e):
             raise
@@ -179,7 +176,7 @@ def _search(space, opts: SearchOptions, console, policy, registry, others, slot)
         _mirror_quietly(opts)
     _finish(summary, opts, t0, before, asked)
     if halt:
-        raise SearchHalted(replace(halt, message=f"{halt.message}; {_space_line(space, opts, remaining)}")
+        raise SearchHalted(replace(halt, message=f"{halt.message}; {disk.space_line(space, opts, remaining)}")
                            if halt.kind == "store_full" else halt)
     _record_times(summary)
     return summary
@@ -195,10 +192,19 @@ class _Driving:
     asked: list[int]
 
 
-def _space_line(space, opts: SearchOptions, remaining: int) -> str:
-    free = location.free_bytes(opts.study_dir)
-    have = f"{free / 2**20:.1f} MiB free" if free is not None else "free space unknown"
-    return f"{have}, and the {remaining} trials left need about {space_needed(space, opts, remaining) / 2**20:.1f} MiB"
+@dataclass(frozen=True, kw_only=True)
+class _Run:
+    """What _run and _tune carry through one driver's search: the space and its options, the
+    Optuna study it asks and the trials it has left to ask."""
+    space: Any
+    opts: SearchOptions
+    console: Any
+    driving: _Driving
+    study: Any                       # the optuna.Study (study.open_study)
+    storage: Any                     # its storage, which Ray's searcher opens again
+    sampler: str                     # the sampler's name (study.resolve_sampler)
+    modes: list[str]                 # each objective's "min" or "max"
+    remaining: int
 
 
 def _mirror_quietly(opts: SearchOptions) -> None:
@@ -216,26 +222,19 @@ def fallback_dir(opts: SearchOptions) -> str:
     return ray_session.temp_dir(opts.study_dir) + "-rows"
 
 
-def space_needed(space, opts: SearchOptions, remaining: int) -> int:
-    """Bytes the search will write: rows, study, Ray's state, and checkpoints when kept."""
-    per_trial = BYTES_PER_TRIAL * opts.seeds
-    if opts.checkpoints:
-        per_trial += 4 * (space.budget or 0) * opts.seeds  # fp32 weights
-    return per_trial * remaining
-
-
 def _open(space, opts: SearchOptions, names, modes):
     return studies.open_study(studies.storage_url(opts.study_dir, opts.storage), opts.name, names,
                               [f"{m}imize" for m in modes], first_points(space), wait_s=opts.storage_wait_s)
 
 
-def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, console, driving: _Driving):
+def _run(run: _Run, ctx: TrialContext, summary: SearchSummary) -> Halt | None:
     """Prepare the data, start Ray, size the trials to the nodes, run Tune; a Halt or None."""
-    _check_space(space, opts, remaining, summary, console)
+    space, opts, study, driving = run.space, run.opts, run.study, run.driving
+    disk.check_space(space, opts, run.remaining, summary, run.console)
     start = time.perf_counter()
     data = prepare(opts.data)  # tokenise once on this node, before any local worker needs the cache
     summary.prepare_s = time.perf_counter() - start
-    info = study_info(space, opts, sampler, data)
+    info = study_info(space, opts, run.sampler, data)
     studies.set_study_attrs(study, info)
     write_study_info(opts.study_dir, info)
     owned = False
@@ -251,10 +250,10 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
             return Halt("resources", str(e))
         ctx = replace(ctx, threads=res.threads, workers=res.worker_group(opts.parallel), progress=start_board())
         seed = opts.seed + len(study.trials)  # a restored sampler's random state is not in the storage
-        optuna_sampler = studies.make_sampler(sampler, seed, len(modes), res.concurrency > 1, space.trials)
+        optuna_sampler = studies.make_sampler(run.sampler, seed, len(run.modes), res.concurrency > 1, space.trials)
         watching = ray_session.watch_head(opts.address, driving.slot, lambda line: _say_stopped(opts, line), owned)
         try:
-            view, halt = _tune(space, opts, ctx, modes, optuna_sampler, storage, res, remaining, console, driving)
+            view, halt = _tune(run, ctx, optuna_sampler, res)
         except Exception as e:
             if not ray_session.lost(e):
                 raise
@@ -272,7 +271,7 @@ def _run(space, opts, ctx, study, storage, sampler, modes, remaining, summary, c
     import optuna
 
     if not halt or halt.kind not in ("store_full", "storage"):  # else trials stay RUNNING: --resume closes them
-        resume.close_running(optuna.load_study(study_name=opts.name, storage=storage), ctx,
+        resume.close_running(optuna.load_study(study_name=opts.name, storage=run.storage), ctx,
                               live={d.id for d in driving.registry.others()})
     return halt
 
@@ -299,17 +298,6 @@ def _record_times(summary: SearchSummary) -> None:
                          summary.overhead_s)
 
 
-def _check_space(space, opts: SearchOptions, remaining: int, summary: SearchSummary, console) -> None:
-    """Warn, before training, when the results disk has less room than the search will write."""
-    free = location.free_bytes(opts.study_dir)
-    if free is not None and free < space_needed(space, opts, remaining):
-        note = (f"{opts.study_dir}: {_space_line(space, opts, remaining)} (rows, study, Ray state"
-                f"{', checkpoints' if opts.checkpoints else ''})")
-        summary.notes.append(note)
-        if console is not None:
-            console.print(f"[yellow]warning:[/yellow] {note}")
-
-
 def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -> TrialContext:
     return TrialContext(study=opts.name, study_dir=location.absolute(opts.study_dir), fallback_dir=fallback_dir(opts),
                         data=opts.data,
@@ -326,7 +314,9 @@ def _asha(space, opts: SearchOptions, names: list[str]) -> bool:
     return opts.asha and space.pruner == "asha" and len(names) == 1 and metrics.BY_NAME[names[0]].intermediate
 
 
-def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console, driving: _Driving):
+def _tune(run: _Run, ctx: TrialContext, sampler, res):
+    """Ray Tune over the trials Optuna's `sampler` chooses, `res` (ray_session.trial_resources)
+    each; the live view, and a Halt or None."""
     # Ray Tune and the modules built on it load only when a search runs: the checks before it
     # (and `--plan`) stay light.
     from ray import tune
@@ -339,7 +329,8 @@ def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console, dr
     from benchmark.search.searcher import make_searcher
     from benchmark.search.trainable import trainable
 
-    searcher = make_searcher(studies.Sample(space), ctx, sampler, modes, storage, driver=driving.registry.me.id,
+    space, opts, modes, driving = run.space, run.opts, run.modes, run.driving
+    searcher = make_searcher(studies.Sample(space), ctx, sampler, modes, run.storage, driver=driving.registry.me.id,
                              quota=driving.quota)
     searcher.asked = driving.asked  # the driver's list: what this search asked, for its summary
     scheduler = None
@@ -347,14 +338,14 @@ def _tune(space, opts, ctx, modes, sampler, storage, res, remaining, console, dr
         total = _total_tokens_hint(space)
         scheduler = ASHAScheduler(time_attr="tokens", metric=ctx.objectives[0], mode=modes[0], max_t=total,
                                   grace_period=max(1, total // 8), reduction_factor=3)
-    view = LiveView(console, opts.name, remaining, ctx.objectives[0], maximize=modes[0] == "max",
+    view = LiveView(run.console, opts.name, run.remaining, ctx.objectives[0], maximize=modes[0] == "max",
                     seeds=ctx.seeds, first_seed=ctx.seed)
     callback = SearchCallback(view, ctx, opts.pending_timeout_s, asks=res.describe(), searcher=searcher,
                               poll=Poll(ctx.progress), beat=driving.registry.beat)
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(trainable, ctx=ctx), res.bundle()),
         tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(searcher, max_concurrent=res.concurrency),
-                                    scheduler=scheduler, num_samples=remaining,
+                                    scheduler=scheduler, num_samples=run.remaining,
                                     # a Train job's trial ends only with its actor: a stopped one would block reuse
                                     reuse_actors=ctx.workers is None,
                                     time_budget_s=opts.time_budget_s),
@@ -380,7 +371,7 @@ def study_info(space, opts: SearchOptions, sampler: str, data) -> dict[str, Any]
 
 def _total_tokens_hint(space) -> int:
     """ASHA's max_t: the training token budget when absolute, else a large bound."""
-    return parse_tokens(space.training.get("tokens", "20x")).resolve(space.budget or 1)
+    return parse_tokens(space.training_value("tokens")).resolve(space.budget or 1)
 
 
 def _eval_every(space) -> int:

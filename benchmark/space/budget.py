@@ -16,6 +16,8 @@ from benchmark.space.align import Align
 
 SOLVES = ("d_model", *(f"ffn.{width}" for width, _, _ in FFN_WIDTHS.values()), "ffn")  # ffn: whichever width
 SOLVE_NONE = "none"  # a space's `solve:` that solves nothing: every candidate keeps its anchor's shape
+# A space's `tolerance:` when it gives none: every candidate within 0.5% of the budget.
+DEFAULT_TOLERANCE = 0.005
 PRECISION = 0.0005  # 0.05%: the solver widens its d_model window until a setting lands this close
 _WIDEN = 4          # at most this many extra d_model values either side
 HEAD_BAND = 1.25    # shape.head_dim: head_dim may sit within this factor of its target
@@ -186,7 +188,7 @@ def _nearest_width(n: _Counter, d_model: int | None, budget: int, multiple: int)
     return w
 
 
-def solve_budget(raw: Mapping[str, Any], *, budget: int, count: str = "total", tolerance: float = 0.005,
+def solve_budget(raw: Mapping[str, Any], *, budget: int, count: str = "total", tolerance: float = DEFAULT_TOLERANCE,
                  solve: str = "d_model", head_dim: int | None = None, align: Align | None = None,
                  exact: bool = False) -> Solution:
     """Set the free dimension of `raw` (an ArchSpec mapping) so that its `count` parameters are

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 import math
-import resource
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
@@ -23,6 +22,7 @@ from benchmark.models import build_model, weight_decays
 from benchmark.recipe import TrainConfig
 from benchmark.trial.curve import Curve, largest_rise
 from benchmark.trial.evaluate import evaluate
+from benchmark.trial.memory import peak_memory_bytes, reset_peak_memory
 from benchmark.trial.policy import device_of, policy_of, precision_name, prepare_device
 from benchmark.trial.step import TrainStep
 
@@ -105,7 +105,9 @@ def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, tor
                          precision=precision_name(step_fn.dtype, device))
     curve = Curve(total, cfg.tokens_per_step, lambda step: cfg.lr_at(step, total), on_point)
     try:
-        _loop(step_fn, opt, cfg, total, batches, device, eval_data, result, on_step, on_eval, curve)
+        loop = _Loop(step_fn=step_fn, device=device, cfg=cfg, total=total, batches=batches, eval_data=eval_data,
+                     on_step=on_step, on_eval=on_eval)
+        _loop(loop, result, curve)
     except TrialDiverged as e:  # its row still says how far it got and where the time went
         # On CUDA the losses are read every SYNC_EVERY_CUDA steps: the clock has run up to 15
         # steps past the NaN, but only the steps through it count as trained.
@@ -146,15 +148,31 @@ def _time(result: TrainResult, cfg: TrainConfig, spec: ArchSpec, device, t0: flo
     result.flops_per_s = result.tokens_per_s * count_flops(spec, cfg.seq_len)["train"]
 
 
-def _loop(step_fn, opt, cfg: TrainConfig, total: int, batches, device, eval_data, result: TrainResult,
-          on_step, on_eval, curve: Curve) -> None:
-    """The steps. `result.timed_from` is when the first one ended (it pays for compilation, so
-    throughput is timed after it); periodic evaluations add their time to `result.eval_s`."""
+@dataclass(frozen=True, kw_only=True)
+class _Loop:
+    """What the training loop runs: the step (its model and optimiser) on `device`, for `total`
+    steps of `cfg` over `batches`, evaluating on `eval_data`, and who hears of each (train's on_step
+    and on_eval)."""
+    step_fn: TrainStep
+    device: torch.device
+    cfg: TrainConfig
+    total: int
+    batches: Iterator[tuple[torch.Tensor, torch.Tensor]]
+    eval_data: Mapping[str, torch.Tensor] | None
+    on_step: Callable[[int, int, float], None] | None
+    on_eval: Callable[[dict], None] | None
+
+
+def _loop(loop: _Loop, result: TrainResult, curve: Curve) -> None:
+    """The steps, into `result` and `curve`. `result.timed_from` is when the first one ended (it
+    pays for compilation, so throughput is timed after it); periodic evaluations add their time to
+    `result.eval_s`."""
+    step_fn, device, cfg, total, eval_data = loop.step_fn, loop.device, loop.cfg, loop.total, loop.eval_data
     pending, last = [], float("nan")
     for step in range(total):
-        for group in opt.param_groups:
+        for group in step_fn.optimizer.param_groups:
             group["lr"] = cfg.lr_at(step, total)
-        micro = [next(batches) for _ in range(cfg.grad_accum)]
+        micro = [next(loop.batches) for _ in range(cfg.grad_accum)]
         mine = micro if step_fn.parallel is None else step_fn.parallel.share(micro)
         loss = step_fn.accumulate([(to_device(x, device), to_device(y, device)) for x, y in mine])
         pending.append(torch.stack([loss.float(), step_fn.grad_norm.float()]))   # (2,): read together
@@ -164,8 +182,8 @@ def _loop(step_fn, opt, cfg: TrainConfig, total: int, batches, device, eval_data
         result.tokens_trained += sum(x.numel() for x, _ in micro)
         if step == 0:
             result.timed_from = time.perf_counter()
-        if on_step is not None:
-            on_step(step + 1, total, last)
+        if loop.on_step is not None:
+            loop.on_step(step + 1, total, last)
         if evaluating:
             t = time.perf_counter()
             scored = step_fn.model if step_fn.parallel is None else step_fn.parallel.full_model(step_fn.model)
@@ -177,8 +195,8 @@ def _loop(step_fn, opt, cfg: TrainConfig, total: int, batches, device, eval_data
                     record = {"step": step + 1, "tokens": result.tokens_trained, **evaluate(scored, eval_data, cfg)}
                 result.evals.append(record)
                 step_fn.model.train()
-            if on_eval is not None:
-                on_eval(record)
+            if loop.on_eval is not None:
+                loop.on_eval(record)
             result.eval_s += time.perf_counter() - t
 
 
@@ -212,47 +230,3 @@ def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     if device.type == "cuda":
         return t.pin_memory().to(device, non_blocking=True)
     return t.to(device)
-
-
-def reset_peak_memory(device: torch.device) -> None:
-    """Start this trial's peak: CUDA's allocator statistics, or on Linux the process's resident
-    high-water mark (writing 5 to /proc/self/clear_refs resets VmHWM)."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        return
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-
-
-def _proc_status_bytes(field: str) -> int | None:
-    """A memory line of /proc/self/status (VmRSS, VmHWM) in bytes; None where /proc is missing."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def held_memory_bytes(device: torch.device) -> int:
-    """What is held now, on the scale peak_memory_bytes reads: CUDA's allocated bytes, else the
-    process's resident memory (VmRSS; 0 where /proc is missing)."""
-    if device.type == "cuda":
-        return int(torch.cuda.memory_allocated(device))
-    return _proc_status_bytes("VmRSS") or 0
-
-
-def peak_memory_bytes(device: torch.device) -> int:
-    """CUDA: peak allocated by torch since reset_peak_memory. CPU: the process's resident
-    high-water mark since then (VmHWM; where /proc is missing, the lifetime peak ru_maxrss)."""
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    hwm = _proc_status_bytes("VmHWM")
-    if hwm is not None:
-        return hwm
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024

@@ -44,20 +44,11 @@ with a 95% t interval, paired when both groups hold the same seeds, Welch's othe
 that adjusted p (reproduced, contradicted, not decided), and the smallest difference these seeds
 detect with 80% power. One seed a side gives no interval: "not decided (1 seed)", never a verdict.
 What the groups' models differ in, and whether that is only what the claim tests: arms.py.
+Reading the file: file.py; checking its claims against the rows: check.py.
 """
 
-from benchmark.leaderboard.claims.check import (
-    NO_DATA,
-    ONE_SEED,
-    Claim,
-    ClaimsError,
-    ClaimsFile,
-    Group,
-    Pair,
-    Result,
-    evaluate,
-    load,
-)
+from benchmark.leaderboard.claims.check import NO_DATA, ONE_SEED, Group, Pair, Result, evaluate
+from benchmark.leaderboard.claims.file import Claim, ClaimsError, ClaimsFile, load
 from benchmark.leaderboard.claims.report import table, to_json, verdicts
 
 __all__ = ["NO_DATA", "ONE_SEED", "Claim", "ClaimsError", "ClaimsFile", "Group", "Pair", "Result", "evaluate", "load",

@@ -11,8 +11,8 @@ import argparse
 import sys
 
 from benchmark.leaderboard.claims import arms as arms_
-from benchmark.leaderboard.claims.check import ClaimsError, ClaimsFile, load
-from benchmark.space import select, load_space, make_plan, SpaceError, parse_set
+from benchmark.leaderboard.claims.file import ClaimsError, ClaimsFile, load
+from benchmark.space import SpaceError, load_space, make_plan, parse_set, select
 
 COLUMNS = (("group", "arm"), ("family", "family"), ("d_model", "d_model"), ("n_heads", "heads"),
            ("head_dim", "head_dim"), ("ffn", "FFN width (× d_model)"), ("structure", "layers"),

@@ -6,7 +6,8 @@ import math
 import os
 
 from benchmark.leaderboard import stats
-from benchmark.leaderboard.claims.check import NO_DATA, ClaimsFile, Group, Pair, Result
+from benchmark.leaderboard.claims.check import NO_DATA, Group, Pair, Result
+from benchmark.leaderboard.claims.file import ClaimsFile
 from benchmark.leaderboard.formats import Column, Table
 from benchmark.leaderboard.tables import MISSING, WITH_SE
 
@@ -91,7 +92,7 @@ def _heads(results: list[Result]) -> dict[str, str]:
 
 
 def _method(results: list[Result]) -> str:
-    return next((p.adjustment for r in results for p in r.pairs), "holm")
+    return next((p.adjustment for r in results for p in r.pairs), stats.DEFAULT_ADJUSTMENT)
 
 
 def rule(results: list[Result]) -> str:

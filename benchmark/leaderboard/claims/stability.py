@@ -25,7 +25,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from benchmark.leaderboard.claims.file import error, only_known
 from benchmark.leaderboard.formats import Column, Table
+from benchmark.leaderboard.stats import DEFAULT_ADJUSTMENT
 from benchmark.space import select
 from benchmark.store import PHASES
 
@@ -52,22 +54,19 @@ DEFAULTS = {f.name: f.default for f in fields(Rule)}
 
 def rule_of(claims) -> Rule:
     """The claims file's `instability:` (ClaimsError, located, for a bad key or value), else DEFAULTS."""
-    # check.py imports this module: importing it at the top would be a circle.
-    from benchmark.leaderboard.claims.check import _error, _known
-
     src = claims.origin
     raw = (src.doc.data or {}).get(KEY) if src.doc is not None else None
     if raw is None:
         return Rule()
     if not isinstance(raw, dict):
-        raise _error(src, (KEY,), f"expected a mapping like {{spike: 1.0, laggard: 5}}, got {raw!r}")
-    _known(src, (KEY,), raw, tuple(DEFAULTS))
+        raise error(src, (KEY,), f"expected a mapping like {{spike: 1.0, laggard: 5}}, got {raw!r}")
+    only_known(src, (KEY,), raw, tuple(DEFAULTS))
     values = {}
     for key, value in raw.items():
         if key == "metric":
             values[key] = str(value)
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise _error(src, (KEY, key), f"expected a number >= 0, got {value!r}")
+            raise error(src, (KEY, key), f"expected a number >= 0, got {value!r}")
         else:
             values[key] = float(value)
     return Rule(**values)
@@ -125,7 +124,7 @@ def assess(claims, results: list, trials: pd.DataFrame) -> tuple[Rule, list[Stab
     rule = rule_of(claims)
     trials = final(trials)
     why = mark(trials, rule)
-    method = next((p.adjustment for r in results for p in r.pairs), "holm")   # the verdicts' own rule
+    method = next((p.adjustment for r in results for p in r.pairs), DEFAULT_ADJUSTMENT)   # the verdicts' own rule
     again = {(r.claim.index, r.study): r for r in evaluate(claims, trials[(why == "").to_numpy()], method)} \
         if (why != "").any() else {}
     out = []
