@@ -6,4 +6,8 @@ from benchmark.main import main
 
 if __name__ == "__main__":  # --plan picks the verb; every other flag is the command's own
     argv = sys.argv[1:]
-    sys.exit(main(["plan", *(a for a in argv if a != "--plan")] if "--plan" in argv else ["search", *argv]))
+    sys.exit(
+        main(
+            ["plan", *(a for a in argv if a != "--plan")] if "--plan" in argv else ["search", *argv]
+        )
+    )

@@ -10,9 +10,13 @@ Public API (private modules re-exported here, loaded on first use so that light 
 import importlib
 
 _EXPORTS = {
-    "ArchSpec": "arch.spec", "SpecError": "arch.spec", "FAMILIES": "arch.spec",
-    "count_params": "arch.counting", "count_flops": "arch.counting",
-    "build_model": "models", "param_components": "models",
+    "ArchSpec": "arch.spec",
+    "SpecError": "arch.spec",
+    "FAMILIES": "arch.spec",
+    "count_params": "arch.counting",
+    "count_flops": "arch.counting",
+    "build_model": "models",
+    "param_components": "models",
 }
 __all__ = list(_EXPORTS)
 

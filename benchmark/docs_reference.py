@@ -13,10 +13,10 @@ import json
 import sys
 from pathlib import Path
 
-from benchmark.arch import Key, keys, PRESETS, SPEC_KEYS
-from benchmark.space import TOP_KEYS, SHAPE_KEYS
-from benchmark.store import METRICS, SCHEMA, SCHEMA_VERSION
+from benchmark.arch import PRESETS, SPEC_KEYS, Key, keys
 from benchmark.recipe import QuantizeConfig, TrainConfig
+from benchmark.space import SHAPE_KEYS, TOP_KEYS
+from benchmark.store import METRICS, SCHEMA, SCHEMA_VERSION
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference.md"
 
@@ -48,7 +48,7 @@ SPEC_NOTES = {
     "loops": "times the middle block runs in training",
     "eval_loops": "loop counts evaluated at test time (AbbIE: 1, 2, 4, 8)",
     "injection": "how each loop sees its input: `none` h = B(h); `residual` h = B(h) + h (AbbIE-D); "
-                 "`concat` h = B(W[e; h]) (Depth); `hyper` (Hyperloop)",
+    "`concat` h = B(W[e; h]) (Depth); `hyper` (Hyperloop)",
     "loop_residual_from": "AbbIE-D: first iteration that adds h after the block (eq. 4 has 0)",
     "hyper": "hyper-connections; absent or null: one ordinary residual stream",
     "hyper.streams": "n parallel residual streams",
@@ -59,7 +59,7 @@ SPEC_NOTES = {
     "hyper.tanh": "HC's tanh on the dynamic part; false gives the paper's \"W/O tanh\" rows",
     "hyper.read": "a whole-layer span adds `block` F(u) (Hyperloop eq. 3 as written) or `delta` F(u) - u",
     "hyper.stream_dtype": "storage precision of the n streams: `auto` is bf16 under bf16 autocast on CUDA "
-                          "(mHC eq. 10-19), fp32 elsewhere",
+    "(mHC eq. 10-19), fp32 elsewhere",
     "hyper.init": "`home` breaks the streams' symmetry as the public implementations do; `symmetric` is the ablation",
     "lora_rank": "per-loop LoRA rank on the looped layers (relaxed recursive baseline); 0 = none",
 }
@@ -77,32 +77,32 @@ SPACE_NOTES = {
     "description": "one line shown in plans and leaderboards",
     "budget": "the parameter budget (`113M`), or a ladder `[0.5M, 1M, 2M]`; `--budget` overrides",
     "count": "what the budget counts: `total`, `non_embedding` or `non_embedding_head` (docs/search-spaces.md); "
-             "`--count` overrides",
+    "`--count` overrides",
     "tolerance": "allowed distance of each candidate from the budget (`0.5%` or 0.005); under `solve: none`, "
-                 "of the anchor alone",
+    "of the anchor alone",
     "solve": "the free dimension solved to meet the budget: `d_model`, `ffn.d_ff`, `ffn.d_h` or `ffn`; or "
-             "`none` (with an `anchor`): every candidate keeps the anchor's d_model, heads and FFN width and "
-             "its own parameter count",
+    "`none` (with an `anchor`): every candidate keeps the anchor's d_model, heads and FFN width and "
+    "its own parameter count",
     "align": "hardware-friendly multiples: `{d_model: 64, ffn: 64, head_dim: 8}`",
     "anchor": "a spec fragment solved once; every candidate keeps its d_model (solve another dimension, or "
-              "`solve: none` for its whole shape)",
+    "`solve: none` for its whole shape)",
     "base": "a fixed spec fragment every candidate starts from",
     "variants": "named spec fragments, decided as the first axis `variant`",
     "axes": "dotted spec or `shape.*` keys -> domains (`[a, b]`, `{int: [lo, hi]}`, `{float: ...}`, "
-            "`{choice: ..., when: \"...\"}`), decided in file order",
+    '`{choice: ..., when: "..."}`), decided in file order',
     "training": "training settings (the TrainConfig table below)",
     "quantize": "quantisation settings (the QuantizeConfig table below)",
     "objectives": "metrics of the registry with `:min` / `:max`, e.g. `[val_loss:min, flops_per_token_train:min]`",
     "trials": "candidates to sample; `--trials` overrides",
     "seeds": "seeds per candidate; `--seeds` overrides",
     "pruner": "`asha` (default: successive halving over tokens, with one objective measured in training) or "
-              "`none` (every trial trains to its end: a study of claims)",
+    "`none` (every trial trains to its end: a study of claims)",
     "controlled": "`true`: the shape held, not preferred (a claim's arms): `shape.head_dim` exact (n_heads = "
-                  "d_model / head_dim), an FFN ratio the space gives exact, 2 heads or more; with an `anchor` "
-                  "and `solve: ffn`, the FFN width is the one dimension that differs",
+    "d_model / head_dim), an FFN ratio the space gives exact, 2 heads or more; with an `anchor` "
+    "and `solve: ffn`, the FFN width is the one dimension that differs",
     "tune": "each candidate tuned with an equal budget: `{grid: {lr: [1e-3, 3e-3]}, seeds: [100, 101], metric: "
-            "val_loss}` trains every grid point on the tuning seeds, then the final seeds at the best point "
-            "(docs/search-spaces.md#tuning); needs `pruner: none`",
+    "val_loss}` trains every grid point on the tuning seeds, then the final seeds at the best point "
+    "(docs/search-spaces.md#tuning); needs `pruner: none`",
 }
 
 TRAINING_NOTES = {
@@ -122,7 +122,7 @@ TRAINING_NOTES = {
     "grad_clip": "max gradient norm; 0 turns clipping off",
     "eval_every": "steps between evaluations (ASHA's rungs); 0: `val_points` of them",
     "val_points": "held-out evaluations spread evenly over the run when `eval_every` is 0, besides the final one "
-                  "(the row's `evals`, the curve's validation points)",
+    "(the row's `evals`, the curve's validation points)",
     "eval_tokens": "held-out tokens per source",
     "precision": "`auto` (bf16 where it is faster), `bf16` or `fp32`",
     "compile": "compile by regions (false: eager)",
@@ -155,12 +155,12 @@ COLUMN_NOTES = {
     "val_loss_by_source": "validation loss per corpus part (JSON)",
     "val_ppl_by_loops": "validation perplexity per evaluated loop count (JSON)",
     "evals": "evaluations during training: step, tokens trained and losses (JSON); the validation points of the "
-             "curve (`<study>/_curves/`, store/curves.py)",
+    "curve (`<study>/_curves/`, store/curves.py)",
     "loss_spike": "the largest rise of the training loss above its best so far, nats (every step's loss; the "
-                  "claims' instability rule reads it)",
+    "claims' instability rule reads it)",
     "phase": "a tuned study's row: `tune` (a run of the `tune:` grid, never ranked or judged) or `final`",
     "tuned": "the training settings the `tune:` grid set for this row (JSON): a tuning run's point, or the "
-             "point a final row's candidate chose",
+    "point a final row's candidate chose",
     "bf16_bytes": "model size at bf16",
     "flops_per_s": "achieved training FLOP/s",
     "precision": "what the steps ran in: `bf16`, `fp32`, `fp32+tf32`",
@@ -187,13 +187,21 @@ COLUMN_NOTES = {
 
 def note_problems() -> list[str]:
     """Keys without a meaning here, and meanings of keys that no longer exist."""
-    wanted = {"SPEC_NOTES": (SPEC_KEYS, SPEC_NOTES), "SHAPE_NOTES": (SHAPE_KEYS, SHAPE_NOTES),
-              "SPACE_NOTES": (TOP_KEYS, SPACE_NOTES), "TRAINING_NOTES": (keys(TrainConfig), TRAINING_NOTES),
-              "QUANTIZE_NOTES": (keys(QuantizeConfig), QUANTIZE_NOTES),
-              "COLUMN_NOTES": (_plain_columns(), COLUMN_NOTES)}
+    wanted = {
+        "SPEC_NOTES": (SPEC_KEYS, SPEC_NOTES),
+        "SHAPE_NOTES": (SHAPE_KEYS, SHAPE_NOTES),
+        "SPACE_NOTES": (TOP_KEYS, SPACE_NOTES),
+        "TRAINING_NOTES": (keys(TrainConfig), TRAINING_NOTES),
+        "QUANTIZE_NOTES": (keys(QuantizeConfig), QUANTIZE_NOTES),
+        "COLUMN_NOTES": (_plain_columns(), COLUMN_NOTES),
+    }
     out = []
     for table, (names, notes) in wanted.items():
-        out += [f"{name}: no meaning in {table} (benchmark/docs_reference.py)" for name in names if name not in notes]
+        out += [
+            f"{name}: no meaning in {table} (benchmark/docs_reference.py)"
+            for name in names
+            if name not in notes
+        ]
         out += [f"{name}: in {table} but not a key any more" for name in notes if name not in names]
     return out
 
@@ -204,6 +212,7 @@ def _plain_columns() -> list[str]:
 
 
 # ---- rendering -----------------------------------------------------------------------------
+
 
 def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
@@ -225,7 +234,10 @@ def _type(key: Key) -> str:
 def _allowed(key: Key) -> str:
     parts = []
     if key.choices:
-        parts.append(" | ".join(f"`{c}`" for c in key.choices) + (" or an integer" if int in key.types else ""))
+        parts.append(
+            " | ".join(f"`{c}`" for c in key.choices)
+            + (" or an integer" if int in key.types else "")
+        )
     lo = key.above if key.above is not None else key.at_least
     if lo is not None and key.at_most is not None:
         parts.append(f"{'(' if key.above is not None else '['}{lo:g}, {key.at_most:g}]")
@@ -246,15 +258,23 @@ def _default(key: Key) -> str:
 
 
 def _keys_table(rules: dict[str, Key], notes: dict[str, str]) -> str:
-    return _table(("key", "type", "default", "allowed", "meaning"),
-                  [(f"`{name}`", _type(k), _default(k), _allowed(k), notes.get(name, "—"))
-                   for name, k in rules.items()])
+    return _table(
+        ("key", "type", "default", "allowed", "meaning"),
+        [
+            (f"`{name}`", _type(k), _default(k), _allowed(k), notes.get(name, "—"))
+            for name, k in rules.items()
+        ],
+    )
 
 
 def _presets() -> str:
-    return _table(("family", "keys it sets"),
-                  [(f"`{family}`", f"`{json.dumps(preset)}`" if preset else "(the defaults)")
-                   for family, preset in PRESETS.items()])
+    return _table(
+        ("family", "keys it sets"),
+        [
+            (f"`{family}`", f"`{json.dumps(preset)}`" if preset else "(the defaults)")
+            for family, preset in PRESETS.items()
+        ],
+    )
 
 
 def _columns() -> str:
@@ -263,51 +283,70 @@ def _columns() -> str:
     for field in SCHEMA:
         m = by_column.get(field.name)
         meaning = COLUMN_NOTES.get(field.name, "—") if m is None else m.axis_label()
-        rows.append((f"`{field.name}`", str(field.type), meaning, f"metric `{m.name}`" if m else ""))
+        rows.append(
+            (f"`{field.name}`", str(field.type), meaning, f"metric `{m.name}`" if m else "")
+        )
     return _table(("column", "type", "meaning", "registry"), rows)
 
 
 def _metrics() -> str:
-    return _table(("metric", "column", "direction", "kind", "objective", "unit", "aliases"),
-                  [(f"`{m.name}`", f"`{m.column}`", m.direction, m.kind, "yes" if m.searchable else "no", m.unit,
-                    ", ".join(f"`{a}`" for a in m.aliases)) for m in METRICS])
+    return _table(
+        ("metric", "column", "direction", "kind", "objective", "unit", "aliases"),
+        [
+            (
+                f"`{m.name}`",
+                f"`{m.column}`",
+                m.direction,
+                m.kind,
+                "yes" if m.searchable else "no",
+                m.unit,
+                ", ".join(f"`{a}`" for a in m.aliases),
+            )
+            for m in METRICS
+        ],
+    )
 
 
 def render() -> str:
-    return "\n\n".join([
-        "# Reference: spec keys, space keys, training settings, results columns, metrics",
-        "<!-- generated by `python -m benchmark.docs_reference`; edit the code, not this page -->",
-        "Generated from the code: `ArchSpec` (benchmark/arch/spec.py), the presets "
-        "(benchmark/arch/presets.py), the space language (benchmark/space/language.py, shape.py), "
-        "`TrainConfig` (benchmark/recipe/settings.py), the results schema (benchmark/store/results.py) and "
-        "the metric registry (benchmark/store/metrics.py). `derived`: left unset, the value follows "
-        "from the others. How the pieces fit: [architectures](architectures.md), "
-        "[search spaces](search-spaces.md), [searches and results](searches-and-results.md).",
-        "## Architecture spec keys",
-        "A spec is a mapping (YAML or dict) validated by `ArchSpec.from_dict`; a search space names "
-        "the same keys dotted (`hyper.streams`). Unknown keys are an error with a \"did you mean\".",
-        _keys_table(SPEC_KEYS, SPEC_NOTES),
-        "## Family presets",
-        "`family` fills these keys before the spec's own keys override them.",
-        _presets(),
-        "## Search-space keys",
-        "The top level of a space file:",
-        _table(("key", "meaning"), [(f"`{k}`", SPACE_NOTES.get(k, "—")) for k in TOP_KEYS]),
-        "Derived shape axes (`axes:` keys under `shape.`), turned into spec keys by the space:",
-        _keys_table(SHAPE_KEYS, SHAPE_NOTES),
-        "## Training settings (`training:`)",
-        _keys_table(keys(TrainConfig), TRAINING_NOTES),
-        "## Quantisation settings (`quantize:`)",
-        _keys_table(keys(QuantizeConfig), QUANTIZE_NOTES),
-        "## Results columns",
-        f"Schema version {SCHEMA_VERSION}. One row per trial attempt, one Parquet file each: "
-        "`pandas.read_parquet(\"results/<study>\")`.",
-        _columns(),
-        "## Metrics",
-        "What `objectives:`, `shapebench board --x/--y/--objectives` and claims may name. `params` reads "
-        "the column of the study's count rule. Only `quality` and `cost` metrics are objectives.",
-        _metrics(),
-    ]) + "\n"
+    return (
+        "\n\n".join(
+            [
+                "# Reference: spec keys, space keys, training settings, results columns, metrics",
+                "<!-- generated by `python -m benchmark.docs_reference`; edit the code, not this page -->",
+                "Generated from the code: `ArchSpec` (benchmark/arch/spec.py), the presets "
+                "(benchmark/arch/presets.py), the space language (benchmark/space/language.py, shape.py), "
+                "`TrainConfig` (benchmark/recipe/settings.py), the results schema (benchmark/store/results.py) and "
+                "the metric registry (benchmark/store/metrics.py). `derived`: left unset, the value follows "
+                "from the others. How the pieces fit: [architectures](architectures.md), "
+                "[search spaces](search-spaces.md), [searches and results](searches-and-results.md).",
+                "## Architecture spec keys",
+                "A spec is a mapping (YAML or dict) validated by `ArchSpec.from_dict`; a search space names "
+                'the same keys dotted (`hyper.streams`). Unknown keys are an error with a "did you mean".',
+                _keys_table(SPEC_KEYS, SPEC_NOTES),
+                "## Family presets",
+                "`family` fills these keys before the spec's own keys override them.",
+                _presets(),
+                "## Search-space keys",
+                "The top level of a space file:",
+                _table(("key", "meaning"), [(f"`{k}`", SPACE_NOTES.get(k, "—")) for k in TOP_KEYS]),
+                "Derived shape axes (`axes:` keys under `shape.`), turned into spec keys by the space:",
+                _keys_table(SHAPE_KEYS, SHAPE_NOTES),
+                "## Training settings (`training:`)",
+                _keys_table(keys(TrainConfig), TRAINING_NOTES),
+                "## Quantisation settings (`quantize:`)",
+                _keys_table(keys(QuantizeConfig), QUANTIZE_NOTES),
+                "## Results columns",
+                f"Schema version {SCHEMA_VERSION}. One row per trial attempt, one Parquet file each: "
+                '`pandas.read_parquet("results/<study>")`.',
+                _columns(),
+                "## Metrics",
+                "What `objectives:`, `shapebench board --x/--y/--objectives` and claims may name. `params` reads "
+                "the column of the study's count rule. Only `quality` and `cost` metrics are objectives.",
+                _metrics(),
+            ]
+        )
+        + "\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

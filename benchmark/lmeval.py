@@ -39,7 +39,14 @@ from lm_eval.utils import (
 
 from benchmark.data import HF_EOT_CANDIDATES, Tokenizer
 from benchmark.models import LanguageModel
-from benchmark.trial import TOKENIZER, CheckpointError, load_checkpoint, ExecPolicy, autocast, default_device
+from benchmark.trial import (
+    TOKENIZER,
+    CheckpointError,
+    ExecPolicy,
+    autocast,
+    default_device,
+    load_checkpoint,
+)
 
 MAX_GEN_TOKS = 256  # lm-eval's default for generate_until
 
@@ -49,10 +56,18 @@ class ShapebenchLM(TemplateLM):
     """A shapebench LanguageModel behind lm-eval's LM interface. Give a checkpoint directory, or
     a model and its tokenizer (then max_length, the context window, is required)."""
 
-    def __init__(self, checkpoint: str | Path | None = None, *, model: LanguageModel | None = None,
-                 tokenizer: Tokenizer | None = None, max_length: int | None = None,
-                 loops: int | None = None, batch_size: int | str = 16, device: str | None = None,
-                 precision: str = "auto"):
+    def __init__(
+        self,
+        checkpoint: str | Path | None = None,
+        *,
+        model: LanguageModel | None = None,
+        tokenizer: Tokenizer | None = None,
+        max_length: int | None = None,
+        loops: int | None = None,
+        batch_size: int | str = 16,
+        device: str | None = None,
+        precision: str = "auto",
+    ):
         super().__init__()
         if (checkpoint is None) == (model is None) or (model is not None and tokenizer is None):
             raise ValueError("shapebench: pass checkpoint=PATH, or both model and tokenizer")
@@ -61,7 +76,9 @@ class ShapebenchLM(TemplateLM):
             tokenizer = checkpoint_tokenizer(checkpoint, meta)
             max_length = max_length or training_seq_len(checkpoint, meta)
         if not max_length:
-            raise ValueError("shapebench: max_length (the model's context window) is required with a model")
+            raise ValueError(
+                "shapebench: max_length (the model's context window) is required with a model"
+            )
         self._device = torch.device(device) if device else default_device()
         self.model = model.to(self._device).eval()
         # Scored under the autocast validation uses (trial/step.py): the same numbers on a GPU.
@@ -73,14 +90,22 @@ class ShapebenchLM(TemplateLM):
         self.checkpoint = None if checkpoint is None else str(checkpoint)
 
     @classmethod
-    def create_from_arg_obj(cls, arg_dict: dict[str, Any], additional_config: dict | None = None) -> ShapebenchLM:
+    def create_from_arg_obj(
+        cls, arg_dict: dict[str, Any], additional_config: dict | None = None
+    ) -> ShapebenchLM:
         """As lm-eval's, except that --model_args win over the command line's own settings (its
         default batch_size=1 would otherwise clash with batch_size=16 in --model_args)."""
-        extra = {k: v for k, v in (additional_config or {}).items() if v is not None and k not in arg_dict}
+        extra = {
+            k: v
+            for k, v in (additional_config or {}).items()
+            if v is not None and k not in arg_dict
+        }
         return cls(**arg_dict, **extra)
 
     @classmethod
-    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> ShapebenchLM:
+    def create_from_arg_string(
+        cls, arg_string: str, additional_config: dict | None = None
+    ) -> ShapebenchLM:
         return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
 
     # ---- what TemplateLM needs ------------------------------------------------------------
@@ -88,14 +113,21 @@ class ShapebenchLM(TemplateLM):
     def eot_token_id(self) -> int:
         return self.tokenizer.eot_id
 
-    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
+    def tok_encode(
+        self, string: str, add_special_tokens: bool | None = None, **kwargs
+    ) -> list[int]:
         ids = self.tokenizer.encode(string)
         return ids if add_special_tokens is False else [self.eot_token_id, *ids]
 
     def get_model_info(self) -> dict[str, Any]:
         """Recorded in lm-eval's results under "config"."""
-        return {"checkpoint": self.checkpoint, "family": self.model.spec.family, "loops": self.loops,
-                "max_length": self.max_length, "tokenizer_id": self.tokenizer.tokenizer_id}
+        return {
+            "checkpoint": self.checkpoint,
+            "family": self.model.spec.family,
+            "loops": self.loops,
+            "max_length": self.max_length,
+            "tokenizer_id": self.tokenizer.tokenizer_id,
+        }
 
     # ---- scoring --------------------------------------------------------------------------
     @torch.inference_mode()
@@ -103,28 +135,36 @@ class ShapebenchLM(TemplateLM):
         """Token rows of any lengths -> float32 logits (B, T, vocab), T the longest row. Rows are
         right-padded: the model is causal, so padding never reaches a real position."""
         width = max(map(len, rows))
-        idx = torch.tensor([row + [self.eot_token_id] * (width - len(row)) for row in rows], device=self.device)
+        idx = torch.tensor(
+            [row + [self.eot_token_id] * (width - len(row)) for row in rows], device=self.device
+        )
         with autocast(self._device.type, self._dtype):
             return self.model(idx, loops=self.loops).float()
 
-    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
+    def _loglikelihood_tokens(
+        self, requests, disable_tqdm: bool = False, **kwargs
+    ) -> list[tuple[float, bool]]:
         """(log P(continuation | context), whether greedy decoding gives the continuation) per
         (key, context ids, continuation ids); longest first, so a batch pads little."""
         windows = [self.window(context, continuation) for _, context, continuation in requests]
         results: list[tuple[float, bool]] = [(0.0, True)] * len(windows)
         order = sorted(range(len(windows)), key=lambda i: -len(windows[i][0]))
         for start in range(0, len(order), self.batch_size):
-            batch = order[start:start + self.batch_size]
+            batch = order[start : start + self.batch_size]
             logits = self.logits([windows[i][0] for i in batch])
             logprobs, greedy = [], []
             for row, i in enumerate(batch):
                 inputs, target = windows[i]
-                scored = F.log_softmax(logits[row, len(inputs) - len(target):len(inputs)], dim=-1)  # (n, vocab)
+                scored = F.log_softmax(
+                    logits[row, len(inputs) - len(target) : len(inputs)], dim=-1
+                )  # (n, vocab)
                 target_t = torch.tensor(target, device=scored.device)
                 logprobs.append(scored.gather(1, target_t[:, None]).sum())
                 greedy.append((scored.argmax(-1) == target_t).all())
             # One read per batch: a read per request would make the host wait for the GPU each time.
-            read = torch.stack([torch.stack(logprobs), torch.stack(greedy).float()]).tolist()  # (2, B)
+            read = torch.stack(
+                [torch.stack(logprobs), torch.stack(greedy).float()]
+            ).tolist()  # (2, B)
             for i, logprob, exact in zip(batch, *read):
                 results[i] = (logprob, bool(exact))
         return results
@@ -132,9 +172,11 @@ class ShapebenchLM(TemplateLM):
     def window(self, context: list[int], continuation: list[int]) -> tuple[list[int], list[int]]:
         """The model input that scores `continuation`: its last max_length tokens before the end."""
         if len(continuation) > self.max_length:
-            raise ValueError(f"shapebench: a continuation of {len(continuation)} tokens does not fit "
-                             f"the context window (max_length={self.max_length})")
-        return (context + continuation)[-(self.max_length + 1):-1], continuation
+            raise ValueError(
+                f"shapebench: a continuation of {len(continuation)} tokens does not fit "
+                f"the context window (max_length={self.max_length})"
+            )
+        return (context + continuation)[-(self.max_length + 1) : -1], continuation
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         """Log-likelihood of whole texts, in disjoint windows of max_length tokens, each of which
@@ -142,7 +184,9 @@ class ShapebenchLM(TemplateLM):
         windows, owner = [], []
         for i, request in enumerate(requests):
             tokens = self.tok_encode(request.args[0], add_special_tokens=False)
-            pairs = get_rolling_token_windows(tokens, self.prefix_token_id, self.max_length, context_len=1)
+            pairs = get_rolling_token_windows(
+                tokens, self.prefix_token_id, self.max_length, context_len=1
+            )
             for context, target in map(make_disjoint_window, pairs):
                 windows.append((None, context, target))
                 owner.append(i)
@@ -159,7 +203,7 @@ class ShapebenchLM(TemplateLM):
         results = [""] * len(requests)
         order = sorted(range(len(requests)), key=lambda i: -len(contexts[i]))
         for start in range(0, len(order), self.batch_size):
-            batch = order[start:start + self.batch_size]
+            batch = order[start : start + self.batch_size]
             texts = self.greedy([contexts[i] for i in batch], [settings[i] for i in batch])
             for i, text in zip(batch, texts):
                 results[i] = text
@@ -171,11 +215,14 @@ class ShapebenchLM(TemplateLM):
         generated: list[list[int]] = [[] for _ in contexts]
         active = [j for j, (_, max_toks) in enumerate(settings) if max_toks > 0]
         while active:
-            rows = [(contexts[j] + generated[j])[-self.max_length:] for j in active]
+            rows = [(contexts[j] + generated[j])[-self.max_length :] for j in active]
             logits = self.logits(rows)
             last = torch.tensor([len(row) - 1 for row in rows], device=logits.device)
             # Every row's next token in one read (a read per row would wait for the GPU each time).
-            for j, token in zip(active, logits[torch.arange(len(rows), device=logits.device), last].argmax(-1).tolist()):
+            for j, token in zip(
+                active,
+                logits[torch.arange(len(rows), device=logits.device), last].argmax(-1).tolist(),
+            ):
                 generated[j].append(token)
             active = [j for j in active if not self.finished(generated[j], *settings[j])]
         return [self.cut(tokens, until) for tokens, (until, _) in zip(generated, settings)]
@@ -198,7 +245,9 @@ class ShapebenchLM(TemplateLM):
 def generation_settings(gen_kwargs: dict[str, Any]) -> tuple[list[str], int]:
     """(stop strings, max new tokens) from a task's generation_kwargs."""
     if gen_kwargs.get("do_sample"):
-        raise ValueError("shapebench: only greedy decoding is supported (do_sample=True was requested)")
+        raise ValueError(
+            "shapebench: only greedy decoding is supported (do_sample=True was requested)"
+        )
     until = gen_kwargs.get("until") or []
     until = [until] if isinstance(until, str) else list(until)
     return [stop for stop in until if stop], int(gen_kwargs.get("max_gen_toks", MAX_GEN_TOKS))
@@ -212,7 +261,9 @@ def checkpoint_tokenizer(path: str | Path, meta: dict[str, Any]) -> Tokenizer:
     inner = tokenizers.Tokenizer.from_file(str(file))
     eot = next((t for t in HF_EOT_CANDIDATES if inner.token_to_id(t) is not None), None)
     if eot is None:
-        raise CheckpointError(f"{file}: no end-of-text token (looked for {', '.join(HF_EOT_CANDIDATES)})")
+        raise CheckpointError(
+            f"{file}: no end-of-text token (looked for {', '.join(HF_EOT_CANDIDATES)})"
+        )
     name = str(meta.get("tokenizer_id", "checkpoint")).split("@")[0]
     return Tokenizer(inner=inner, name=name, eot_id=inner.token_to_id(eot))
 

@@ -77,9 +77,13 @@ def _lmeval(argv: list[str], prog: str) -> int:
 
 
 COMMANDS = {
-    "plan": Command("resolve a search space into candidates at a budget and print them; train nothing", _plan),
+    "plan": Command(
+        "resolve a search space into candidates at a budget and print them; train nothing", _plan
+    ),
     "search": Command("run or resume a search, or train one architecture with --spec", _search),
-    "board": Command("leaderboard: ranked tables, frontiers, scaling fits, claims, the HTML page", _board),
+    "board": Command(
+        "leaderboard: ranked tables, frontiers, scaling fits, claims, the HTML page", _board
+    ),
     "perf": Command("speed of the training path on this machine", _perf),
     "tasks": Command("write the offline held-out lm-eval tasks", _tasks),
     "lmeval": Command("lm-evaluation-harness on a checkpoint; its flags are lm-eval's", _lmeval),
@@ -88,8 +92,9 @@ COMMANDS = {
 
 def build_parser() -> argparse.ArgumentParser:
     """The top level only: which command. Each command's own parser reads the rest."""
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, command in COMMANDS.items():
         commands.add_parser(name, help=command.summary, add_help=False)
@@ -99,8 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
-        args = build_parser().parse_args(argv)  # prints the help, or says which commands there are, and exits
-        argv = argv[argv.index(args.command):]  # unless the command came after a `--`
+        args = build_parser().parse_args(
+            argv
+        )  # prints the help, or says which commands there are, and exits
+        argv = argv[argv.index(args.command) :]  # unless the command came after a `--`
     name, rest = argv[0], argv[1:]
     return COMMANDS[name].run(rest, f"{PROG} {name}") or 0
 

@@ -38,7 +38,9 @@ def _wait_until_up(url: str, server: subprocess.Popen, log, timeout_s: float = 2
     while time.monotonic() < deadline:
         if server.poll() is not None:
             log.seek(0)
-            pytest.fail(f"moto server exited with {server.returncode}: {log.read().decode()[-2000:]}")
+            pytest.fail(
+                f"moto server exited with {server.returncode}: {log.read().decode()[-2000:]}"
+            )
         try:
             with urllib.request.urlopen(url, timeout=1):
                 return
@@ -54,20 +56,32 @@ def s3_endpoint():
     port = _free_port()
     # moto logs every request: into a file, as a pipe nobody reads would fill up and stop it.
     with tempfile.TemporaryFile() as log:
-        server = subprocess.Popen([sys.executable, "-c", SERVER, "-H", "127.0.0.1", "-p", str(port)],
-                                  stdout=log, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [sys.executable, "-c", SERVER, "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         patch = pytest.MonkeyPatch()
         try:
             _wait_until_up(f"http://127.0.0.1:{port}/moto-api/", server, log)
-            for key, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-                               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                               "AWS_EC2_METADATA_DISABLED": "true"}.items():
+            for key, value in {
+                "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_EC2_METADATA_DISABLED": "true",
+            }.items():
                 patch.setenv(key, value)
-            for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):  # a developer's own must not reach the fake endpoint
+            for key in (
+                "AWS_PROFILE",
+                "AWS_SESSION_TOKEN",
+            ):  # a developer's own must not reach the fake endpoint
                 patch.delenv(key, raising=False)
             import pyarrow.fs as pafs
 
-            pafs.FileSystem.from_uri(f"s3://{BUCKET}?allow_bucket_creation=true")[0].create_dir(BUCKET)
+            pafs.FileSystem.from_uri(f"s3://{BUCKET}?allow_bucket_creation=true")[0].create_dir(
+                BUCKET
+            )
             yield f"s3://{BUCKET}"
         finally:
             patch.undo()
@@ -121,7 +135,9 @@ def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("words")
     rng = random.Random(0)
     words = "the cat dog sat ran on under a mat log hill and then".split()
-    (root / "text.txt").write_text("\n\n".join(" ".join(rng.choice(words) for _ in range(40)) for _ in range(400)))
+    (root / "text.txt").write_text(
+        "\n\n".join(" ".join(rng.choice(words) for _ in range(40)) for _ in range(400))
+    )
     return root
 
 
@@ -136,11 +152,17 @@ def grammar_corpus(tmp_path_factory):
     rng = random.Random(0)
     paras = []
     for _ in range(400):
-        sents = [f"{rng.choice(words[:3])} {rng.choice(words[3:5])} {rng.choice(words[5:7])} the {rng.choice(words[7:10])}."
-                 for _ in range(rng.randint(2, 5))]
+        sents = [
+            f"{rng.choice(words[:3])} {rng.choice(words[3:5])} {rng.choice(words[5:7])} the {rng.choice(words[7:10])}."
+            for _ in range(rng.randint(2, 5))
+        ]
         paras.append(" ".join(sents).capitalize())
     (root / "text.txt").write_text("\n\n".join(paras))
-    return prepare(DataConfig(source=str(root / "text.txt"), tokenizer="bpe:300", cache_dir=str(root / "cache")))
+    return prepare(
+        DataConfig(
+            source=str(root / "text.txt"), tokenizer="bpe:300", cache_dir=str(root / "cache")
+        )
+    )
 
 
 @pytest.fixture

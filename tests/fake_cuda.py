@@ -40,7 +40,9 @@ from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.weak import WeakIdKeyDictionary
 
 CUDA = torch.device("cuda", 0)
-MIXED = "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+MIXED = (
+    "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+)
 
 T = torch.Tensor
 DEVICE, IS_CUDA, IS_CPU = T.device.__get__, T.is_cuda.__get__, T.is_cpu.__get__
@@ -48,17 +50,37 @@ DATA_SET = T.data.__set__
 TO_HOST_VALUE = {T.item, T.tolist, T.__bool__, T.__float__, T.__int__, T.__index__}
 NO_NUMPY = {T.numpy, T.__array__}
 INDEXING = {T.__getitem__, T.__setitem__}
-METADATA = {torch._has_compatible_shallow_copy_type}   # compares kinds of tensor, not values
+METADATA = {torch._has_compatible_shallow_copy_type}  # compares kinds of tensor, not values
 # Ops outside TensorIterator, which refuse even a 0-dim host tensor next to a device one.
-STRICT = {torch.stack, torch.cat, torch.matmul, T.matmul, T.__matmul__, torch.mm, torch.bmm, torch.einsum,
-          torch.outer, F.linear, F.embedding, F.cross_entropy, F.nll_loss, torch.gather, T.gather,
-          torch.index_select, T.index_select, T.scatter, T.scatter_, T.scatter_add_, T.index_add_}
+STRICT = {
+    torch.stack,
+    torch.cat,
+    torch.matmul,
+    T.matmul,
+    T.__matmul__,
+    torch.mm,
+    torch.bmm,
+    torch.einsum,
+    torch.outer,
+    F.linear,
+    F.embedding,
+    F.cross_entropy,
+    F.nll_loss,
+    torch.gather,
+    T.gather,
+    torch.index_select,
+    T.index_select,
+    T.scatter,
+    T.scatter_,
+    T.scatter_add_,
+    T.index_add_,
+}
 
 
 @dataclass(frozen=True)
 class Sync:
-    what: str       # item, tolist, __bool__, to cpu, synchronize, ...
-    where: str      # "file.py:line function", the innermost benchmark/ frame that asked
+    what: str  # item, tolist, __bool__, to cpu, synchronize, ...
+    where: str  # "file.py:line function", the innermost benchmark/ frame that asked
 
 
 @dataclass(frozen=True)
@@ -75,7 +97,9 @@ def caller(depth: int = 1) -> str:
     while frame is not None and len(found) < depth:
         path = frame.f_code.co_filename
         if "/benchmark/" in path:
-            found.append(f"{path.rsplit('/benchmark/', 1)[1]}:{frame.f_lineno} {frame.f_code.co_name}")
+            found.append(
+                f"{path.rsplit('/benchmark/', 1)[1]}:{frame.f_lineno} {frame.f_code.co_name}"
+            )
         elif fallback is None and "/torch/" not in path and path != __file__:
             fallback = f"{path.rsplit('/', 1)[-1]}:{frame.f_lineno} {frame.f_code.co_name}"
         frame = frame.f_back
@@ -91,9 +115,9 @@ class FakeCuda(TorchFunctionMode):
         self.pinned = WeakIdKeyDictionary()
         self.syncs: list[Sync] = []
         self.uploads: list[Upload] = []
-        self.calls: Counter[str] = Counter()     # the torch.cuda functions the code called
-        self.ops: Counter[str] = Counter()       # torch calls on the device, by name
-        self._live: dict[int, list[int]] = {}    # storage pointer -> [tensors marked, bytes]
+        self.calls: Counter[str] = Counter()  # the torch.cuda functions the code called
+        self.ops: Counter[str] = Counter()  # torch calls on the device, by name
+        self._live: dict[int, list[int]] = {}  # storage pointer -> [tensors marked, bytes]
         self.allocated = self.peak = 0
 
     # ---- marks and memory ---------------------------------------------------------------------
@@ -131,7 +155,7 @@ class FakeCuda(TorchFunctionMode):
             return {DEVICE: CUDA, IS_CUDA: True, IS_CPU: False}[func]
         if func is T.get_device and self.on_device(args[0]):
             return 0
-        if func == DATA_SET:                     # Module.to: param.data = param.to(device)
+        if func == DATA_SET:  # Module.to: param.data = param.to(device)
             func(*args)
             if self.on_device(args[1]):
                 self.mark(args[0])
@@ -145,12 +169,14 @@ class FakeCuda(TorchFunctionMode):
         if func is T.is_pinned:
             return args[0] in self.pinned
         if func in NO_NUMPY and self.on_device(args[0]):
-            raise TypeError("can't convert cuda:0 device type tensor to numpy. "
-                            "Use Tensor.cpu() to copy the tensor to host memory first.")
+            raise TypeError(
+                "can't convert cuda:0 device type tensor to numpy. "
+                "Use Tensor.cpu() to copy the tensor to host memory first."
+            )
         if func in TO_HOST_VALUE and self.on_device(args[0]):
             self.syncs.append(Sync(func.__name__, caller()))
         device = kwargs.get("device")
-        if device is not None:                   # a factory (torch.zeros(..., device=...))
+        if device is not None:  # a factory (torch.zeros(..., device=...))
             on_cuda = torch.device(device).type == "cuda"
             out = self.run(func, args, {**kwargs, "device": "cpu"} if on_cuda else kwargs)
             return self._mark_all(out) if on_cuda else out
@@ -168,13 +194,19 @@ class FakeCuda(TorchFunctionMode):
             return
         if func in INDEXING:
             if not self.on_device(args[0]):
-                raise RuntimeError("indices should be either on cpu or on the same device as the "
-                                   "indexed tensor (cpu)")
+                raise RuntimeError(
+                    "indices should be either on cpu or on the same device as the "
+                    "indexed tensor (cpu)"
+                )
             value = args[2] if func is T.__setitem__ else None
             index = tree_flatten(args[1])[0]
             basic = not any(isinstance(i, torch.Tensor) for i in index)
-            if (isinstance(value, torch.Tensor) and not self.on_device(value) and value.dim() > 0
-                    and not basic):              # index_put_ wants its values on the device
+            if (
+                isinstance(value, torch.Tensor)
+                and not self.on_device(value)
+                and value.dim() > 0
+                and not basic
+            ):  # index_put_ wants its values on the device
                 raise RuntimeError(f"{MIXED} (when calling {name(func)}, from {caller(3)})")
             return
         strict = func in STRICT
@@ -198,7 +230,7 @@ class FakeCuda(TorchFunctionMode):
         else:
             device, dtype, non_blocking, _ = torch._C._nn._parse_to(*rest, **kwargs)
         here, copy = self.on_device(self_), kwargs.get("copy", False)
-        if device is None or (device.type == "cuda") == here:   # no move: a dtype at most
+        if device is None or (device.type == "cuda") == here:  # no move: a dtype at most
             if (dtype is None or dtype == self_.dtype) and not copy:
                 return self_
             out = self_.to(dtype=dtype or self_.dtype, copy=copy)
@@ -212,7 +244,9 @@ class FakeCuda(TorchFunctionMode):
 
     def pin(self, t: torch.Tensor) -> torch.Tensor:
         if self.on_device(t):
-            raise RuntimeError("cannot pin 'torch.cuda.FloatTensor' only dense CPU tensors can be pinned")
+            raise RuntimeError(
+                "cannot pin 'torch.cuda.FloatTensor' only dense CPU tensors can be pinned"
+            )
         out = t.clone()
         self.pinned[out] = True
         return out
@@ -220,12 +254,14 @@ class FakeCuda(TorchFunctionMode):
     # ---- torch.cuda -----------------------------------------------------------------------------
     def patch(self, monkeypatch, capability: tuple[int, int] = (9, 0)) -> None:
         """torch.cuda as one GPU of `capability` (9.0: an H100) whose memory counters are ours."""
+
         def record(name, result=None):
             def call(*args, **kwargs):
                 self.calls[name] += 1
                 if name == "synchronize":
                     self.syncs.append(Sync("synchronize", caller()))
                 return result() if callable(result) else result
+
             monkeypatch.setattr(torch.cuda, name, call)
 
         record("is_available", True)
@@ -242,8 +278,14 @@ class FakeCuda(TorchFunctionMode):
         def group_on_device(tensorlistlist, with_indices=False):
             """foreach ops group by the C++ (real) device: name the group's device as Python sees
             it, else clip_grad_norm_ would copy its scale to the "host" (a sync CUDA never makes)."""
-            return {(CUDA if lists[0] and self.on_device(lists[0][0]) else device, dtype): (lists, indices)
-                    for (device, dtype), (lists, indices) in group(tensorlistlist, with_indices).items()}
+            return {
+                (CUDA if lists[0] and self.on_device(lists[0][0]) else device, dtype): (
+                    lists,
+                    indices,
+                )
+                for (device, dtype), (lists, indices) in group(tensorlistlist, with_indices).items()
+            }
+
         monkeypatch.setattr(torch._C, "_group_tensors_by_device_and_dtype", group_on_device)
 
     def reset_peak(self) -> None:
@@ -268,7 +310,7 @@ def fake_cuda(monkeypatch, capability: tuple[int, int] = (9, 0)):
     _orig_param_new = torch.nn.Parameter.__new__
 
     def param_new(cls, data=None, requires_grad=True):  # Parameter(...) of a resident tensor
-        p = _orig_param_new(cls, data, requires_grad)     # (copy.deepcopy, Module.to) stays there
+        p = _orig_param_new(cls, data, requires_grad)  # (copy.deepcopy, Module.to) stays there
         return gpu.mark(p) if gpu.on_device(data) else p
 
     monkeypatch.setattr(torch.nn.Parameter, "__new__", staticmethod(param_new))

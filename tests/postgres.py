@@ -34,7 +34,7 @@ def _pg_bin(name: str) -> str | None:
 class Server:
     folder: str
     port: int
-    ctl: list[str]   # pg_ctl -D <data>, as the user that owns the data
+    ctl: list[str]  # pg_ctl -D <data>, as the user that owns the data
 
     @property
     def url(self) -> str:
@@ -46,8 +46,16 @@ class Server:
             raise RuntimeError(f"pg_ctl {' '.join(args)}: {done.stderr.strip()[-300:]}")
 
     def start(self) -> None:
-        self._run("-w", "-t", "30", "-l", os.path.join(self.folder, "log"), "-o",
-                  f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+        self._run(
+            "-w",
+            "-t",
+            "30",
+            "-l",
+            os.path.join(self.folder, "log"),
+            "-o",
+            f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "start",
+        )
 
     def stop(self) -> None:
         """As a maintenance stop does: every connection is ended (AdminShutdown), new ones refused."""
@@ -58,7 +66,9 @@ class Server:
         self.start()
 
     def running(self) -> bool:
-        return subprocess.run([*self.ctl, "status"], capture_output=True, timeout=30).returncode == 0
+        return (
+            subprocess.run([*self.ctl, "status"], capture_output=True, timeout=30).returncode == 0
+        )
 
     def end(self) -> None:
         subprocess.run([*self.ctl, "-m", "immediate", "stop"], capture_output=True, timeout=60)
@@ -80,13 +90,19 @@ def start_server() -> Server:
 
             owner = pwd.getpwnam("postgres")
         except KeyError:
-            raise Unavailable("running as root and there is no `postgres` user to run the server as") from None
+            raise Unavailable(
+                "running as root and there is no `postgres` user to run the server as"
+            ) from None
         os.chown(folder, owner.pw_uid, owner.pw_gid)
         as_user = ["runuser", "-u", "postgres", "--"]
     data = os.path.join(folder, "data")
     server = Server(folder, _free_port(), [*as_user, pg_ctl, "-D", data])
-    done = subprocess.run([*as_user, initdb, "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [*as_user, initdb, "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if done.returncode:
         shutil.rmtree(folder, ignore_errors=True)
         raise Unavailable(f"initdb failed: {done.stderr.strip()[-300:]}")

@@ -31,7 +31,9 @@ def tiny(family, seed=0, **over):
 
 
 def tokens(batch=2, seq=10, seed=0):
-    return torch.randint(0, TINY["vocab_size"], (batch, seq), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(
+        0, TINY["vocab_size"], (batch, seq), generator=torch.Generator().manual_seed(seed)
+    )
 
 
 def identity_middle(m):
@@ -48,9 +50,12 @@ def expected_names(spec):
     if spec.hyper is not None and not spec.looped:
         return [f"hyper.{j}" for j in range(spec.layers.unique)]
     s = spec.layers
-    middle = [f"middle.{loop}.{i}" for loop in range(spec.loops) for i in range(s.middle)] if spec.looped else []
-    return ([f"begin.{i}" for i in range(s.begin)] + middle
-            + [f"end.{i}" for i in range(s.end)])
+    middle = (
+        [f"middle.{loop}.{i}" for loop in range(spec.loops) for i in range(s.middle)]
+        if spec.looped
+        else []
+    )
+    return [f"begin.{i}" for i in range(s.begin)] + middle + [f"end.{i}" for i in range(s.end)]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -77,7 +82,9 @@ def test_the_lens_at_the_last_layer_is_the_models_own_loss(family):
     lens = logit_lens(m, x, y)
     with torch.no_grad():
         logits = m(x)
-    torch.testing.assert_close(lens.cross_entropy[-1], F.cross_entropy(logits.flatten(0, 1), y.flatten()))
+    torch.testing.assert_close(
+        lens.cross_entropy[-1], F.cross_entropy(logits.flatten(0, 1), y.flatten())
+    )
     assert lens.accuracy[-1] == (logits.argmax(-1) == y).float().mean()
 
 
@@ -90,7 +97,7 @@ def test_the_early_merge_at_a_loops_end_is_the_hyper_connection_output():
     outer = dict(layer_states(m, x, outer=True))
     inner = dict(layer_states(m, x))
     for loop in range(3):
-        streams = dict(trace)[f"hyper.{2 * loop + 1}"]                     # (B, T, n, d)
+        streams = dict(trace)[f"hyper.{2 * loop + 1}"]  # (B, T, n, d)
         torch.testing.assert_close(outer[f"middle.{loop}.1"], streams.mean(dim=-2))
         # inside the loop the inner stream is not the merged one
         assert (inner[f"middle.{loop}.1"] - outer[f"middle.{loop}.1"]).abs().max() > 1e-3
@@ -101,7 +108,7 @@ def test_an_identity_middle_block_repeats_itself_across_loops(family):
     m, x = tiny(family, loops=3), tokens()
     before = cross_loop_similarity(m, x).cross_loop
     sim = cross_loop_similarity(identity_middle(m), x)
-    assert before < 0.999                                        # not vacuous
+    assert before < 0.999  # not vacuous
     assert sim.cross_loop == pytest.approx(1.0, abs=1e-6)
     middle = [i for i, n in enumerate(sim.names) if n.startswith("middle.")]
     torch.testing.assert_close(sim.matrix[middle][:, middle], torch.ones(len(middle), len(middle)))
@@ -132,7 +139,9 @@ def test_hyperloop_at_initialisation_shrinks_identity_streams_by_its_diagonal_ga
     torch.testing.assert_close(d, gap.expand(2, 8))
 
 
-@pytest.mark.parametrize("family", ["looped", "abbie-c", "abbie-d", "depth", "hyperloop", "lora-looped"])
+@pytest.mark.parametrize(
+    "family", ["looped", "abbie-c", "abbie-d", "depth", "hyperloop", "lora-looped"]
+)
 def test_fixed_point_distances_run_past_the_trained_loops(family):
     d = fixed_point_distances(tiny(family), tokens(), max_loops=12)
     assert d.shape == (2, 12) and torch.isfinite(d).all() and (d > 0).all()

@@ -43,8 +43,9 @@ POLICY = {"compile": False, "precision": "fp32"}
 
 # ---- resources per trial: pure functions of the nodes ------------------------------------------
 
+
 def test_defaults_come_from_the_largest_node_not_the_cluster_total():
-    two_small = [Node(0, 0), Node(1, 0), Node(1, 0)]          # the head runs nothing
+    two_small = [Node(0, 0), Node(1, 0), Node(1, 0)]  # the head runs nothing
     res = per_trial(two_small)
     assert (res.cpus, res.gpus, res.concurrency) == (1, 0, 2)  # the bug: it asked for 2 CPUs
     one_machine = [Node(16, 0)]
@@ -72,6 +73,7 @@ def test_no_node_holds_a_trial_names_what_is_missing():
 
 # ---- a real cluster -------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def cluster(s3_endpoint):
     """Started after the S3 endpoint's variables are set, so every node's workers can reach it."""
@@ -93,9 +95,16 @@ def _space(tmp_path: Path, name: str, tokens: str = "40K", trials: int = 4):
 
 
 def _options(corpus: Path, results, name: str, **kw) -> SearchOptions:
-    return SearchOptions(name=name, results_dir=results, asha=False, retries=0,
-                         data=DataConfig(source=str(corpus / "text.txt"), tokenizer="bpe:320",
-                                         cache_dir=str(corpus / "cache")), **kw)
+    return SearchOptions(
+        name=name,
+        results_dir=results,
+        asha=False,
+        retries=0,
+        data=DataConfig(
+            source=str(corpus / "text.txt"), tokenizer="bpe:320", cache_dir=str(corpus / "cache")
+        ),
+        **kw,
+    )
 
 
 @pytest.mark.slow
@@ -111,15 +120,22 @@ def test_results_on_s3_from_every_node(cluster, corpus, tmp_path, s3_endpoint):
     opts = _options(corpus, results, "ons3", address=c.address)
     summary = run_search(_space(tmp_path, "ons3", tokens="20K"), opts, policy=POLICY)
     df = pd.read_parquet(f"{results}/ons3")  # pandas reads the URI through pyarrow.fs
-    assert sorted(df["trial_id"]) == ["t0000", "t0001", "t0002", "t0003"] and set(df["status"]) == {"ok"}
-    assert set(df["node_id"]) == {w.node_id for w in workers}  # both worker nodes ran trials; the head none
+    assert sorted(df["trial_id"]) == ["t0000", "t0001", "t0002", "t0003"] and set(df["status"]) == {
+        "ok"
+    }
+    assert set(df["node_id"]) == {
+        w.node_id for w in workers
+    }  # both worker nodes ran trials; the head none
     assert summary.ran == 4 and summary.written == 4
     fs, path = resolve(f"{results}/ons3/{OPTUNA_DB}")
     local = tmp_path / "study.db"
     local.write_bytes(fs.open_input_file(path).read())  # the study, copied beside the rows
     study = optuna.load_study(study_name="ons3", storage=f"sqlite:///{local}")
     assert len([t for t in study.trials if t.state.name == "COMPLETE"]) == 4
-    assert leaderboard.main([f"{results}", "--out", str(tmp_path / "site"), "--format", "html,md"]) == 0
+    assert (
+        leaderboard.main([f"{results}", "--out", str(tmp_path / "site"), "--format", "html,md"])
+        == 0
+    )
     page = (tmp_path / "site" / "index.html").read_text()
     assert "ons3" in page and "transformer" in page
 
@@ -164,7 +180,9 @@ def test_no_node_can_hold_a_trial_stops_within_seconds(cluster, corpus, tmp_path
     c, _ = cluster
     opts = _options(corpus, tmp_path / "results", "toolarge", address=c.address, cpus_per_trial=2)
     start = time.monotonic()
-    with pytest.raises(SearchHalted, match=r"CPU: a trial asks for 2, the largest node has 1") as err:
+    with pytest.raises(
+        SearchHalted, match=r"CPU: a trial asks for 2, the largest node has 1"
+    ) as err:
         run_search(_space(tmp_path, "toolarge"), opts, policy=POLICY)
     assert err.value.kind == "resources" and time.monotonic() - start < 30
     import ray
@@ -190,14 +208,18 @@ def test_trials_that_cannot_start_stop_the_search_saying_what_is_free(cluster, c
     ray.get([s.ready.remote() for s in squatters])
     opts = _options(corpus, tmp_path / "results", "pending", address=c.address, pending_timeout_s=5)
     start = time.monotonic()
-    with pytest.raises(SearchHalted, match=r"no trial has started for \d+ s: each asks for 1 CPU, and the "
-                                           r"cluster has 0 CPUs and 0 GPUs free on 3 alive nodes") as err:
+    with pytest.raises(
+        SearchHalted,
+        match=r"no trial has started for \d+ s: each asks for 1 CPU, and the "
+        r"cluster has 0 CPUs and 0 GPUs free on 3 alive nodes",
+    ) as err:
         run_search(_space(tmp_path, "pending"), opts, policy=POLICY)
     assert err.value.kind == "resources" and time.monotonic() - start < 60
     ray.shutdown()  # the squatters were this driver's actors: they end with its connection
 
 
 # ---- the README's commands: `ray start`, then the command line with --address ---------------------
+
 
 @pytest.mark.slow
 def test_the_cli_against_a_cluster_started_with_ray_start(corpus, tmp_path):
@@ -207,21 +229,66 @@ def test_the_cli_against_a_cluster_started_with_ray_start(corpus, tmp_path):
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent))
     temp = f"/tmp/sbcli-{os.getpid()}"
     port = str(_free_port())
-    token = tmp_path / "auth_token"  # README: one token, on every node, with token authentication on
+    token = (
+        tmp_path / "auth_token"
+    )  # README: one token, on every node, with token authentication on
     token.write_text(secrets.token_hex(32))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token),
+    }
     try:
-        subprocess.run([ray_bin, "start", "--head", "--num-cpus=0", f"--port={port}", f"--temp-dir={temp}",
-                        "--include-dashboard=false"], check=True, capture_output=True, env=env, timeout=120)
-        subprocess.run([ray_bin, "start", f"--address=127.0.0.1:{port}", "--num-cpus=1"], check=True,
-                       capture_output=True, env=env, timeout=120)
+        subprocess.run(
+            [
+                ray_bin,
+                "start",
+                "--head",
+                "--num-cpus=0",
+                f"--port={port}",
+                f"--temp-dir={temp}",
+                "--include-dashboard=false",
+            ],
+            check=True,
+            capture_output=True,
+            env=env,
+            timeout=120,
+        )
+        subprocess.run(
+            [ray_bin, "start", f"--address=127.0.0.1:{port}", "--num-cpus=1"],
+            check=True,
+            capture_output=True,
+            env=env,
+            timeout=120,
+        )
         space = tmp_path / "cli.yaml"
         space.write_text(SPACE.format(name="cli", tokens="20K", trials=1))
-        out = subprocess.run([sys.executable, str(ROOT / "run_search.py"), str(space), "--address",
-                              f"127.0.0.1:{port}", "--results", str(tmp_path / "results"), "--data",
-                              str(corpus / "text.txt"), "--tokenizer", "bpe:320", "--no-compile", "--precision",
-                              "fp32", "--storage", f"sqlite:///{tmp_path / 'shared.db'}"],
-                             capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+        out = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "run_search.py"),
+                str(space),
+                "--address",
+                f"127.0.0.1:{port}",
+                "--results",
+                str(tmp_path / "results"),
+                "--data",
+                str(corpus / "text.txt"),
+                "--tokenizer",
+                "bpe:320",
+                "--no-compile",
+                "--precision",
+                "fp32",
+                "--storage",
+                f"sqlite:///{tmp_path / 'shared.db'}",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            cwd=tmp_path,
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         import optuna  # the study is in the database --storage named, not beside the rows
 
@@ -230,11 +297,32 @@ def test_the_cli_against_a_cluster_started_with_ray_start(corpus, tmp_path):
         assert not (tmp_path / "results" / "cli" / "_optuna.db").exists()
         df = pd.read_parquet(tmp_path / "results" / "cli")
         assert len(df) == 1 and set(df["status"]) == {"ok"} and df["node_id"].notna().all()
-        tight = subprocess.run([sys.executable, str(ROOT / "run_search.py"), str(space), "--address",
-                                f"127.0.0.1:{port}", "--results", str(tmp_path / "r2"), "--cpus-per-trial", "4",
-                                "--data", str(corpus / "text.txt"), "--tokenizer", "bpe:320"],
-                               capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
-        assert tight.returncode == 2 and "CPU: a trial asks for 4, the largest node has 1" in tight.stderr
+        tight = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "run_search.py"),
+                str(space),
+                "--address",
+                f"127.0.0.1:{port}",
+                "--results",
+                str(tmp_path / "r2"),
+                "--cpus-per-trial",
+                "4",
+                "--data",
+                str(corpus / "text.txt"),
+                "--tokenizer",
+                "bpe:320",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        assert (
+            tight.returncode == 2
+            and "CPU: a trial asks for 4, the largest node has 1" in tight.stderr
+        )
     finally:
         _stop(temp)
 

@@ -30,7 +30,9 @@ def losses(spec: ArchSpec, policy: ExecPolicy, steps: int = 3):
     torch.manual_seed(0)
     model = build_model(spec).train()
     step = TrainStep(model, make_optimizer(model, TrainConfig(lr=3e-3)), policy, CPU)
-    data = torch.randint(0, spec.vocab_size, (1, 2, 17), generator=torch.Generator().manual_seed(1)).expand(steps, 2, 17)
+    data = torch.randint(
+        0, spec.vocab_size, (1, 2, 17), generator=torch.Generator().manual_seed(1)
+    ).expand(steps, 2, 17)
     out = [step(d[:, :-1], d[:, 1:]).item() for d in data]
     step.close()
     return out, model
@@ -90,7 +92,11 @@ def test_regions_compile_once_whatever_the_depth_or_the_loop_count(monkeypatch):
     # dynamo captures and guards the same graphs whatever backend compiles them; skipping
     # Inductor's C++ compile takes this test from 23 s to 3 s (2-core AMD EPYC)
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
-    assert graphs(tiny("transformer", layers={"n": 6})) == graphs(tiny("transformer", layers={"n": 2})) == 2
+    assert (
+        graphs(tiny("transformer", layers={"n": 6}))
+        == graphs(tiny("transformer", layers={"n": 2}))
+        == 2
+    )
     assert graphs(tiny("hyperloop", loops=4)) == graphs(tiny("hyperloop", loops=2))
     # LoRA-looped: the middle layer's adapter index is a tensor, not a constant; as an int it was
     # one graph per loop (4, 6 and 9 graphs at 2, 4 and 9 loops), past dynamo's limit of 8 eager.
@@ -102,12 +108,28 @@ def test_sublayer_hyper_connections_compile_their_branches():
     """mHC and HC connect each sublayer, so their regions are attention's and the FFN's branches
     (what the connections call) and every gate; the others compile whole layers."""
     names = lambda family: {(type(m).__name__, n) for m, n in build_model(tiny(family)).regions()}  # noqa: E731
-    assert names("mhc") == {("Attention", "branch"), ("FeedForward", "branch"), ("SigmoidGate", "read"), ("SigmoidGate", "write")}
-    assert names("hc") == {("Attention", "branch"), ("FeedForward", "branch"), ("ZhuGate", "read"), ("ZhuGate", "write")}
-    assert names("hyperloop") == {("Block", "forward"), ("SigmoidGate", "read"), ("SigmoidGate", "write")}
+    assert names("mhc") == {
+        ("Attention", "branch"),
+        ("FeedForward", "branch"),
+        ("SigmoidGate", "read"),
+        ("SigmoidGate", "write"),
+    }
+    assert names("hc") == {
+        ("Attention", "branch"),
+        ("FeedForward", "branch"),
+        ("ZhuGate", "read"),
+        ("ZhuGate", "write"),
+    }
+    assert names("hyperloop") == {
+        ("Block", "forward"),
+        ("SigmoidGate", "read"),
+        ("SigmoidGate", "write"),
+    }
     assert names("transformer") == {("Block", "forward")}
     # a looped model connected at every sublayer: the middle's branches, the begin and end layers whole
-    model = build_model(tiny("hyperloop", hyper={"every": "sublayer", "loop_embedding": False, "read": "delta"}))
+    model = build_model(
+        tiny("hyperloop", hyper={"every": "sublayer", "loop_embedding": False, "read": "delta"})
+    )
     whole = [m for m, n in model.regions() if n == "forward" and type(m).__name__ == "Block"]
     assert len(whole) == 2 and whole[0] is model.begin[0] and whole[1] is model.end[0]
     assert sum(n == "branch" for _, n in model.regions()) == 2 * len(model.middle)

@@ -43,7 +43,9 @@ def tok() -> Tokenizer:
 
 
 def _ids(corpus: Corpus, split: str) -> dict[str, list[str]]:
-    return {part.name: [doc_id for doc_id, _ in corpus.documents(part, split)] for part in corpus.parts}
+    return {
+        part.name: [doc_id for doc_id, _ in corpus.documents(part, split)] for part in corpus.parts
+    }
 
 
 def _docs(n: int = 60) -> list[str]:
@@ -71,10 +73,16 @@ def test_split_is_deterministic_and_disjoint(small):
 def test_split_ignores_reading_order(tmp_path):
     docs = _docs()
     for name, order in (("forward", docs), ("backward", docs[::-1])):
-        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in order))
+        (tmp_path / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"text": d}) + "\n" for d in order)
+        )
     val = {}
     for name in ("forward", "backward"):
-        corpus = load_corpus(DataConfig(source=str(tmp_path / f"{name}.jsonl"), val_fraction=0.2, cache_dir=str(tmp_path)))
+        corpus = load_corpus(
+            DataConfig(
+                source=str(tmp_path / f"{name}.jsonl"), val_fraction=0.2, cache_dir=str(tmp_path)
+            )
+        )
         val[name] = sorted(text for _, text in corpus.documents(corpus.parts[0], "validation"))
     assert val["forward"] == val["backward"]
     assert 0 < len(val["forward"]) < len(docs)
@@ -82,11 +90,14 @@ def test_split_ignores_reading_order(tmp_path):
 
 def test_split_without_validation_documents(tmp_path):
     (tmp_path / "two.txt").write_text("first paragraph\n\nsecond paragraph\n")
-    corpus = load_corpus(DataConfig(source=str(tmp_path / "two.txt"), val_fraction=0.01, cache_dir=str(tmp_path)))
+    corpus = load_corpus(
+        DataConfig(source=str(tmp_path / "two.txt"), val_fraction=0.01, cache_dir=str(tmp_path))
+    )
     with pytest.raises(ValueError) as err:
         list(corpus.documents(corpus.parts[0], "validation"))
-    assert "part 'text' has no documents in the validation split (2 documents in all, data.val_fraction=0.01)" in str(
-        err.value
+    assert (
+        "part 'text' has no documents in the validation split (2 documents in all, data.val_fraction=0.01)"
+        in str(err.value)
     )
 
 
@@ -100,7 +111,9 @@ def test_embedded_documents(small):
     assert wiki[0] == "20th-century classical music"
     assert wiki[1].startswith("20th-century classical music is Western art music")
     assert bible[0] == "Genesis 1"
-    assert bible[1].startswith("Genesis 1\nIn the beginning God created the heaven and the earth.\n")
+    assert bible[1].startswith(
+        "Genesis 1\nIn the beginning God created the heaven and the earth.\n"
+    )
     assert bible[1].count("\n") == 31  # heading + 31 verses
     assert corpus.dataset_id == f"embedded:wiki=0.5,bible=0.5@{corpus.fingerprint[:12]}"
 
@@ -132,7 +145,9 @@ def test_poetry_unpickler_refuses_other_globals(tmp_path):
     path = tmp_path / "evil.pkl.compress"
     with gzip.open(path, "wb") as f:
         pickle.dump(Payload(), f)
-    with pytest.raises(pickle.UnpicklingError, match="refers to builtins.print, which is not allowed"):
+    with pytest.raises(
+        pickle.UnpicklingError, match="refers to builtins.print, which is not allowed"
+    ):
         sources._unpickle_poetry(path)
 
 
@@ -145,7 +160,9 @@ def _write_local(tmp_path, kind: str, docs: list[str]):
         (tmp_path / "a.txt").write_text("\n\n\n".join(docs[:30]) + "\n")
         (tmp_path / "b.txt").write_text("\n\n".join(docs[30:]) + "\n\n")
     elif kind == "jsonl":
-        (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": d, "n": i}) + "\n" for i, d in enumerate(docs)))
+        (tmp_path / "a.jsonl").write_text(
+            "".join(json.dumps({"text": d, "n": i}) + "\n" for i, d in enumerate(docs))
+        )
     else:
         pd.DataFrame({"text": docs, "n": range(len(docs))}).to_parquet(tmp_path / "a.parquet")
 
@@ -157,24 +174,37 @@ def test_local_sources(tmp_path, tok, kind, form):
     folder = tmp_path / "corpus"
     folder.mkdir()
     _write_local(folder, kind, docs)
-    source = {"file": str(sorted(folder.iterdir())[0]), "directory": str(folder), "glob": str(folder / f"*.{kind}")}[form]
+    source = {
+        "file": str(sorted(folder.iterdir())[0]),
+        "directory": str(folder),
+        "glob": str(folder / f"*.{kind}"),
+    }[form]
     if form == "file" and kind == "txt":
         docs = docs[:30]
-    cfg = DataConfig(source=source, val_fraction=0.2, tokenizer="gpt2", cache_dir=str(tmp_path / "cache"))
+    cfg = DataConfig(
+        source=source, val_fraction=0.2, tokenizer="gpt2", cache_dir=str(tmp_path / "cache")
+    )
     corpus = load_corpus(cfg)
     texts = {split: [t for _, t in corpus.documents(corpus.parts[0], split)] for split in SPLITS}
     assert sorted(texts["train"] + texts["validation"]) == sorted(docs)
     # Tokens decode back to the documents, each followed by the end-of-text token.
     val = tokenized(corpus, tok, "validation")
     assert val.spans == {"text": (0, len(val))}
-    assert tok.decode(val.tokens.tolist()) == "".join(t + "<|endoftext|>" for t in texts["validation"])
+    assert tok.decode(val.tokens.tolist()) == "".join(
+        t + "<|endoftext|>" for t in texts["validation"]
+    )
 
 
 def test_text_paragraphs_are_documents(tmp_path):
     (tmp_path / "p.txt").write_text("one\nline two\n\n\n\nthree\n")
-    corpus = load_corpus(DataConfig(source=str(tmp_path / "p.txt"), val_fraction=0.5, cache_dir=str(tmp_path)))
+    corpus = load_corpus(
+        DataConfig(source=str(tmp_path / "p.txt"), val_fraction=0.5, cache_dir=str(tmp_path))
+    )
     part = corpus.parts[0]
-    assert sorted(t for split in SPLITS for _, t in corpus.documents(part, split)) == ["one\nline two", "three"]
+    assert sorted(t for split in SPLITS for _, t in corpus.documents(part, split)) == [
+        "one\nline two",
+        "three",
+    ]
 
 
 def test_hf_source_streams_through_load_dataset(tmp_path, monkeypatch):
@@ -187,7 +217,12 @@ def test_hf_source_streams_through_load_dataset(tmp_path, monkeypatch):
         return iter([{"id": f"<urn:{i}>", "text": f"web page {i}"} for i in range(50)])
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    cfg = DataConfig(source="hf:HuggingFaceFW/fineweb-edu:sample-10BT", max_docs=40, val_fraction=0.2, cache_dir=str(tmp_path))
+    cfg = DataConfig(
+        source="hf:HuggingFaceFW/fineweb-edu:sample-10BT",
+        max_docs=40,
+        val_fraction=0.2,
+        cache_dir=str(tmp_path),
+    )
     corpus = load_corpus(cfg)
     (part,) = corpus.parts
     assert part.name == "fineweb-edu"
@@ -195,11 +230,19 @@ def test_hf_source_streams_through_load_dataset(tmp_path, monkeypatch):
     val = list(corpus.documents(part, "validation"))
     assert calls[0] == (
         "HuggingFaceFW/fineweb-edu",
-        {"split": "train", "streaming": True, "name": "sample-10BT", "cache_dir": str(tmp_path / "hf")},
+        {
+            "split": "train",
+            "streaming": True,
+            "name": "sample-10BT",
+            "cache_dir": str(tmp_path / "hf"),
+        },
     )
     assert len(train) + len(val) == 40  # max_docs cuts the stream
     assert all(_in_validation("fineweb-edu", doc_id, 0.2) for doc_id, _ in val)
-    assert load_corpus(DataConfig(source="hf:a/b", cache_dir=str(tmp_path))).max_docs == sources.HF_DEFAULT_MAX_DOCS
+    assert (
+        load_corpus(DataConfig(source="hf:a/b", cache_dir=str(tmp_path))).max_docs
+        == sources.HF_DEFAULT_MAX_DOCS
+    )
 
 
 # --- errors a user can act on ---------------------------------------------------------------
@@ -208,10 +251,16 @@ def test_hf_source_streams_through_load_dataset(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "source, message",
     [
-        ("fineweb", "data.source: unknown data source 'fineweb'; expected 'embedded', 'embedded:<part>[,<part>]'"),
+        (
+            "fineweb",
+            "data.source: unknown data source 'fineweb'; expected 'embedded', 'embedded:<part>[,<part>]'",
+        ),
         ("data.csv", "unknown data source 'data.csv'; expected"),
         ("hf:", "unknown data source 'hf:'"),
-        ("embedded:novels,wiki", "data.source: unknown embedded part(s) 'novels' in 'embedded:novels,wiki'; parts are wiki, bible, poetry"),
+        (
+            "embedded:novels,wiki",
+            "data.source: unknown embedded part(s) 'novels' in 'embedded:novels,wiki'; parts are wiki, bible, poetry",
+        ),
     ],
 )
 def test_unknown_source(source, message):
@@ -219,7 +268,9 @@ def test_unknown_source(source, message):
         DataConfig(source=source)
     assert message in str(err.value)
     if message.startswith("data.source: unknown data source"):
-        assert "'hf:<dataset>[:<config>]', or a path to .txt/.jsonl/.parquet files" in str(err.value)
+        assert "'hf:<dataset>[:<config>]', or a path to .txt/.jsonl/.parquet files" in str(
+            err.value
+        )
 
 
 def test_missing_file(tmp_path):
@@ -230,10 +281,15 @@ def test_missing_file(tmp_path):
 def test_empty_corpus(tmp_path):
     (tmp_path / "empty.txt").write_text("\n\n   \n")
     corpus = load_corpus(DataConfig(source=str(tmp_path / "empty.txt"), cache_dir=str(tmp_path)))
-    with pytest.raises(ValueError, match=r"data source '.*empty.txt' is empty: part 'text' has no documents"):
+    with pytest.raises(
+        ValueError, match=r"data source '.*empty.txt' is empty: part 'text' has no documents"
+    ):
         tokenized(corpus, gpt2(), "train")
     (tmp_path / "nothing").mkdir()
-    with pytest.raises(ValueError, match=r"data source '.*nothing' is empty: it matches no .txt, .jsonl or .parquet"):
+    with pytest.raises(
+        ValueError,
+        match=r"data source '.*nothing' is empty: it matches no .txt, .jsonl or .parquet",
+    ):
         load_corpus(DataConfig(source=str(tmp_path / "nothing")))
 
 
@@ -308,9 +364,13 @@ def test_token_counts_are_counted_once_per_split(small, tok):
     train = tokenized(corpus, tok, "train")
     counts = train.counts(tok.vocab_size)
     assert counts.shape == (tok.vocab_size,) and counts.sum() == len(train)
-    assert np.array_equal(counts, np.bincount(np.asarray(train.tokens, dtype=np.int64), minlength=tok.vocab_size))
+    assert np.array_equal(
+        counts, np.bincount(np.asarray(train.tokens, dtype=np.int64), minlength=tok.vocab_size)
+    )
     assert tokenized(load_corpus(small), tok, "train").counts(tok.vocab_size) is counts
-    assert tokenized(corpus, tok, "validation").counts(tok.vocab_size).sum() == len(tokenized(corpus, tok, "validation"))
+    assert tokenized(corpus, tok, "validation").counts(tok.vocab_size).sum() == len(
+        tokenized(corpus, tok, "validation")
+    )
 
 
 def _truncate(path):
@@ -351,7 +411,11 @@ def test_cache_key_depends_on_split_corpus_and_tokenizer(small, tok, tmp_path):
     fingerprints = {
         tokenized(corpus, tok, "train").fingerprint,
         tokenized(corpus, tok, "validation").fingerprint,
-        tokenized(load_corpus(DataConfig(**{**SMALL, "max_docs": 200}, cache_dir=str(tmp_path))), tok, "train").fingerprint,
+        tokenized(
+            load_corpus(DataConfig(**{**SMALL, "max_docs": 200}, cache_dir=str(tmp_path))),
+            tok,
+            "train",
+        ).fingerprint,
     }
     assert len(fingerprints) == 3
 
@@ -383,7 +447,9 @@ TOKENS = np.arange(1000, dtype=np.uint16)  # token i at position i: windows are 
 
 
 def _one_part(tokens: np.ndarray) -> TokenArray:
-    return TokenArray(tokens=tokens, spans={"text": (0, len(tokens))}, fingerprint="f", weights={"text": 1.0})
+    return TokenArray(
+        tokens=tokens, spans={"text": (0, len(tokens))}, fingerprint="f", weights={"text": 1.0}
+    )
 
 
 def _take(seed: int, n: int = 3, skip: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -414,9 +480,14 @@ def test_batches_skip_resumes_the_sequence():
 
 
 def test_batches_need_one_window():
-    with pytest.raises(ValueError, match="a training window needs seq_len \\+ 1 = 17 tokens; part 'text' of the data has 16"):
+    with pytest.raises(
+        ValueError,
+        match="a training window needs seq_len \\+ 1 = 17 tokens; part 'text' of the data has 16",
+    ):
         next(batches(_one_part(TOKENS[:16]), seq_len=16, batch_size=2, seed=0))
-    with pytest.raises(TypeError, match=r"batches takes the split's TokenArray \(data.train\), .* not ndarray"):
+    with pytest.raises(
+        TypeError, match=r"batches takes the split's TokenArray \(data.train\), .* not ndarray"
+    ):
         next(batches(TOKENS, seq_len=16, batch_size=2, seed=0))
 
 
@@ -427,12 +498,19 @@ def test_eval_windows():
     assert torch.equal(eval_windows(TOKENS, seq_len=10, n_tokens=35), windows)  # fixed, not sampled
     # Capped by the data: 1000 tokens give 999 targets, 99 whole windows of 10.
     assert eval_windows(TOKENS, seq_len=10, n_tokens=10**6).shape == (99, 11)
-    with pytest.raises(ValueError, match="an evaluation window needs seq_len \\+ 1 = 11 tokens; the data has 10"):
+    with pytest.raises(
+        ValueError, match="an evaluation window needs seq_len \\+ 1 = 11 tokens; the data has 10"
+    ):
         eval_windows(TOKENS[:10], seq_len=10, n_tokens=100)
 
 
 def test_eval_sets_per_part():
-    val = TokenArray(tokens=TOKENS, spans={"a": (0, 400), "b": (400, 1000)}, fingerprint="f", weights={"a": 0.5, "b": 0.5})
+    val = TokenArray(
+        tokens=TOKENS,
+        spans={"a": (0, 400), "b": (400, 1000)},
+        fingerprint="f",
+        weights={"a": 0.5, "b": 0.5},
+    )
     sets = eval_sets(val, seq_len=10, n_tokens=100)
     assert set(sets) == {"a", "b"}
     assert sets["a"].shape == sets["b"].shape == (10, 11)

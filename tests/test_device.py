@@ -20,16 +20,24 @@ from benchmark.trial import policy
 from benchmark.trial.memory import peak_memory_bytes, reset_peak_memory
 from benchmark.trial.quant import QuantConfig, collect_hessians, quantizable
 
-SPEC = {"family": "looped", "d_model": 32, "n_heads": 2, "vocab_size": 64,
-        "layers": {"begin": 1, "middle": 1, "end": 1}, "loops": 2}
+SPEC = {
+    "family": "looped",
+    "d_model": 32,
+    "n_heads": 2,
+    "vocab_size": 64,
+    "layers": {"begin": 1, "middle": 1, "end": 1},
+    "loops": 2,
+}
 
 
 def test_gptq_calibration_batches_from_the_cpu_reach_a_model_on_another_device():
     model = build_model(ArchSpec.from_dict(SPEC)).to("meta").eval()
-    calib = [torch.randint(0, 64, (2, 16)) for _ in range(2)]           # the CPU batch builder's
+    calib = [torch.randint(0, 64, (2, 16)) for _ in range(2)]  # the CPU batch builder's
     hessians = collect_hessians(model, quantizable(model), calib)
     assert hessians and all(h.H.device.type == "meta" for h in hessians.values())
-    assert all(h.rows == 2 * 2 * 16 * (2 if "middle" in name else 1) for name, h in hessians.items())
+    assert all(
+        h.rows == 2 * 2 * 16 * (2 if "middle" in name else 1) for name, h in hessians.items()
+    )
 
 
 def test_the_same_calibration_on_the_cpu_is_unchanged():
@@ -40,11 +48,17 @@ def test_the_same_calibration_on_the_cpu_is_unchanged():
 
     qmodel, report = quantize(model, QuantConfig(bits=4, method="gptq", group_size=16), calib)
     assert report.calib_rows and all(r > 0 for r in report.calib_rows.values())
-    changed = [n for n, p in quantizable(qmodel).items() if not torch.equal(p.weight, quantizable(model)[n].weight)]
+    changed = [
+        n
+        for n, p in quantizable(qmodel).items()
+        if not torch.equal(p.weight, quantizable(model)[n].weight)
+    ]
     assert changed  # INT4 moved the weights
 
 
-@pytest.mark.parametrize("capability, native", [((7, 0), False), ((7, 5), False), ((8, 0), True), ((9, 0), True)])
+@pytest.mark.parametrize(
+    "capability, native", [((7, 0), False), ((7, 5), False), ((8, 0), True), ((9, 0), True)]
+)
 def test_bf16_autocast_only_where_the_gpu_has_bf16_tensor_cores(monkeypatch, capability, native):
     """V100 (7.0) and T4 (7.5) emulate bf16: `auto` keeps fp32 (with TF32 where it exists) there."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
@@ -83,7 +97,9 @@ def test_k_micro_batches_give_the_update_of_one_batch_k_times_larger():
         torch.manual_seed(1)
         model = build_model(ArchSpec.from_dict(SPEC))
         opt = torch.optim.SGD(model.parameters(), lr=1.0)
-        fn = TrainStep(model, opt, ExecPolicy(precision="fp32", compile=False), torch.device("cpu"), clip=1.0)
+        fn = TrainStep(
+            model, opt, ExecPolicy(precision="fp32", compile=False), torch.device("cpu"), clip=1.0
+        )
         micro = [(c[:, :-1], c[:, 1:]) for c in x.chunk(k)]
         loss = fn.accumulate(micro)
         after.append((loss.item(), [p.detach().clone() for p in model.parameters()]))
@@ -92,7 +108,9 @@ def test_k_micro_batches_give_the_update_of_one_batch_k_times_larger():
     assert max((a - b).abs().max().item() for a, b in zip(p1, p4)) < 1e-6
     torch.manual_seed(1)
     before = [p.detach() for p in build_model(ArchSpec.from_dict(SPEC)).parameters()]
-    assert max((a - b).abs().max().item() for a, b in zip(p1, before)) > 1e-3  # the step moved the weights
+    assert (
+        max((a - b).abs().max().item() for a, b in zip(p1, before)) > 1e-3
+    )  # the step moved the weights
 
 
 def test_tokens_per_step_counts_the_micro_batches():
@@ -100,7 +118,7 @@ def test_tokens_per_step_counts_the_micro_batches():
 
     cfg = TrainConfig(tokens="1M", seq_len=2048, batch_size=16, grad_accum=16)
     assert cfg.tokens_per_step == 524_288  # Hyperloop App. A: 256 x 2048 tokens per batch
-    assert cfg.steps({"total": 1}) == 2    # ceil(1M / 524,288)
+    assert cfg.steps({"total": 1}) == 2  # ceil(1M / 524,288)
 
 
 def test_rope_tables_are_made_once_per_length_and_device():
@@ -109,10 +127,10 @@ def test_rope_tables_are_made_once_per_length_and_device():
     rope = Rotary(16, 10_000.0)
     cos, sin = rope(32, torch.device("cpu"))
     again = rope(32, torch.device("cpu"))
-    assert again[0] is cos and again[1] is sin                      # reused, not recomputed
+    assert again[0] is cos and again[1] is sin  # reused, not recomputed
     assert torch.equal(cos, rope.compute(32, torch.device("cpu"))[0])
-    assert rope(48, torch.device("cpu"))[0].shape == (48, 16)        # another length, its own table
-    with torch.inference_mode():                                       # never cached from there
+    assert rope(48, torch.device("cpu"))[0].shape == (48, 16)  # another length, its own table
+    with torch.inference_mode():  # never cached from there
         assert rope(64, torch.device("cpu"))[0] is not rope(64, torch.device("cpu"))[0]
 
 
@@ -120,9 +138,16 @@ def test_rope_tables_are_made_once_per_length_and_device():
 
 # fp32 streams: under bf16 on a GPU `auto` stores them in bf16 (hyper.stream_dtype), and this test
 # checks that the device alone changes no number.
-HYPERLOOP = {"family": "hyperloop", "d_model": 32, "n_heads": 2, "vocab_size": 300,
-             "hyper": {"streams": 2, "stream_dtype": "fp32"},
-             "layers": {"begin": 1, "middle": 1, "end": 1}, "loops": 2, "eval_loops": [1, 2]}
+HYPERLOOP = {
+    "family": "hyperloop",
+    "d_model": 32,
+    "n_heads": 2,
+    "vocab_size": 300,
+    "hyper": {"streams": 2, "stream_dtype": "fp32"},
+    "layers": {"begin": 1, "middle": 1, "end": 1},
+    "loops": 2,
+    "eval_loops": [1, 2],
+}
 
 
 def test_the_fake_cuda_device_refuses_what_a_gpu_refuses(monkeypatch):
@@ -136,9 +161,13 @@ def test_the_fake_cuda_device_refuses_what_a_gpu_refuses(monkeypatch):
     with fake_cuda(monkeypatch) as gpu:
         x, host = torch.ones(3, device="cuda"), torch.ones(3)
         assert x.device == torch.device("cuda", 0) and x.is_cuda and host.device.type == "cpu"
-        assert (x + torch.tensor(2.0)).device.type == "cuda"          # a host scalar is fine
-        assert x[torch.tensor([0, 2])].device.type == "cuda"          # so are host indices
-        for mixed in (lambda: x + host, lambda: torch.stack([x[0], torch.tensor(1.0)]), lambda: host.add_(x)):
+        assert (x + torch.tensor(2.0)).device.type == "cuda"  # a host scalar is fine
+        assert x[torch.tensor([0, 2])].device.type == "cuda"  # so are host indices
+        for mixed in (
+            lambda: x + host,
+            lambda: torch.stack([x[0], torch.tensor(1.0)]),
+            lambda: host.add_(x),
+        ):
             with pytest.raises(RuntimeError, match=MIXED):
                 mixed()
         with pytest.raises(TypeError, match="can't convert cuda:0 device type tensor to numpy"):
@@ -152,7 +181,9 @@ def test_the_fake_cuda_device_refuses_what_a_gpu_refuses(monkeypatch):
             lin(host)
 
 
-def test_a_whole_trial_and_its_checkpoint_on_a_gpu_run_where_each_tensor_lives(corpus, tmp_path, monkeypatch):
+def test_a_whole_trial_and_its_checkpoint_on_a_gpu_run_where_each_tensor_lives(
+    corpus, tmp_path, monkeypatch
+):
     """Training steps, periodic and final evaluation, the analyses, INT8/INT4 GPTQ and INT4 RTN
     with their evaluations, the checkpoint saved and loaded back onto the device, and lm-eval's
     loglikelihood and greedy generation on it, with the model on a fake CUDA device (tests/
@@ -184,55 +215,112 @@ def test_a_whole_trial_and_its_checkpoint_on_a_gpu_run_where_each_tensor_lives(c
 
     from benchmark.data import DataConfig, prepare
     from benchmark.lmeval import ShapebenchLM
-    from benchmark.trial import training
     from benchmark.recipe import TrainConfig
+    from benchmark.trial import training
     from benchmark.trial.run import run_trial
 
-    data = prepare(DataConfig(source=str(corpus / "text.txt"), tokenizer="bpe:300", cache_dir=str(tmp_path / "cache")))
+    data = prepare(
+        DataConfig(
+            source=str(corpus / "text.txt"), tokenizer="bpe:300", cache_dir=str(tmp_path / "cache")
+        )
+    )
     steps = 20
-    cfg = TrainConfig(tokens=steps * 4 * 32, seq_len=32, batch_size=2, grad_accum=2, lr=3e-3, eval_every=18,
-                      eval_tokens=512, compile=False)            # precision and device: auto
-    with fake_cuda(monkeypatch, capability=(7, 0)) as gpu:      # a V100: auto is fp32 with TF32
+    cfg = TrainConfig(
+        tokens=steps * 4 * 32,
+        seq_len=32,
+        batch_size=2,
+        grad_accum=2,
+        lr=3e-3,
+        eval_every=18,
+        eval_tokens=512,
+        compile=False,
+    )  # precision and device: auto
+    with fake_cuda(monkeypatch, capability=(7, 0)) as gpu:  # a V100: auto is fp32 with TF32
         row = run_trial(HYPERLOOP, cfg, data=data, checkpoint_dir=tmp_path / "ck")
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
         lm = ShapebenchLM(checkpoint=tmp_path / "ck", batch_size=2, precision="bf16")
         assert next(lm.model.parameters()).device == torch.device("cuda", 0)
-        asks = [Instance(request_type="loglikelihood", doc={}, arguments=a, idx=0)
-                for a in (("the cat sat on", " the mat"), ("a dog ran", " under the log and then"))]
+        asks = [
+            Instance(request_type="loglikelihood", doc={}, arguments=a, idx=0)
+            for a in (("the cat sat on", " the mat"), ("a dog ran", " under the log and then"))
+        ]
         scores = lm.loglikelihood(asks)
-        greedy = lm.generate_until([Instance(request_type="generate_until", doc={}, idx=0,
-                                             arguments=("the cat", {"until": ["."], "max_gen_toks": 4}))])
+        greedy = lm.generate_until(
+            [
+                Instance(
+                    request_type="generate_until",
+                    doc={},
+                    idx=0,
+                    arguments=("the cat", {"until": ["."], "max_gen_toks": 4}),
+                )
+            ]
+        )
     assert row["status"] == "ok", row["error"]
-    for col in ("val_loss", "val_ppl", "val_ppl_int8", "val_ppl_int4", "val_ppl_int4_rtn", "stream_cosine"):
+    for col in (
+        "val_loss",
+        "val_ppl",
+        "val_ppl_int8",
+        "val_ppl_int4",
+        "val_ppl_int4_rtn",
+        "stream_cosine",
+    ):
         assert math.isfinite(row[col]), col
     assert row["precision"] == "fp32+tf32" and "Fake GPU (CPU)" in row["hardware"]
-    assert len(json.loads(row["evals"])) == 1 and set(json.loads(row["val_ppl_by_loops"])) == {"1", "2"}
+    assert len(json.loads(row["evals"])) == 1 and set(json.loads(row["val_ppl_by_loops"])) == {
+        "1",
+        "2",
+    }
     # The GPU branches ran: fused AdamW, pinned non-blocking uploads, the allocator's peak (the
     # CPU path would report the process's resident high-water mark, hundreds of MB).
     assert gpu.calls["get_device_capability"] >= 1
-    assert gpu.ops["_fused_adamw_"] == 2 * steps       # one call per parameter group
+    assert gpu.ops["_fused_adamw_"] == 2 * steps  # one call per parameter group
     batches = [u for u in gpu.uploads if u.where.endswith(" to_device")]
-    assert len(batches) == 2 * 2 * steps and all(u.pinned and u.non_blocking for u in batches)  # x, y per micro-batch
+    assert len(batches) == 2 * 2 * steps and all(
+        u.pinned and u.non_blocking for u in batches
+    )  # x, y per micro-batch
     assert gpu.calls["reset_peak_memory_stats"] == 1 and gpu.calls["max_memory_allocated"] == 1
-    assert 3 * 4 * row["params_total"] <= row["peak_mem_bytes"] < 2**25   # weights + Adam's two moments
+    assert (
+        3 * 4 * row["params_total"] <= row["peak_mem_bytes"] < 2**25
+    )  # weights + Adam's two moments
     # The host waits for the GPU only where the training loop means it to: the losses are read
     # at steps 1, 17 (16 pending), 18 (an evaluation follows) and 20, and once before the timers
     # are read (`_time`).
-    in_training = Counter(s.where.split()[1] for s in gpu.syncs if s.where.startswith(("trial/training.py", "trial/step.py")))
+    in_training = Counter(
+        s.where.split()[1]
+        for s in gpu.syncs
+        if s.where.startswith(("trial/training.py", "trial/step.py"))
+    )
     assert in_training == {"_read_losses": 4, "_time": 1}, in_training
     assert training.SYNC_EVERY_CUDA == 16
     # One read per evaluation (in training, final, 2 loop counts, 3 quantised models), per batch of
     # lm-eval requests and per generated token.
     reads = Counter(s.where.split()[1] for s in gpu.syncs)
-    assert reads["source_losses"] == 7 and reads["_loglikelihood_tokens"] == 1 and 1 <= reads["greedy"] <= 4, reads
+    assert (
+        reads["source_losses"] == 7
+        and reads["_loglikelihood_tokens"] == 1
+        and 1 <= reads["greedy"] <= 4
+    ), reads
     assert all(math.isfinite(lp) and lp < 0 for lp, _ in scores) and isinstance(greedy[0], str)
     host = ShapebenchLM(checkpoint=tmp_path / "ck", batch_size=2, device="cpu", precision="bf16")
-    assert host.loglikelihood(asks) == scores   # the device changes no number
-    assert host.generate_until([Instance(request_type="generate_until", doc={}, idx=0,
-                                         arguments=("the cat", {"until": ["."], "max_gen_toks": 4}))]) == greedy
+    assert host.loglikelihood(asks) == scores  # the device changes no number
+    assert (
+        host.generate_until(
+            [
+                Instance(
+                    request_type="generate_until",
+                    doc={},
+                    idx=0,
+                    arguments=("the cat", {"until": ["."], "max_gen_toks": 4}),
+                )
+            ]
+        )
+        == greedy
+    )
 
 
-def test_compiled_code_is_cached_under_the_cache_folder_unless_the_user_chose_one(monkeypatch, tmp_path):
+def test_compiled_code_is_cached_under_the_cache_folder_unless_the_user_chose_one(
+    monkeypatch, tmp_path
+):
     """Inductor's and AOTAutograd's caches follow TORCHINDUCTOR_CACHE_DIR; a trial points it into
     shapebench's cache folder (which survives reboots, unlike /tmp) and keeps a user's choice."""
     import os

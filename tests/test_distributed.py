@@ -30,13 +30,13 @@ LOSS_RTOL = 1e-5
 
 def test_the_global_batch_is_split_into_equal_micro_batches_per_rank():
     assert split(16, 1, 2) == split(16, 1, 2)
-    s = split(16, 1, 2)           # 16 sequences a step, two ranks: one micro-batch of 8 each
+    s = split(16, 1, 2)  # 16 sequences a step, two ranks: one micro-batch of 8 each
     assert (s.micro, s.size, s.per_rank) == (1, 8, 8)
-    s = split(4, 3, 2)            # 12 sequences: 6 per rank, micro-batches of at most 4: 2 of 3
+    s = split(4, 3, 2)  # 12 sequences: 6 per rank, micro-batches of at most 4: 2 of 3
     assert (s.micro, s.size) == (2, 3)
-    s = split(8, 4, 4)            # 32 sequences, 8 per rank: one micro-batch of 8
+    s = split(8, 4, 4)  # 32 sequences, 8 per rank: one micro-batch of 8
     assert (s.micro, s.size) == (1, 8)
-    s = split(2, 8, 2)            # 16 sequences, 8 per rank, at most 2 a micro-batch: 4 of 2
+    s = split(2, 8, 2)  # 16 sequences, 8 per rank, at most 2 a micro-batch: 4 of 2
     assert (s.micro, s.size) == (4, 2)
     with pytest.raises(ValueError, match="15 sequences a step do not split over 2 workers"):
         split(5, 3, 2)
@@ -54,10 +54,17 @@ def test_a_worker_that_died_is_lost_and_an_error_in_the_training_code_is_not():
     died = WorkerHealthCheckFailedError("A worker health check failed.", ActorDiedError())
     assert lost_worker(WorkerGroupError("rank 1 died", {1: died}))
     assert not lost_worker(WorkerGroupError("rank 0 raised", {0: ValueError("nan loss")}))
-    assert not lost_worker(WorkerGroupError("", {1: WorkerHealthCheckFailedError("", TypeError("bad pickle"))}))
+    assert not lost_worker(
+        WorkerGroupError("", {1: WorkerHealthCheckFailedError("", TypeError("bad pickle"))})
+    )
 
 
-SPEC = {"d_model": 32, "n_heads": 2, "vocab_size": 64, "layers": {"begin": 1, "middle": 1, "end": 1}}
+SPEC = {
+    "d_model": 32,
+    "n_heads": 2,
+    "vocab_size": 64,
+    "layers": {"begin": 1, "middle": 1, "end": 1},
+}
 
 
 @pytest.fixture
@@ -73,7 +80,9 @@ def one_rank_group():
 
 
 @pytest.mark.parametrize("family", ["transformer", "hyperloop"])
-def test_the_loss_module_under_ddp_computes_the_loss_and_gradients_of_lm_loss(family, one_rank_group):
+def test_the_loss_module_under_ddp_computes_the_loss_and_gradients_of_lm_loss(
+    family, one_rank_group
+):
     """The wrapper sees the whole loss: DDP(LossModule) gives lm_loss's value and gradients, and
     its reducer ran (a model wrapped alone would leave the loss outside DDP's forward)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -125,8 +134,13 @@ def test_a_one_rank_group_trains_as_one_process(one_rank_group):
         if parallel:
             ranks = Ranks(torch.device("cpu"), "gloo", parallel, split(2, 2, 1))
             ranks.ready(model, type("C", (), {"seq_len": 16})())
-        step = TrainStep(model, opt, ExecPolicy(precision="fp32", compile=False), torch.device("cpu"),
-                         parallel=ranks)
+        step = TrainStep(
+            model,
+            opt,
+            ExecPolicy(precision="fp32", compile=False),
+            torch.device("cpu"),
+            parallel=ranks,
+        )
         out = []
         for b in x:
             micro = [(b[:2], b[:2].roll(-1, 1)), (b[2:], b[2:].roll(-1, 1))]
@@ -148,11 +162,18 @@ def corpus(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("corpus")
     rng = random.Random(0)
-    paras = [" ".join(f"{rng.choice(WORDS[:3])} {rng.choice(WORDS[3:5])} {rng.choice(WORDS[5:7])} the "
-                      f"{rng.choice(WORDS[7:10])}." for _ in range(rng.randint(2, 5))).capitalize()
-             for _ in range(300)]
+    paras = [
+        " ".join(
+            f"{rng.choice(WORDS[:3])} {rng.choice(WORDS[3:5])} {rng.choice(WORDS[5:7])} the "
+            f"{rng.choice(WORDS[7:10])}."
+            for _ in range(rng.randint(2, 5))
+        ).capitalize()
+        for _ in range(300)
+    ]
     (root / "text.txt").write_text("\n\n".join(paras))
-    cfg = DataConfig(source=str(root / "text.txt"), tokenizer="bpe:300", cache_dir=str(root / "cache"))
+    cfg = DataConfig(
+        source=str(root / "text.txt"), tokenizer="bpe:300", cache_dir=str(root / "cache")
+    )
     prepare(cfg)
     return cfg
 
@@ -162,8 +183,21 @@ FAMILIES = {
     "looped": {"family": "looped", "loops": 2},
     "hyperloop": {"family": "hyperloop", "loops": 2},
 }
-TINY = {"d_model": 32, "n_heads": 2, "vocab_size": 300, "layers": {"begin": 1, "middle": 1, "end": 1}}
-TRAIN = dict(tokens="1536", seq_len=32, batch_size=8, lr=3e-3, compile=False, precision="fp32", eval_tokens=512)
+TINY = {
+    "d_model": 32,
+    "n_heads": 2,
+    "vocab_size": 300,
+    "layers": {"begin": 1, "middle": 1, "end": 1},
+}
+TRAIN = dict(
+    tokens="1536",
+    seq_len=32,
+    batch_size=8,
+    lr=3e-3,
+    compile=False,
+    precision="fp32",
+    eval_tokens=512,
+)
 
 
 def _two_ranks(rank: int, port: int, data_cfg, out: dict) -> None:
@@ -179,7 +213,9 @@ def _two_ranks(rank: int, port: int, data_cfg, out: dict) -> None:
     cfg = TrainConfig(**TRAIN)
     for name, fam in FAMILIES.items():
         for parallel in ("ddp", "fsdp") if name == "transformer" else ("ddp",):
-            ranks = Ranks(torch.device("cpu"), "gloo", parallel, split(cfg.batch_size, cfg.grad_accum, 2))
+            ranks = Ranks(
+                torch.device("cpu"), "gloo", parallel, split(cfg.batch_size, cfg.grad_accum, 2)
+            )
             row = run_trial({**TINY, **fam}, cfg, data=data, ranks=ranks, quantize=None)
             if rank == 0:
                 out[(name, parallel)] = row
@@ -213,9 +249,17 @@ def test_two_gloo_ranks_train_as_one_process(corpus):
         a, b = json.loads(one["evals"] or "[]"), json.loads(two["evals"] or "[]")
         assert a == b == []
         assert two["tokens_trained"] == one["tokens_trained"] == 6 * 256
-        assert math.isclose(two["train_loss"], one["train_loss"], rel_tol=LOSS_RTOL), (name, parallel)
+        assert math.isclose(two["train_loss"], one["train_loss"], rel_tol=LOSS_RTOL), (
+            name,
+            parallel,
+        )
         assert math.isclose(two["val_loss"], one["val_loss"], rel_tol=LOSS_RTOL), (name, parallel)
-        assert (two["world_size"], two["parallel"], two["backend"], two["rank_batch_size"]) == (2, parallel, "gloo", 4)
+        assert (two["world_size"], two["parallel"], two["backend"], two["rank_batch_size"]) == (
+            2,
+            parallel,
+            "gloo",
+            4,
+        )
         assert (one["world_size"], one["parallel"], one["rank_batch_size"]) == (1, "none", 8)
         assert len(json.loads(two["peak_mem_bytes_by_rank"])) == 2
 
@@ -256,9 +300,20 @@ def _search(tmp_path, corpus, name, trials, tokens, asha, node_retries=0):
 
     path = tmp_path / f"{name}.yaml"
     path.write_text(SEARCH_SPACE.format(trials=trials, tokens=tokens))
-    opts = SearchOptions(name=name, results_dir=tmp_path / "results", asha=asha, retries=0, workers_per_trial=2,
-                         cpus_per_trial=2, data=corpus, pending_timeout_s=120, node_retries=node_retries)
-    return run_search(load_space(path), opts, console=None, policy={"compile": False, "precision": "fp32"})
+    opts = SearchOptions(
+        name=name,
+        results_dir=tmp_path / "results",
+        asha=asha,
+        retries=0,
+        workers_per_trial=2,
+        cpus_per_trial=2,
+        data=corpus,
+        pending_timeout_s=120,
+        node_retries=node_retries,
+    )
+    return run_search(
+        load_space(path), opts, console=None, policy={"compile": False, "precision": "fp32"}
+    )
 
 
 def _reserved_groups() -> list:
@@ -280,7 +335,11 @@ def test_asha_stops_a_two_worker_trial_and_the_next_one_runs(tmp_path, corpus, r
     assert len(df) == 3 and df["trial_id"].is_unique
     assert "pruned" in set(df["status"]) and "ok" in set(df["status"])
     ok = df[df["status"] == "ok"]
-    assert (ok["world_size"] == 2).all() and (ok["parallel"] == "ddp").all() and (ok["backend"] == "gloo").all()
+    assert (
+        (ok["world_size"] == 2).all()
+        and (ok["parallel"] == "ddp").all()
+        and (ok["backend"] == "gloo").all()
+    )
     assert (ok["rank_batch_size"] == 4).all()
     deadline = time.monotonic() + 10  # Tune removes its own groups as its actors end
     while _reserved_groups() and time.monotonic() < deadline:
@@ -297,12 +356,18 @@ def _train_workers() -> list[int]:
     from benchmark.search.ray_session import ray_processes
 
     session = ray._private.worker._global_node.get_session_dir_path()
-    raylets = {p for p in ray_processes(session) if b"raylet" in Path(f"/proc/{p}/cmdline").read_bytes()[:200]}
+    raylets = {
+        p
+        for p in ray_processes(session)
+        if b"raylet" in Path(f"/proc/{p}/cmdline").read_bytes()[:200]
+    }
     out = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if ppid in raylets and (proc / "cmdline").read_bytes().startswith(b"ray::RayTrainWorker"):
+            if ppid in raylets and (proc / "cmdline").read_bytes().startswith(
+                b"ray::RayTrainWorker"
+            ):
                 out.append(int(proc.name))
         except (OSError, IndexError, ValueError):
             continue
@@ -310,7 +375,9 @@ def _train_workers() -> list[int]:
 
 
 @pytest.mark.slow
-def test_a_worker_lost_mid_trial_runs_the_trial_again_and_leaves_one_row(tmp_path, corpus, ray_here, monkeypatch):
+def test_a_worker_lost_mid_trial_runs_the_trial_again_and_leaves_one_row(
+    tmp_path, corpus, ray_here, monkeypatch
+):
     """One worker of a two-worker trial is killed at the trial's first intermediate result (it is
     training): the Train run fails as a lost worker, the trial raises into Tune's retry, and the
     retry leaves the study's one row, ok."""

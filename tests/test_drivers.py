@@ -16,8 +16,8 @@ import optuna
 import pandas as pd
 import pytest
 
-from benchmark.search.command import search_main as main
 from benchmark.search import ray_session
+from benchmark.search.command import search_main as main
 from benchmark.search.study import StudyError, check_declared, declaration
 from benchmark.space.language import load_space
 from benchmark.space.source import parse_set
@@ -41,23 +41,45 @@ trials: 4
 """
 
 
-def space_file(folder: Path, families: str = "transformer, looped", name: str = "shared.yaml") -> Path:
+def space_file(
+    folder: Path, families: str = "transformer, looped", name: str = "shared.yaml"
+) -> Path:
     path = folder / name
     path.write_text(SPACE.format(families=families))
     return path
 
 
 def flags(space: Path, results: Path, corpus: Path, *more: str) -> list[str]:
-    return [str(space), "--name", "shared", "--results", str(results), "--data", str(corpus / "text.txt"),
-            "--tokenizer", "bpe:320", "--no-compile", "--precision", "fp32", "--concurrency", "1", *more]
+    return [
+        str(space),
+        "--name",
+        "shared",
+        "--results",
+        str(results),
+        "--data",
+        str(corpus / "text.txt"),
+        "--tokenizer",
+        "bpe:320",
+        "--no-compile",
+        "--precision",
+        "fp32",
+        "--concurrency",
+        "1",
+        *more,
+    ]
 
 
 # ---- two drivers at once ----------------------------------------------------------------------
 
+
 def _driver(args: list[str], log: Path) -> subprocess.Popen:
     out = open(log, "w")
-    return subprocess.Popen([sys.executable, str(ROOT / "run_search.py"), *args], cwd=ROOT, stdout=out,
-                            stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "run_search.py"), *args],
+        cwd=ROOT,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def two_drivers(tmp_path: Path, corpus: Path, *more: str) -> tuple[Path, list[str]]:
@@ -83,18 +105,22 @@ def ran(log: str) -> int:
 
 def assert_recorded_once(study_dir: Path, storage: str, logs: list[str]) -> None:
     rows = pd.read_parquet(study_dir)
-    assert len(rows) == 4 and rows["trial_id"].is_unique and set(rows["status"]) <= {"ok", "pruned"}  # ASHA
-    assert len(set(rows["spec"])) == 4                         # the 4 points of the space, each once
+    assert (
+        len(rows) == 4 and rows["trial_id"].is_unique and set(rows["status"]) <= {"ok", "pruned"}
+    )  # ASHA
+    assert len(set(rows["spec"])) == 4  # the 4 points of the space, each once
     study = optuna.load_study(study_name="shared", storage=storage)
     states = {}
     for t in study.trials:
         states.setdefault(t.state.name, set()).add(t.number)
     told = states.get("COMPLETE", set()) | states.get("PRUNED", set())
-    assert told == set(rows["optuna_trial"])                  # Optuna and the rows agree
+    assert told == set(rows["optuna_trial"])  # Optuna and the rows agree
     assert "RUNNING" not in states and "WAITING" not in states
     # a trial asked past the quota (both drivers asking for the last one) never trained
-    assert all(t.user_attrs.get("status") == "surplus" for t in study.trials if t.state.name == "FAIL")
-    assert sum(ran(log) for log in logs) == 4                  # each driver counts what it ran
+    assert all(
+        t.user_attrs.get("status") == "surplus" for t in study.trials if t.state.name == "FAIL"
+    )
+    assert sum(ran(log) for log in logs) == 4  # each driver counts what it ran
     assert "ran beside 1 other driver(s) of this study" in " ".join(logs[1].split())
     assert not list((study_dir / "_drivers").glob("*.json"))  # both ended and said so
 
@@ -123,12 +149,17 @@ def test_two_drivers_share_a_study_in_sqlite_beside_the_rows(sqlite_study):
 
 # ---- a space edited after its study began -----------------------------------------------------
 
+
 def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.mark.slow
-def test_an_edited_space_is_refused_in_one_line_and_nothing_changes(sqlite_study, tmp_path, corpus, capfd):
+def test_an_edited_space_is_refused_in_one_line_and_nothing_changes(
+    sqlite_study, tmp_path, corpus, capfd
+):
     study_dir, _ = sqlite_study
     results = tmp_path / "results"
     shutil.copytree(study_dir, results / "shared")
@@ -138,24 +169,30 @@ def test_an_edited_space_is_refused_in_one_line_and_nothing_changes(sqlite_study
     assert main(flags(edited, results, corpus, "--resume")) == 2
     out, err = capfd.readouterr()
     assert err.count("\n") == 1 and "Traceback" not in err, err
-    assert err.startswith(f"shapebench search: shared: the space changed since this study began "
-                          f"({results / 'shared' / '_study.json'}): axes.family: [transformer, looped] -> "
-                          "[transformer, looped, hc]. A study is one experiment: undo the change to resume it, "
-                          "or run the changed space as a new study (--name shared-2)")
-    assert _snapshot(results) == before                        # the study, its rows and its declaration
+    assert err.startswith(
+        f"shapebench search: shared: the space changed since this study began "
+        f"({results / 'shared' / '_study.json'}): axes.family: [transformer, looped] -> "
+        "[transformer, looped, hc]. A study is one experiment: undo the change to resume it, "
+        "or run the changed space as a new study (--name shared-2)"
+    )
+    assert _snapshot(results) == before  # the study, its rows and its declaration
 
 
 def test_what_changed_is_named_and_what_may_grow_continues(tmp_path):
     path = space_file(tmp_path)
     space = load_space(path)
     recorded = {**declaration(space), "seeds": 2, "trials": 4}
-    check_declared(load_space(path, [parse_set("trials=9")]), 3, recorded, "s/_study.json", "s")  # more trials, seeds
+    check_declared(
+        load_space(path, [parse_set("trials=9")]), 3, recorded, "s/_study.json", "s"
+    )  # more trials, seeds
     edited = load_space(path, [parse_set("budget=200K"), parse_set("training.tokens=20K")])
     with pytest.raises(StudyError) as err:
         check_declared(edited, 1, recorded, "r/s/_study.json", "s")
-    assert str(err.value).startswith("the space changed since this study began (r/s/_study.json): budget: 100K "
-                                     "-> 200K; training.tokens: 4K -> 20K; seeds: 2 -> 1 (fewer than its "
-                                     "trials were trained with). ")
+    assert str(err.value).startswith(
+        "the space changed since this study began (r/s/_study.json): budget: 100K "
+        "-> 200K; training.tokens: 4K -> 20K; seeds: 2 -> 1 (fewer than its "
+        "trials were trained with). "
+    )
     assert str(err.value).endswith("rank both studies' rows together with `shapebench board r`")
 
 
@@ -187,18 +224,27 @@ def test_the_registry_keeps_live_drivers_and_drops_dead_ones(tmp_path, monkeypat
     dead.wait()
 
     def enter(name, host, pid, started, beat):
-        record = {"driver": {"host": host, "pid": pid, "started": started, "storage": "sqlite"}, "beat": beat}
+        record = {
+            "driver": {"host": host, "pid": pid, "started": started, "storage": "sqlite"},
+            "beat": beat,
+        }
         (folder / f"{name}.json").write_text(json.dumps(record))
 
-    enter("live", here, os.getppid(), drivers._started(os.getppid()), now - 10 * drivers.GRACE_S)  # runs: beat no matter
-    enter("dead", here, dead.pid, "1", now)                                # its pid ended: fresh beat no matter
-    enter("no-proc", here, dead.pid, None, now - 2 * drivers.GRACE_S)      # no start time (macOS): by its beat
+    enter(
+        "live", here, os.getppid(), drivers._started(os.getppid()), now - 10 * drivers.GRACE_S
+    )  # runs: beat no matter
+    enter("dead", here, dead.pid, "1", now)  # its pid ended: fresh beat no matter
+    enter(
+        "no-proc", here, dead.pid, None, now - 2 * drivers.GRACE_S
+    )  # no start time (macOS): by its beat
     enter("remote-fresh", "elsewhere", 1, "1", now)
     enter("remote-stale", "elsewhere", 2, "1", now - 2 * drivers.GRACE_S)
     me.beat(force=True)
     assert sorted(d.pid for d in me.others()) == [1, os.getppid()]
-    assert sorted(f.name for f in folder.iterdir()) == sorted(["live.json", "remote-fresh.json", f"{me.me.id}.json"])
-    enter("no-proc", here, dead.pid, None, now)                            # ... kept while its beat is fresh
+    assert sorted(f.name for f in folder.iterdir()) == sorted(
+        ["live.json", "remote-fresh.json", f"{me.me.id}.json"]
+    )
+    enter("no-proc", here, dead.pid, None, now)  # ... kept while its beat is fresh
     assert dead.pid in [d.pid for d in me.others()]
     me.end()
     assert f"{me.me.id}.json" not in [f.name for f in folder.iterdir()]
@@ -214,12 +260,15 @@ def _alive(pid: int) -> bool:
 
 def test_a_live_drivers_processes_are_left_and_a_dead_ones_ended(tmp_path):
     study = str(tmp_path / "results" / "s")
-    owner = subprocess.Popen([sys.executable, "-c", OWNER.format(root=str(ROOT), study=study)],
-                             stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER.format(root=str(ROOT), study=study)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     folder, child = owner.stdout.readline().split()
     child = int(child)
     try:
-        mine = ray_session.claim(study)                 # a second driver of the study, while the first lives
+        mine = ray_session.claim(study)  # a second driver of the study, while the first lives
         assert mine.folder != folder and mine.folder.endswith(".1") and folder.endswith(".0")
         # /proc can show the child's new command line a moment after the owner has printed its pid
         # on a loaded machine: wait for it, boundedly, before asking that it is found
@@ -228,10 +277,10 @@ def test_a_live_drivers_processes_are_left_and_a_dead_ones_ended(tmp_path):
             time.sleep(0.05)
         assert _alive(child) and ray_session.ray_processes(folder) == [child]
         mine.release()
-        os.kill(owner.pid, signal.SIGKILL)              # the first driver dies; its "Ray" lives on
+        os.kill(owner.pid, signal.SIGKILL)  # the first driver dies; its "Ray" lives on
         owner.wait()
         assert _alive(child)
-        again = ray_session.claim(study)                # the next driver takes its slot and ends what it left
+        again = ray_session.claim(study)  # the next driver takes its slot and ends what it left
         assert again.folder == folder
         deadline = time.monotonic() + 5
         while _alive(child) and time.monotonic() < deadline:
@@ -251,21 +300,29 @@ def test_a_live_drivers_processes_are_left_and_a_dead_ones_ended(tmp_path):
 
 # ---- Ray that does not start --------------------------------------------------------------------
 
+
 def test_ray_that_cannot_start_is_one_line_and_exit_3(tmp_path, corpus, capfd, monkeypatch):
     import ray
 
     def fails(*args, **kwargs):
-        raise RuntimeError("The current node timed out during startup. This could happen because ...\nmore")
+        raise RuntimeError(
+            "The current node timed out during startup. This could happen because ...\nmore"
+        )
 
     monkeypatch.setattr(ray, "init", fails)
     results = tmp_path / "results"
     capfd.readouterr()
     assert main(flags(space_file(tmp_path), results, corpus)) == 3
     err = capfd.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("shapebench search: shared: stopped: Ray could not start: The current node timed out during "
-                          "startup. This could happen because ... (Ray's logs: /")
+    assert err.startswith(
+        "shapebench search: shared: stopped: Ray could not start: The current node timed out during "
+        "startup. This could happen because ... (Ray's logs: /"
+    )
     # the resume command repeats what the study was run with (its data, tokenizer, precision)
-    assert f"then: shapebench search {tmp_path / 'shared.yaml'} --name shared --results {results} --data " in err
+    assert (
+        f"then: shapebench search {tmp_path / 'shared.yaml'} --name shared --results {results} --data "
+        in err
+    )
     assert err.endswith("--resume")
     assert "Traceback" not in capfd.readouterr().err
-    assert not list((results / "shared" / "_drivers").glob("*"))   # the driver ended and said so
+    assert not list((results / "shared" / "_drivers").glob("*"))  # the driver ended and said so

@@ -34,20 +34,27 @@ def _kept(tmp: Path, *names: str, declare: dict | None = None, at_300k: bool = F
     moves the parameter counts into a band of about 100 just above 300k, where the per-family
     figure's ticks once ran together ('300k 300.02k300.04k', '300.1k300k' across panels)."""
     for name in names:
-        shutil.copytree(RESULTS / name / name, tmp / name)  # a record folder holds its study and README
+        shutil.copytree(
+            RESULTS / name / name, tmp / name
+        )  # a record folder holds its study and README
         if declare:
             (tmp / name / "_study.json").write_text(json.dumps(declare))
     studies = find_studies([tmp / n for n in names])
     trials = read_studies(studies)
     if at_300k:
-        trials["params_total"] = 300_000 + (trials["params_total"] - trials["params_total"].min()) * 0.15
+        trials["params_total"] = (
+            300_000 + (trials["params_total"] - trials["params_total"].min()) * 0.15
+        )
     return build_board(trials, declared=read_declarations(studies))
 
 
 BOARDS = {
     "synthetic": lambda tmp: build_board(synthetic_trials("broad", shapes=1, seeds=2)),
-    "declared": lambda tmp: _kept(tmp, "quickstart-faithful-families", declare={"objectives": [["val_loss", "min"],
-                                                                                      ["params", "min"]]}),
+    "declared": lambda tmp: _kept(
+        tmp,
+        "quickstart-faithful-families",
+        declare={"objectives": [["val_loss", "min"], ["params", "min"]]},
+    ),
     "three studies": lambda tmp: _kept(tmp, *KEPT),
     "300k": lambda tmp: _kept(tmp, "quickstart-faithful-families", at_300k=True),
 }
@@ -69,18 +76,33 @@ def drawn(axis) -> list[Text]:
     also returns ticks just outside the view, which are never drawn)."""
     lo, hi = sorted(axis.get_view_interval())
     slack = 1e-9 * max(abs(lo), abs(hi))
-    return [t.label1 for t in axis.get_major_ticks()
-            if lo - slack <= t.get_loc() <= hi + slack and t.label1.get_visible() and t.label1.get_text()]
+    return [
+        t.label1
+        for t in axis.get_major_ticks()
+        if lo - slack <= t.get_loc() <= hi + slack
+        and t.label1.get_visible()
+        and t.label1.get_text()
+    ]
 
 
 def drawn_tick_labels(fig: Figure) -> list[Text]:
-    return [label for ax in fig.axes if ax.get_visible() for axis in (ax.xaxis, ax.yaxis) for label in drawn(axis)]
+    return [
+        label
+        for ax in fig.axes
+        if ax.get_visible()
+        for axis in (ax.xaxis, ax.yaxis)
+        for label in drawn(axis)
+    ]
 
 
 def overlapping(texts: list[Text]) -> list[tuple[str, str]]:
     boxes = [(t.get_text(), t.get_window_extent()) for t in texts]
-    return [(a, b) for (a, box_a), (b, box_b) in combinations(boxes, 2)
-            if min(box_a.x1, box_b.x1) > max(box_a.x0, box_b.x0) and min(box_a.y1, box_b.y1) > max(box_a.y0, box_b.y0)]
+    return [
+        (a, b)
+        for (a, box_a), (b, box_b) in combinations(boxes, 2)
+        if min(box_a.x1, box_b.x1) > max(box_a.x0, box_b.x0)
+        and min(box_a.y1, box_b.y1) > max(box_a.y0, box_b.y0)
+    ]
 
 
 def test_no_two_tick_labels_overlap(figures):
@@ -97,8 +119,11 @@ def test_no_two_tick_labels_overlap(figures):
 
 def _bottom_of_column(ax, shown) -> bool:
     x0 = ax.get_position().x0
-    return all(other.get_position().y0 >= ax.get_position().y0 for other in shown
-               if abs(other.get_position().x0 - x0) < 1e-6)
+    return all(
+        other.get_position().y0 >= ax.get_position().y0
+        for other in shown
+        if abs(other.get_position().x0 - x0) < 1e-6
+    )
 
 
 def test_axes_are_labelled_from_the_metric_registry(figures):
@@ -107,7 +132,9 @@ def test_axes_are_labelled_from_the_metric_registry(figures):
     for plot, fig in figs:
         texts = {t.get_text() for t in fig.findobj(Text)}
         if plot.name.startswith("frontier_"):
-            first, last = next(pair for pair in board.pairs if plot.name.endswith("_".join(o.column for o in pair)))
+            first, last = next(
+                pair for pair in board.pairs if plot.name.endswith("_".join(o.column for o in pair))
+            )
             assert axis_label(first) in texts and axis_label(last) in texts, plot.name
         else:  # loop scaling: perplexity against loop counts
             assert metric("val_ppl").axis_label() in texts, plot.name
@@ -117,7 +144,9 @@ def test_axes_are_labelled_from_the_metric_registry(figures):
 
 
 def test_axis_labels_carry_the_registrys_label_and_unit():
-    board = build_board(synthetic_trials("units", shapes=1, seeds=1, budgets=(30e6,), statuses={"ok": 1.0}))
+    board = build_board(
+        synthetic_trials("units", shapes=1, seeds=1, budgets=(30e6,), statuses={"ok": 1.0})
+    )
     x, y = board.objectives
     assert axis_label(x) == "parameters, lower is better"
     assert axis_label(y) == "validation perplexity, lower is better"
@@ -145,15 +174,26 @@ def test_a_narrow_band_of_counts_gets_round_ticks_that_fit():
 
 
 @pytest.mark.parametrize(("tolerance", "drawn_over_params"), [(0.005, False), (1e-5, True)])
-def test_no_frontier_over_counts_that_differ_by_the_budgets_rounding(tmp_path, tolerance, drawn_over_params):
+def test_no_frontier_over_counts_that_differ_by_the_budgets_rounding(
+    tmp_path, tolerance, drawn_over_params
+):
     """The quickstart at one budget: its parameter counts (1.49962M to 1.50031M) spread 0.05%,
     inside the 0.5% the space allows, so loss against parameters would order rounding, not
     architectures: that frontier is left out, with a note. The tolerance is the study's own: at
     0.001% the same counts are real differences and the frontier is drawn."""
-    board = _kept(tmp_path, "quickstart-faithful-families", declare={
-        "objectives": [["val_loss", "min"], ["flops_per_token_train", "min"]], "tolerance": tolerance})
+    board = _kept(
+        tmp_path,
+        "quickstart-faithful-families",
+        declare={
+            "objectives": [["val_loss", "min"], ["flops_per_token_train", "min"]],
+            "tolerance": tolerance,
+        },
+    )
     names = [plot.name for plot in plots.plan(board)[0]]
-    assert "frontier_flops_per_token_train_val_loss" in names and "frontier_int4_bytes_val_ppl_int4" in names
+    assert (
+        "frontier_flops_per_token_train_val_loss" in names
+        and "frontier_int4_bytes_val_ppl_int4" in names
+    )
     assert ("frontier_params_total_val_loss" in names) == drawn_over_params
     note = "frontier params_total vs val_loss skipped: params_total varies by 0.05% only, within the budget tolerance 0.5%"
     assert (note in board.notes) != drawn_over_params

@@ -26,10 +26,14 @@ from benchmark.models.kernels import hc  # noqa: E402
 from benchmark.models.kernels import sinkhorn as sk  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-interpreted = pytest.mark.skipif(not INTERPRETED, reason="runs in test_kernels_under_the_interpreter's subprocess")
+interpreted = pytest.mark.skipif(
+    not INTERPRETED, reason="runs in test_kernels_under_the_interpreter's subprocess"
+)
 ON_GPU = not INTERPRETED and torch.cuda.is_available() and kernels.available()
-kernel = pytest.mark.skipif(not (INTERPRETED or ON_GPU),
-                            reason="runs in test_kernels_under_the_interpreter's subprocess, or here on a GPU")
+kernel = pytest.mark.skipif(
+    not (INTERPRETED or ON_GPU),
+    reason="runs in test_kernels_under_the_interpreter's subprocess, or here on a GPU",
+)
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 
 
@@ -37,11 +41,28 @@ def test_kernels_under_the_interpreter():
     if INTERPRETED:
         pytest.skip("this is the subprocess")
     root = Path(__file__).resolve().parents[1]
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "interpreted or matches_pytorch",
-                          str(Path(__file__).resolve())], cwd=root, env={**os.environ, "TRITON_INTERPRET": "1"},
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "interpreted or matches_pytorch",
+            str(Path(__file__).resolve()),
+        ],
+        cwd=root,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
-    assert " skipped" not in run.stdout.splitlines()[-1], run.stdout[-2000:]   # every kernel test ran
+    assert " skipped" not in run.stdout.splitlines()[-1], run.stdout[
+        -2000:
+    ]  # every kernel test ran
 
 
 @interpreted
@@ -84,7 +105,10 @@ def check(fused, plain, inputs, dtype=torch.float32, tol=None):
 @pytest.mark.parametrize("n", [3, 4])
 def test_read_matches_pytorch(n, dtype):
     Y, pre = rand(2, 3, n, 20, dtype=dtype), rand(2, 3, n, seed=1)
-    plain = lambda Y, pre: (pre.unsqueeze(-1) * Y).sum(-2)
+
+    def plain(Y, pre):
+        return (pre.unsqueeze(-1) * Y).sum(-2)
+
     check(hc.read, plain, (Y, pre), dtype)
     # the read sums bf16 streams in fp32 and returns fp32 (u is the span's fp32 residual)
     assert hc.read(Y, pre).dtype == torch.float32 and hyper.weigh(pre, Y).dtype == torch.float32
@@ -92,8 +116,12 @@ def test_read_matches_pytorch(n, dtype):
 
 def _write_inputs(kind: str, n: int, dtype):
     Y, out, post = rand(2, 3, n, 20, dtype=dtype), rand(2, 3, 20, seed=1), rand(2, 3, n, seed=2)
-    res = {"none": None, "diagonal": rand(2, 3, n, seed=3), "full": rand(2, 3, n, n, seed=3),
-           "static": rand(n, n, seed=3)}[kind]      # static: HC's one matrix for every token
+    res = {
+        "none": None,
+        "diagonal": rand(2, 3, n, seed=3),
+        "full": rand(2, 3, n, n, seed=3),
+        "static": rand(n, n, seed=3),
+    }[kind]  # static: HC's one matrix for every token
     return Y, out, post, res
 
 
@@ -122,20 +150,29 @@ def test_write_matches_pytorch(kind, dtype):
 def test_sinkhorn_matches_pytorch(n):
     # logits off the uniform point, so that the iterates (and their gradients) differ per step
     logits = (3 * rand(5, n, n).detach()).requires_grad_()
-    check(lambda x: sk.sinkhorn(x, 4, hyper.SINKHORN_FLOOR), lambda x: hyper.sinkhorn(x, 4), (logits,))
+    check(
+        lambda x: sk.sinkhorn(x, 4, hyper.SINKHORN_FLOOR), lambda x: hyper.sinkhorn(x, 4), (logits,)
+    )
     m = sk.sinkhorn(logits.detach(), 20, hyper.SINKHORN_FLOOR)
     torch.testing.assert_close(m.sum(-1), torch.ones(5, n, device=m.device), atol=1e-5, rtol=0)
 
 
 @kernel
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("rows,K,N", [(37, 40, 5), (20, 48, 24)])   # HC's (n + 2) per stream; mHC's 2n + n²
+@pytest.mark.parametrize(
+    "rows,K,N", [(37, 40, 5), (20, 48, 24)]
+)  # HC's (n + 2) per stream; mHC's 2n + n²
 def test_normed_linear_matches_pytorch(rows, K, N, dtype):
     x, w = rand(rows, K, dtype=dtype), rand(N, K, seed=1)
     # against bf16 x cast to fp32: the kernel projects in fp32 (tf32 on a GPU), where PyTorch
     # under autocast projects in bf16
-    check(lambda x, w: hc.normed_linear(x, w, 1e-5), lambda x, w: hyper.normed_linear(x.float(), w, 1e-5), (x, w), dtype,
-          tol=DOT_TOL if dtype == torch.float32 else None)
+    check(
+        lambda x, w: hc.normed_linear(x, w, 1e-5),
+        lambda x, w: hyper.normed_linear(x.float(), w, 1e-5),
+        (x, w),
+        dtype,
+        tol=DOT_TOL if dtype == torch.float32 else None,
+    )
 
 
 @kernel
@@ -143,22 +180,32 @@ def test_normed_linear_matches_pytorch(rows, K, N, dtype):
 def test_model_through_the_kernels_matches_pytorch(family, monkeypatch):
     """The whole hyper path of a tiny model (gates, Sinkhorn, reads, writes) on the kernels: the
     same loss and parameter gradients as on the PyTorch path."""
-    layers = {"layers": {"begin": 0, "middle": 1, "end": 0}, "loops": 2} if family == "hyperloop" else {"layers": 1}
+    layers = (
+        {"layers": {"begin": 0, "middle": 1, "end": 0}, "loops": 2}
+        if family == "hyperloop"
+        else {"layers": 1}
+    )
     spec = ArchSpec.from_dict({"family": family, **TINY, **layers, "hyper": {"sinkhorn_iters": 2}})
     torch.manual_seed(0)
     model = build_model(spec)
-    with torch.no_grad():  # gates away from their zero initialisation, so that every path carries gradient
+    with (
+        torch.no_grad()
+    ):  # gates away from their zero initialisation, so that every path carries gradient
         for gate in model.hyper:
             for p in gate.parameters():
                 p.add_(0.1 * torch.randn(p.shape))
     model.to(DEVICE)
-    idx = torch.randint(0, TINY["vocab_size"], (1, 3), generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    idx = torch.randint(
+        0, TINY["vocab_size"], (1, 3), generator=torch.Generator().manual_seed(1)
+    ).to(DEVICE)
 
     def loss_and_grads():
         model.zero_grad()
         loss = model(idx).logsumexp(-1).mean()
         loss.backward()
-        return loss.detach(), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+        return loss.detach(), {
+            k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None
+        }
 
     monkeypatch.setattr(hyper, "fused", lambda t: False)
     plain_loss, plain = loss_and_grads()
@@ -167,19 +214,26 @@ def test_model_through_the_kernels_matches_pytorch(family, monkeypatch):
     torch.testing.assert_close(fused_loss, plain_loss, **DOT_TOL)
     assert plain.keys() == fused.keys()
     for k in plain:
-        torch.testing.assert_close(fused[k], plain[k], **(DOT_TOL if ON_GPU else dict(rtol=1e-4, atol=1e-5)), msg=k)
+        torch.testing.assert_close(
+            fused[k], plain[k], **(DOT_TOL if ON_GPU else dict(rtol=1e-4, atol=1e-5)), msg=k
+        )
 
 
 def test_cpu_tensors_never_take_the_triton_path(monkeypatch):
     """Outside the interpreter's tests, a CPU model runs the PyTorch code: every kernel entry
     raises here, and a forward and backward of each hyper family still runs."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("a Triton kernel was called on CPU tensors")
 
     for module, name in ((hc, "read"), (hc, "write"), (sk, "sinkhorn"), (hc, "normed_linear")):
         monkeypatch.setattr(module, name, refuse)
     for family in ("mhc", "hc", "hyperloop"):
-        layers = {"layers": {"begin": 1, "middle": 1, "end": 1}} if family == "hyperloop" else {"layers": 1}
+        layers = (
+            {"layers": {"begin": 1, "middle": 1, "end": 1}}
+            if family == "hyperloop"
+            else {"layers": 1}
+        )
         model = build_model(ArchSpec.from_dict({"family": family, **TINY, **layers}))
         model(torch.zeros(1, 4, dtype=torch.long)).sum().backward()
 
@@ -187,6 +241,7 @@ def test_cpu_tensors_never_take_the_triton_path(monkeypatch):
 def test_cuda_tensors_take_the_kernels_only_when_asked(monkeypatch):
     """On a GPU the PyTorch path (compiled) is the default: the kernels ran slower there; a
     user asks for them with SHAPEBENCH_HC_KERNELS=triton, and a misspelt value is refused."""
+
     class Cuda:
         is_cuda = True
 
@@ -195,11 +250,13 @@ def test_cuda_tensors_take_the_kernels_only_when_asked(monkeypatch):
     assert not hyper.fused(Cuda())
     monkeypatch.setenv(kernels.ENV, "triton")
     assert hyper.fused(Cuda())
-    assert not hyper.fused(torch.zeros(1))           # a CPU tensor never
+    assert not hyper.fused(torch.zeros(1))  # a CPU tensor never
     monkeypatch.setenv(kernels.ENV, "torch")
     assert not hyper.fused(Cuda())
     monkeypatch.setenv(kernels.ENV, "trition")
-    with pytest.raises(ValueError, match="SHAPEBENCH_HC_KERNELS='trition': expected triton or torch"):
+    with pytest.raises(
+        ValueError, match="SHAPEBENCH_HC_KERNELS='trition': expected triton or torch"
+    ):
         hyper.fused(Cuda())
 
 
@@ -224,11 +281,13 @@ def test_bf16_streams_on_cpu_store_bf16_and_train():
     in bf16 after the first write, and the loss close to the fp32 streams' at initialisation."""
     losses = {}
     for setting in ("fp32", "bf16"):
-        spec = ArchSpec.from_dict({"family": "mhc", **TINY, "layers": 1, "hyper": {"stream_dtype": setting}})
+        spec = ArchSpec.from_dict(
+            {"family": "mhc", **TINY, "layers": 1, "hyper": {"stream_dtype": setting}}
+        )
         torch.manual_seed(0)
         model = build_model(spec)
         trace = []
-        with torch.autocast("cpu", dtype=torch.bfloat16):   # as a bf16 trial runs
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # as a bf16 trial runs
             logits = model(torch.arange(6).reshape(1, 6), trace=trace)
         streams = [x for name, x in trace if name.startswith("hyper.")]
         assert streams[-1].dtype == (torch.bfloat16 if setting == "bf16" else torch.float32)

@@ -12,8 +12,14 @@ from benchmark.search.live import LiveView, trial_line
 
 
 def post(step, total=100, loss=4.0, at=None, per_step=1000):
-    return {"step": step, "total": total, "loss": loss, "time": at if at is not None else time.time(),
-            "tokens": step * per_step, "tokens_total": total * per_step}
+    return {
+        "step": step,
+        "total": total,
+        "loss": loss,
+        "time": at if at is not None else time.time(),
+        "tokens": step * per_step,
+        "tokens_total": total * per_step,
+    }
 
 
 def test_a_running_trial_shows_tokens_loss_rate_and_eta():
@@ -21,15 +27,15 @@ def test_a_running_trial_shows_tokens_loss_rate_and_eta():
     view.trial_started("tune-1")
     now = time.time()
     view.progress({"t0000": post(10, at=now - 10)})
-    view.progress({"t0000": post(30, loss=3.5, at=now)})   # 20 steps of 1000 tokens in 10 s
-    (key, info), = view.active()
+    view.progress({"t0000": post(30, loss=3.5, at=now)})  # 20 steps of 1000 tokens in 10 s
+    ((key, info),) = view.active()
     assert key == "t0000" and info["rate"] == pytest.approx(2000.0)
     assert trial_line(info) == "30K/100K tokens, loss 3.500, 2K tok/s, ETA 0:35"
     # the search: 35 s for this trial, then two more of (before any finished) 100K / 2K = 50 s each
     assert view.eta_s() == pytest.approx(35 + 2 * 50, rel=1e-6)
     view.trial_done("tune-1", "ok", 40.0)
     view.progress({"t0000": post(100, at=now + 35)})
-    assert view.active() == []                                 # done training: not shown as running
+    assert view.active() == []  # done training: not shown as running
 
 
 def test_the_search_eta_counts_the_seeds_a_running_trial_has_still_to_train():
@@ -39,7 +45,7 @@ def test_the_search_eta_counts_the_seeds_a_running_trial_has_still_to_train():
     view.trial_started("tune-1")
     now = time.time()
     view.progress({"t0000-s4": post(10, at=now - 10)})
-    view.progress({"t0000-s4": post(30, at=now)})       # 2K tokens/s: 35 s left, 50 s per seed run
+    view.progress({"t0000-s4": post(30, at=now)})  # 2K tokens/s: 35 s left, 50 s per seed run
     assert view.eta_s() == pytest.approx(35 + 50 + 1 * 3 * 50, rel=1e-6)  # then one trial of 3 runs
     view.progress({"t0000-s5": post(30, at=now + 1)})
     assert view._left("t0000-s5", view.trials["t0000-s5"], 150.0) is None  # no pace of its own yet
@@ -49,10 +55,10 @@ def test_a_trial_that_has_not_reported_yet_counts_as_a_whole_trial():
     view = LiveView(None, "s", total=3, metric="val_loss")
     for key in ("tune-1", "tune-2"):
         view.trial_started(key)
-        view.running[key] -= 100.0        # started 100 s ago: a span of 100 s as the driver sees it
+        view.running[key] -= 100.0  # started 100 s ago: a span of 100 s as the driver sees it
         view.trial_done(key, "ok", 95.0)
     view.trial_started("tune-3")
-    assert view.eta_s() == pytest.approx(100.0, rel=1e-3)   # was 0:00 until its first progress post
+    assert view.eta_s() == pytest.approx(100.0, rel=1e-3)  # was 0:00 until its first progress post
 
 
 def test_stale_or_finished_trials_are_not_shown():
@@ -83,7 +89,7 @@ def test_a_log_gets_plain_status_lines(monkeypatch):
     lines = [line for line in out.getvalue().splitlines() if line]
     assert lines and all("quick: 0/6 done, 1 running" in line for line in lines)
     assert "t0002 20K/100K tokens, loss 4.250, 2K tok/s, ETA 0:40" in lines[-1]
-    assert "\x1b[" not in out.getvalue()                       # no terminal control codes in a log
+    assert "\x1b[" not in out.getvalue()  # no terminal control codes in a log
 
 
 def test_a_trial_that_ended_is_no_longer_shown_running():
@@ -102,19 +108,25 @@ def test_a_seed_run_that_has_trained_shows_as_evaluating_until_its_trial_goes_on
     Once the trial's next seed run posts, or the trial ends, the finished run is not shown."""
     monkeypatch.setattr(live, "PLAIN_EVERY_S", 0.0)
     out = io.StringIO()
-    view = LiveView(Console(file=out, force_terminal=False, width=300), "quick", total=3, metric="val_loss", seeds=2)
+    view = LiveView(
+        Console(file=out, force_terminal=False, width=300),
+        "quick",
+        total=3,
+        metric="val_loss",
+        seeds=2,
+    )
     view.trial_started("tune-1")
     now = time.time() - 70  # every post below lies in the past, as the board's do
     view.progress({"t0000-s0": post(80, at=now - 10)})
-    view.progress({"t0000-s0": post(100, loss=3.25, at=now)})   # trained: 20K tokens in 10 s
+    view.progress({"t0000-s0": post(100, loss=3.25, at=now)})  # trained: 20K tokens in 10 s
     assert view.active() == [] and [k for k, _ in view.finishing()] == ["t0000-s0"]
     assert "t0000-s0 100K/100K tokens, loss 3.250, evaluating" in out.getvalue().splitlines()[-1]
     # seed 1 is still to come (50 s at 2K tokens/s), then two trials of two such runs
     assert view.eta_s() == pytest.approx(50 + 2 * 2 * 50, rel=1e-6)
-    view.progress({"t0000-s1": post(1, at=now + 12)})           # the next seed run started
+    view.progress({"t0000-s1": post(1, at=now + 12)})  # the next seed run started
     assert [k for k, _ in view.shown()] == ["t0000-s1"]
     view.progress({"t0000-s1": post(100, at=now + 62)})
-    view.forget("t0000")                                        # the trial ended
+    view.forget("t0000")  # the trial ended
     assert view.shown() == []
 
 
@@ -129,7 +141,7 @@ def test_the_last_trial_evaluating_leaves_its_evaluation_time_not_zero_nor_a_who
     view.trial_started("tune-3")
     now = time.time() - 5
     view.progress({"t0002": post(80, at=now - 20)})
-    view.progress({"t0002": post(100, at=now)})           # 20K tokens in 20 s: 100 s of training
+    view.progress({"t0002": post(100, at=now)})  # 20K tokens in 20 s: 100 s of training
     assert [k for k, _ in view.finishing()] == ["t0002"]
     assert view.eta_s() == pytest.approx(20.0, rel=1e-3)
 
@@ -147,11 +159,11 @@ def test_orchestration_per_trial_leaves_out_the_trials_that_reported_no_time_ins
     clock = iter([0.0, 50.0, 50.0, 53.0, 53.0, 60.0])  # each start and end reads the clock once
     monkeypatch.setattr(live.time, "perf_counter", lambda: next(clock))
     assert view.overhead_s() is None
-    view.trial_started("a")                  # t = 0
-    view.trial_done("a", "ok", 48.0)         # t = 50: 2 s around 48 s inside
-    view.trial_started("b")                  # t = 50
-    view.trial_done("b", "pruned", None)     # t = 53: stopped early, no wall reported
-    view.trial_started("c")                  # t = 53
-    view.trial_done("c", "ok", 3.0)          # t = 60: 4 s around
+    view.trial_started("a")  # t = 0
+    view.trial_done("a", "ok", 48.0)  # t = 50: 2 s around 48 s inside
+    view.trial_started("b")  # t = 50
+    view.trial_done("b", "pruned", None)  # t = 53: stopped early, no wall reported
+    view.trial_started("c")  # t = 53
+    view.trial_done("c", "ok", 3.0)  # t = 60: 4 s around
     assert view.spans == [50.0, 3.0, 7.0]
     assert view.overhead_s() == pytest.approx(3.0)  # (2 + 4) / 2, not (60 - 51) / 2

@@ -23,20 +23,25 @@ import torch.nn.functional as F
 
 from benchmark import FAMILIES, ArchSpec, build_model
 from benchmark.models.hyper import res_matrix
-from benchmark.trial.analysis import hyper_diagnostics
 from benchmark.recipe import TrainConfig
+from benchmark.trial.analysis import hyper_diagnostics
 from benchmark.trial.training import make_optimizer
 
 TINY = {"vocab_size": 97, "d_model": 32, "n_heads": 4}
 SPLIT = {"layers": {"begin": 1, "middle": 2, "end": 1}}
 FLAT = {"layers": {"n": 4}}
 STEPS = 40
-MIN_STREAM_DISTANCE = 0.01   # measured: >= 0.06 for every family; 0.0 (hc: 6e-7) when collapsed
-MIN_LOSS_GAP = 0.01          # relative; measured >= 4%; collapsed: 0.6% (streams), 2e-5 (mixings)
+MIN_STREAM_DISTANCE = 0.01  # measured: >= 0.06 for every family; 0.0 (hc: 6e-7) when collapsed
+MIN_LOSS_GAP = 0.01  # relative; measured >= 4%; collapsed: 0.6% (streams), 2e-5 (mixings)
 
 
 def spec(family: str, hyper: dict | None = None, **over) -> ArchSpec:
-    raw = {"family": family, **TINY, **(FLAT if family in ("transformer", "mhc", "hc") else SPLIT), **over}
+    raw = {
+        "family": family,
+        **TINY,
+        **(FLAT if family in ("transformer", "mhc", "hc") else SPLIT),
+        **over,
+    }
     if hyper:
         raw["hyper"] = hyper
     return ArchSpec.from_dict(raw)
@@ -73,6 +78,7 @@ def loss_gap(a: float, b: float) -> float:
 
 # ---- the checks -----------------------------------------------------------------------------
 
+
 def streams_separate(family: str, init: str = "home") -> None:
     """The n streams after the last connection differ pairwise (HC §3: otherwise n streams are
     one residual stream with scalar gates)."""
@@ -80,11 +86,16 @@ def streams_separate(family: str, init: str = "home") -> None:
     trace = []
     with torch.no_grad():
         m(batch(5)[:, :-1], trace=trace)
-    Y = [x for name, x in trace if name.startswith("hyper.")][-1]              # (B, T, n, d)
+    Y = [x for name, x in trace if name.startswith("hyper.")][-1]  # (B, T, n, d)
     n, scale = Y.shape[-2], Y.norm(dim=-1).mean()
-    closest = min(((Y[..., i, :] - Y[..., j, :]).norm(dim=-1).mean() / scale).item()
-                  for i in range(n) for j in range(i + 1, n))
-    assert closest > MIN_STREAM_DISTANCE, f"{family}: two streams are {closest:.2e} apart (relative)"
+    closest = min(
+        ((Y[..., i, :] - Y[..., j, :]).norm(dim=-1).mean() / scale).item()
+        for i in range(n)
+        for j in range(i + 1, n)
+    )
+    assert closest > MIN_STREAM_DISTANCE, (
+        f"{family}: two streams are {closest:.2e} apart (relative)"
+    )
     assert hyper_diagnostics(m, batch(5)[:, :-1])["stream_cosine"] < 1 - 1e-5
 
 
@@ -93,10 +104,14 @@ def h_res_moves(family: str, init: str = "home") -> None:
     m, initial, _ = trained(spec(family, {"init": init}))
     fresh = build_model(m.spec).eval()
     fresh.load_state_dict(initial)
-    Y = torch.randn(2, 5, m.spec.hyper.streams, m.spec.d_model, generator=torch.Generator().manual_seed(0))
+    Y = torch.randn(
+        2, 5, m.spec.hyper.streams, m.spec.d_model, generator=torch.Generator().manual_seed(0)
+    )
     with torch.no_grad():
-        moved = max((res_matrix(g, g(Y)[2]) - res_matrix(f, f(Y)[2])).abs().max().item()
-                    for g, f in zip(m.hyper, fresh.hyper))
+        moved = max(
+            (res_matrix(g, g(Y)[2]) - res_matrix(f, f(Y)[2])).abs().max().item()
+            for g, f in zip(m.hyper, fresh.hyper)
+        )
     assert moved > 1e-3, f"{family}: H_res moved by at most {moved:.2e}"
 
 
@@ -109,7 +124,10 @@ def stream_count_matters(family: str, init: str = "home") -> None:
 def mixing_matters(family: str, init: str = "home") -> None:
     """Identity, diagonal and Sinkhorn H_res train to measurably different losses (Hyperloop
     Table 6 compares exactly these)."""
-    losses = {mix: trained(spec(family, {"mixing": mix, "init": init}))[2] for mix in ("identity", "diagonal", "sinkhorn")}
+    losses = {
+        mix: trained(spec(family, {"mixing": mix, "init": init}))[2]
+        for mix in ("identity", "diagonal", "sinkhorn")
+    }
     for a, b in (("identity", "diagonal"), ("identity", "sinkhorn"), ("diagonal", "sinkhorn")):
         assert loss_gap(losses[a], losses[b]) > MIN_LOSS_GAP, losses
 
@@ -121,7 +139,9 @@ def loop_embeddings_move(family: str) -> None:
     e = m.loop_emb.detach()
     assert e.norm(dim=-1).min() > 1e-3
     assert torch.pdist(e).min() > 1e-3
-    assert hyper_diagnostics(m, batch(5)[:, :-1])["loop_emb_norm"] == pytest.approx(e.norm(dim=-1).mean().item())
+    assert hyper_diagnostics(m, batch(5)[:, :-1])["loop_emb_norm"] == pytest.approx(
+        e.norm(dim=-1).mean().item()
+    )
 
 
 def adapters_move(family: str) -> None:
@@ -155,6 +175,7 @@ def initial_state_matters(family: str) -> None:
         torch.manual_seed(seed)
         with torch.no_grad():
             return m(x)
+
     assert (run(1) - run(2)).abs().max() > 1e-3
     torch.testing.assert_close(run(1), run(1), rtol=0, atol=0)
 
@@ -189,8 +210,14 @@ def attention_is_causal_and_uses_context(family: str) -> None:
 MECHANISMS = {
     "transformer": (attention_is_causal_and_uses_context,),
     "looped": (loops_reuse_the_middle_block,),
-    "hyperloop": (streams_separate, h_res_moves, stream_count_matters, mixing_matters,
-                  loop_embeddings_move, loops_reuse_the_middle_block),
+    "hyperloop": (
+        streams_separate,
+        h_res_moves,
+        stream_count_matters,
+        mixing_matters,
+        loop_embeddings_move,
+        loops_reuse_the_middle_block,
+    ),
     "mhc": (streams_separate, h_res_moves, stream_count_matters, mixing_matters),
     "hc": (streams_separate, h_res_moves),
     "abbie-c": (recurrences_differ, loops_reuse_the_middle_block),
@@ -203,8 +230,9 @@ STREAM_FAMILIES = [f for f, checks in MECHANISMS.items() if streams_separate in 
 # test what acts even on copies: a diagonal H_res and HC's A_r still move (every stream gets the same
 # gradient, not none), and one stream and four copies differ in scale.
 COLLAPSE_DETECTORS = [(f, check) for f in STREAM_FAMILIES for check in (streams_separate,)] + [
-    ("hyperloop", mixing_matters), ("mhc", mixing_matters),   # identical streams: Sinkhorn mixing = I
-    ("mhc", h_res_moves),                                       # a uniform Sinkhorn H_res never moves
+    ("hyperloop", mixing_matters),
+    ("mhc", mixing_matters),  # identical streams: Sinkhorn mixing = I
+    ("mhc", h_res_moves),  # a uniform Sinkhorn H_res never moves
 ]
 
 
@@ -213,13 +241,18 @@ def test_every_family_has_mechanism_checks():
     assert set(STREAM_FAMILIES) == {f for f in FAMILIES if spec(f).hyper is not None}
 
 
-@pytest.mark.parametrize("family, check", [(f, c) for f, checks in MECHANISMS.items() for c in checks],
-                         ids=lambda v: v.__name__ if callable(v) else v)
+@pytest.mark.parametrize(
+    "family, check",
+    [(f, c) for f, checks in MECHANISMS.items() for c in checks],
+    ids=lambda v: v.__name__ if callable(v) else v,
+)
 def test_mechanism_acts(family, check):
     check(family)
 
 
-@pytest.mark.parametrize("family, check", COLLAPSE_DETECTORS, ids=lambda v: v.__name__ if callable(v) else v)
+@pytest.mark.parametrize(
+    "family, check", COLLAPSE_DETECTORS, ids=lambda v: v.__name__ if callable(v) else v
+)
 def test_the_check_fails_on_the_collapsed_model(family, check):
     """The same check on the symmetric initialisation (every stream alike): it must fail, or it
     proves nothing."""

@@ -29,9 +29,19 @@ def _weights(source: str) -> dict[str, float]:
 def test_default_is_equal_weights_and_weights_are_relative():
     third = pytest.approx(1 / 3)
     assert _weights("embedded") == {"wiki": third, "bible": third, "poetry": third}
-    assert _weights("embedded:bible, wiki") == {"wiki": 0.5, "bible": 0.5}  # a subset: equal, canonical order
-    assert _weights("embedded:poetry=0.3,wiki=0.5,bible=0.2") == {"wiki": 0.5, "bible": 0.2, "poetry": 0.3}
-    assert _weights("embedded:wiki=2,bible=1") == {"wiki": pytest.approx(2 / 3), "bible": pytest.approx(1 / 3)}
+    assert _weights("embedded:bible, wiki") == {
+        "wiki": 0.5,
+        "bible": 0.5,
+    }  # a subset: equal, canonical order
+    assert _weights("embedded:poetry=0.3,wiki=0.5,bible=0.2") == {
+        "wiki": 0.5,
+        "bible": 0.2,
+        "poetry": 0.3,
+    }
+    assert _weights("embedded:wiki=2,bible=1") == {
+        "wiki": pytest.approx(2 / 3),
+        "bible": pytest.approx(1 / 3),
+    }
     assert _weights("embedded:poetry") == {"poetry": 1.0}
 
 
@@ -40,7 +50,10 @@ def test_default_is_equal_weights_and_weights_are_relative():
     [
         ("embedded:wiki=x", "the weight of part 'wiki' must be a positive number, got 'x'"),
         ("embedded:wiki=0,bible=1", "the weight of part 'wiki' must be a positive number, got '0'"),
-        ("embedded:wiki=-0.5,bible=1", "the weight of part 'wiki' must be a positive number, got '-0.5'"),
+        (
+            "embedded:wiki=-0.5,bible=1",
+            "the weight of part 'wiki' must be a positive number, got '-0.5'",
+        ),
         ("embedded:wiki=nan", "the weight of part 'wiki' must be a positive number, got 'nan'"),
         ("embedded:wiki=inf", "the weight of part 'wiki' must be a positive number, got 'inf'"),
         ("embedded:wiki=", "the weight of part 'wiki' must be a positive number, got ''"),
@@ -62,10 +75,14 @@ def test_bad_mixture_exits_2_from_the_command_line(tmp_path, capsys):
     from benchmark.search.command import search_main as main
 
     spec = tmp_path / "arch.yaml"
-    spec.write_text("family: looped\nd_model: 32\nn_heads: 2\nvocab_size: 300\nlayers: {begin: 1, middle: 1, end: 1}\n")
+    spec.write_text(
+        "family: looped\nd_model: 32\nn_heads: 2\nvocab_size: 300\nlayers: {begin: 1, middle: 1, end: 1}\n"
+    )
     assert main(["--spec", str(spec), "--data", "embedded:wiki=x,bible=1"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("shapebench search: data.source: the weight of part 'wiki' must be a positive number, got 'x'")
+    assert err.startswith(
+        "shapebench search: data.source: the weight of part 'wiki' must be a positive number, got 'x'"
+    )
     assert err.count("\n") == 1
 
 
@@ -77,15 +94,23 @@ def test_dataset_id_records_the_weights(tmp_path):
         return load_corpus(DataConfig(source=source, cache_dir=str(tmp_path))).dataset_id
 
     fingerprint = load_corpus(DataConfig(cache_dir=str(tmp_path))).fingerprint[:12]
-    assert dataset_id("embedded") == f"embedded:wiki=0.3333,bible=0.3333,poetry=0.3333@{fingerprint}"
-    assert dataset_id("embedded:wiki=0.5,bible=0.2,poetry=0.3") == f"embedded:wiki=0.5,bible=0.2,poetry=0.3@{fingerprint}"
+    assert (
+        dataset_id("embedded") == f"embedded:wiki=0.3333,bible=0.3333,poetry=0.3333@{fingerprint}"
+    )
+    assert (
+        dataset_id("embedded:wiki=0.5,bible=0.2,poetry=0.3")
+        == f"embedded:wiki=0.5,bible=0.2,poetry=0.3@{fingerprint}"
+    )
     # One mixture, one id however it is spelled; another mixture of the same text, another id.
     assert dataset_id("embedded:wiki=1,bible=1,poetry=1") == dataset_id("embedded")
     assert dataset_id("embedded:wiki=2,bible=1") == dataset_id("embedded:bible=0.5,wiki=1.0")
     assert dataset_id("embedded:wiki=2,bible=1") != dataset_id("embedded:wiki,bible")
     (tmp_path / "a.txt").write_text("one\n\ntwo\n")
     local = load_corpus(DataConfig(source=str(tmp_path / "a.txt"), cache_dir=str(tmp_path)))
-    assert local.weights == {"text": 1.0} and local.dataset_id == f"{tmp_path / 'a.txt'}@{local.fingerprint[:12]}"
+    assert (
+        local.weights == {"text": 1.0}
+        and local.dataset_id == f"{tmp_path / 'a.txt'}@{local.fingerprint[:12]}"
+    )
 
 
 def _old_rule_fingerprint(cfg: DataConfig) -> str:
@@ -112,12 +137,17 @@ def test_caches_of_the_old_rule_are_not_reused(tmp_path, count_encodes):
 
 
 def test_prepare_carries_the_weights_to_both_splits(tmp_path):
-    prepared = prepare(DataConfig(source="embedded:wiki=0.8,bible=0.2", **SMALL, cache_dir=str(tmp_path)))
+    prepared = prepare(
+        DataConfig(source="embedded:wiki=0.8,bible=0.2", **SMALL, cache_dir=str(tmp_path))
+    )
     assert prepared.train.weights == prepared.val.weights == {"wiki": 0.8, "bible": 0.2}
     assert prepared.dataset_id.startswith("embedded:wiki=0.8,bible=0.2@")
     # Another mixture of the same parts shares the token arrays (the weights are not in their key).
     again = prepare(DataConfig(source="embedded:wiki,bible", **SMALL, cache_dir=str(tmp_path)))
-    assert again.train.fingerprint == prepared.train.fingerprint and again.train.weights == {"wiki": 0.5, "bible": 0.5}
+    assert again.train.fingerprint == prepared.train.fingerprint and again.train.weights == {
+        "wiki": 0.5,
+        "bible": 0.5,
+    }
     assert len(list(tmp_path.glob("tokens/*.bin"))) == 2
 
 
@@ -131,13 +161,19 @@ WEIGHTS = {"a": 0.5, "b": 0.2, "c": 0.3}
 def _mixture(weights: dict[str, float] = WEIGHTS) -> TokenArray:
     bounds = np.cumsum([0, *SIZES.values()])
     spans = {name: (int(start), int(end)) for name, start, end in zip(SIZES, bounds, bounds[1:])}
-    return TokenArray(tokens=np.arange(bounds[-1], dtype=np.uint16), spans=spans, fingerprint="f", weights=weights)
+    return TokenArray(
+        tokens=np.arange(bounds[-1], dtype=np.uint16), spans=spans, fingerprint="f", weights=weights
+    )
 
 
 def _part_of(rows: torch.Tensor, train: TokenArray) -> list[str]:
     names = []
     for row in rows:
-        (name,) = [n for n, (start, end) in train.spans.items() if start <= int(row[0]) and int(row[-1]) < end]
+        (name,) = [
+            n
+            for n, (start, end) in train.spans.items()
+            if start <= int(row[0]) and int(row[-1]) < end
+        ]
         names.append(name)  # the unpacking fails for a window that straddles two parts
     return names
 
@@ -174,12 +210,17 @@ def test_batches_are_deterministic_per_seed_and_resume():
 def test_one_part_draws_as_before():
     """hf: and files are one part of weight 1: the same windows as the concatenated rule drew."""
     tokens = np.arange(1000, dtype=np.uint16)
-    one = TokenArray(tokens=tokens, spans={"text": (0, 1000)}, fingerprint="f", weights={"text": 1.0})
+    one = TokenArray(
+        tokens=tokens, spans={"text": (0, 1000)}, fingerprint="f", weights={"text": 1.0}
+    )
     generator = torch.Generator().manual_seed(3)
     stream = batches(one, seq_len=16, batch_size=4, seed=3)
     for _ in range(3):
         starts = torch.randint(1000 - 16, (4,), generator=generator)  # the old rule, verbatim
-        assert torch.equal(next(stream)[0], torch.from_numpy(tokens.astype(np.int64))[starts[:, None] + torch.arange(16)])
+        assert torch.equal(
+            next(stream)[0],
+            torch.from_numpy(tokens.astype(np.int64))[starts[:, None] + torch.arange(16)],
+        )
 
 
 def test_counts_follow_the_mixture():
@@ -201,13 +242,25 @@ def test_eval_sets_take_the_weights_shares():
     val = _mixture()
     sizes = {name: len(w) for name, w in eval_sets(val, seq_len=8, n_tokens=80).items()}
     assert sizes == {"a": 12, "b": 5, "c": 7}
-    assert {name: len(w) for name, w in eval_sets(val, seq_len=8, n_tokens=40).items()} == {"a": 8, "b": 3, "c": 4}
+    assert {name: len(w) for name, w in eval_sets(val, seq_len=8, n_tokens=40).items()} == {
+        "a": 8,
+        "b": 3,
+        "c": 4,
+    }
     # Equal weights: n_tokens per part, the windows of the rule before the mixture.
     equal = eval_sets(_mixture({"a": 1 / 3, "b": 1 / 3, "c": 1 / 3}), seq_len=8, n_tokens=80)
     for name, windows in equal.items():
         assert torch.equal(windows, eval_windows(val.part(name), 8, 80))
-    tiny = TokenArray(tokens=np.arange(8, dtype=np.uint16), spans={"x": (0, 8)}, fingerprint="f", weights={"x": 1.0})
-    with pytest.raises(ValueError, match="an evaluation window needs seq_len \\+ 1 = 9 tokens; part 'x' of the held-out"):
+    tiny = TokenArray(
+        tokens=np.arange(8, dtype=np.uint16),
+        spans={"x": (0, 8)},
+        fingerprint="f",
+        weights={"x": 1.0},
+    )
+    with pytest.raises(
+        ValueError,
+        match="an evaluation window needs seq_len \\+ 1 = 9 tokens; part 'x' of the held-out",
+    ):
         eval_sets(tiny, seq_len=8, n_tokens=80)
 
 
@@ -218,11 +271,24 @@ def test_val_loss_is_the_mixtures_loss():
     from benchmark.trial.evaluate import evaluate
 
     torch.manual_seed(0)
-    model = build_model({"family": "looped", "d_model": 32, "n_heads": 2, "vocab_size": 12_100,
-                         "layers": {"begin": 1, "middle": 1, "end": 1}})
+    model = build_model(
+        {
+            "family": "looped",
+            "d_model": 32,
+            "n_heads": 2,
+            "vocab_size": 12_100,
+            "layers": {"begin": 1, "middle": 1, "end": 1},
+        }
+    )
     sets = eval_sets(_mixture({"a": 0.2, "b": 0.5, "c": 0.3}), seq_len=8, n_tokens=80)
-    assert {name: len(w) for name, w in sets.items()} == {"a": 6, "b": 15, "c": 9}  # exact shares of 30
+    assert {name: len(w) for name, w in sets.items()} == {
+        "a": 6,
+        "b": 15,
+        "c": 9,
+    }  # exact shares of 30
     result = evaluate(model, sets)
     per = result["val_loss_by_source"]
     assert len(set(per.values())) == 3
-    assert result["val_loss"] == pytest.approx(0.2 * per["a"] + 0.5 * per["b"] + 0.3 * per["c"], rel=1e-9)
+    assert result["val_loss"] == pytest.approx(
+        0.2 * per["a"] + 0.5 * per["b"] + 0.3 * per["c"], rel=1e-9
+    )

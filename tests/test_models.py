@@ -55,7 +55,7 @@ def test_hyperloop_with_one_stream_identity_mixing_and_block_read_is_abbie_d():
     H_pre = H_post = 1 is y' = y + F(y): AbbIE-D's eq. 4 from the first iteration."""
     abbie = build(tiny("abbie-d", loops=3))
     hyper = tiny("hyperloop", loops=3, hyper=ONE_STREAM)
-    assert hyper.hyper.read == "block"                  # the preset's default
+    assert hyper.hyper.read == "block"  # the preset's default
     hl = same_weights(build(hyper, seed=1), abbie)
     x = tokens()
     torch.testing.assert_close(hl(x), abbie(x), rtol=0, atol=1e-5)
@@ -69,21 +69,27 @@ def test_hyperloop_default_is_not_looped():
     assert (hl(tokens()) - looped(tokens())).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("family, over", [("abbie-c", {}), ("looped", {}),
-                                          ("abbie-d", {"loop_residual_from": 1})])
+@pytest.mark.parametrize(
+    "family, over", [("abbie-c", {}), ("looped", {}), ("abbie-d", {"loop_residual_from": 1})]
+)
 def test_one_iteration_is_the_transformer_with_the_same_layers(family, over):
     """AbbIE §2.1: r = 1 is the standard Transformer (also at test time via loops=1); for AbbIE-D
     only when its inter-iteration residual starts at the second iteration."""
     std = build(tiny("transformer", layers={"n": 4}))
     rec = build(tiny(family, **over), seed=1)
     # the recurrent model's begin/middle/end are the Transformer's layers 0 / 1-2 / 3
-    mapping = {"begin.0": "begin.0", "middle.0": "begin.1", "middle.1": "begin.2", "end.0": "begin.3"}
+    mapping = {
+        "begin.0": "begin.0",
+        "middle.0": "begin.1",
+        "middle.1": "begin.2",
+        "end.0": "begin.3",
+    }
     state = rec.state_dict()
     for k in state:
         src = k
         for a, b in mapping.items():
             if k.startswith(a + "."):
-                src = b + k[len(a):]
+                src = b + k[len(a) :]
         state[k] = std.state_dict()[src]
     rec.load_state_dict(state)
     torch.testing.assert_close(rec(tokens(), loops=1), std(tokens()), rtol=0, atol=0)
@@ -115,7 +121,10 @@ def test_abbie_d_preset_follows_eq_4_from_the_first_iteration():
 def test_static_hyper_connections_at_init_are_pre_norm_residuals(streams, every):
     """HC §2.3 (eq. 14): at initialisation static HC equals the Pre-Norm residual network."""
     std = build(tiny("transformer", layers={"n": 4}))
-    hc = build(tiny("hc", layers={"n": 4}, hyper={"streams": streams, "every": every, "mixing": "static"}), seed=1)
+    hc = build(
+        tiny("hc", layers={"n": 4}, hyper={"streams": streams, "every": every, "mixing": "static"}),
+        seed=1,
+    )
     same_weights(hc, std)
     torch.testing.assert_close(hc(tokens()), std(tokens()), rtol=0, atol=1e-5)
 
@@ -137,7 +146,10 @@ def test_dynamic_hc_checkpoints_of_the_transposed_weight_layout_load():
     with torch.no_grad():
         for p in hc.hyper.parameters():
             p.add_(0.3 * torch.randn_like(p))
-    old = {k: (v.t() if k.startswith("hyper.") and k.endswith(".weight") else v) for k, v in hc.state_dict().items()}
+    old = {
+        k: (v.t() if k.startswith("hyper.") and k.endswith(".weight") else v)
+        for k, v in hc.state_dict().items()
+    }
     assert old["hyper.0.weight"].shape == (32, 4)
     fresh = build(tiny("hc", layers={"n": 2}, hyper={"streams": 2, "mixing": "dynamic"}), seed=2)
     fresh.load_state_dict(old)
@@ -149,7 +161,9 @@ def test_dynamic_hc_without_tanh_is_the_same_model_with_the_dynamic_part_unsquas
     each gate's dynamic part is s * norm(H) W where DHC has s * tanh(norm(H) W)."""
     spec = {"layers": {"n": 2}, "hyper": {"streams": 2, "mixing": "dynamic"}}
     dhc = build(tiny("hc", **spec))
-    raw = same_weights(build(tiny("hc", **{**spec, "hyper": {**spec["hyper"], "tanh": False}}), seed=1), dhc)
+    raw = same_weights(
+        build(tiny("hc", **{**spec, "hyper": {**spec["hyper"], "tanh": False}}), seed=1), dhc
+    )
     assert sum(p.numel() for p in raw.parameters()) == sum(p.numel() for p in dhc.parameters())
     torch.testing.assert_close(raw(tokens()), dhc(tokens()), rtol=0, atol=0)
     with torch.no_grad():
@@ -161,7 +175,9 @@ def test_dynamic_hc_without_tanh_is_the_same_model_with_the_dynamic_part_unsquas
         pre = F.rms_norm(Y, (Y.shape[-1],), eps=g_tanh.eps) @ g_tanh.weight.t()
         am, beta, ar = g_raw(Y)
         torch.testing.assert_close(beta, g_raw.scale[1] * pre[..., 0] + g_raw.static_beta)
-        torch.testing.assert_close(g_tanh(Y)[1], g_tanh.scale[1] * torch.tanh(pre[..., 0]) + g_tanh.static_beta)
+        torch.testing.assert_close(
+            g_tanh(Y)[1], g_tanh.scale[1] * torch.tanh(pre[..., 0]) + g_tanh.static_beta
+        )
     assert (raw(tokens()) - dhc(tokens())).abs().max() > 1e-4
 
 
@@ -204,7 +220,9 @@ def test_sinkhorn_matches_the_log_space_iteration_and_stays_finite():
         z = z - torch.logsumexp(z, dim=-2, keepdim=True)
         z = z - torch.logsumexp(z, dim=-1, keepdim=True)
     assert (sinkhorn(logits, 20) - z.exp()).abs().max() < 1e-6
-    assert (sinkhorn(logits, 1) - (logits.softmax(-2) / logits.softmax(-2).sum(-1, keepdim=True))).abs().max() < 1e-6
+    assert (
+        sinkhorn(logits, 1) - (logits.softmax(-2) / logits.softmax(-2).sum(-1, keepdim=True))
+    ).abs().max() < 1e-6
     far = torch.tensor([[0.0, -200.0], [-200.0, 0.0]])
     extreme = sinkhorn(torch.stack([far, 300 * torch.eye(2), -far]), 20)
     assert torch.isfinite(extreme).all()
@@ -221,12 +239,14 @@ def test_gates_divide_by_the_norm_after_projecting():
     torch.testing.assert_close(normed_linear(x, w, 1e-5), exact)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         low = normed_linear(x, w, 1e-5)
-        rounded = F.linear(RMSNorm(64, affine=False)(x), w)          # what autocast alone would give
-        from_bf16 = normed_linear(x.bfloat16(), w, 1e-5)             # bf16 streams
+        rounded = F.linear(RMSNorm(64, affine=False)(x), w)  # what autocast alone would give
+        from_bf16 = normed_linear(x.bfloat16(), w, 1e-5)  # bf16 streams
     assert low.dtype == from_bf16.dtype == torch.float32
     torch.testing.assert_close(low, exact, rtol=1e-5, atol=1e-5)
-    assert (rounded.float() - exact).abs().max() > 1e-2                # bf16 is far coarser than this
-    torch.testing.assert_close(from_bf16, normed_linear(x.bfloat16().float(), w, 1e-5), rtol=1e-5, atol=1e-5)
+    assert (rounded.float() - exact).abs().max() > 1e-2  # bf16 is far coarser than this
+    torch.testing.assert_close(
+        from_bf16, normed_linear(x.bfloat16().float(), w, 1e-5), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_mhc_gates_give_doubly_stochastic_h_res():
@@ -335,8 +355,14 @@ def test_weight_decay_spares_static_hyper_connection_parameters_and_loop_embeddi
         assert {n for n in hyper if n in names} == {n for n in hyper if n.endswith(".weight")}
         assert "loop_emb" not in names and "tok_emb.weight" in names
         assert not any("norm" in n for n in names)
-    static = {n for n, _ in build(tiny("hc", hyper={"mixing": "static"})).named_parameters() if n.startswith("hyper.")}
-    assert static and all(n.split(".")[-1] in ("static_beta", "static_am", "static_ar") for n in static)
+    static = {
+        n
+        for n, _ in build(tiny("hc", hyper={"mixing": "static"})).named_parameters()
+        if n.startswith("hyper.")
+    }
+    assert static and all(
+        n.split(".")[-1] in ("static_beta", "static_am", "static_ar") for n in static
+    )
 
 
 @pytest.mark.parametrize("n", [1, 4])
@@ -347,8 +373,11 @@ def test_hc_scales_the_output_projections_init_by_sqrt_n(n):
     big = {"d_model": 256, "n_heads": 4, "layers": {"n": 4}}
     hc = build(ArchSpec.from_dict({"family": "hc", **big, "hyper": {"streams": n}}))
     std = build(ArchSpec.from_dict({**big}))
-    for a, b in ((hc.begin[0].attn.o, std.begin[0].attn.o), (hc.begin[0].ffn.blocks[0].w2, std.begin[0].ffn.blocks[0].w2)):
-        assert a.weight.std().item() == pytest.approx(b.weight.std().item() / n ** 0.5, rel=0.02)
+    for a, b in (
+        (hc.begin[0].attn.o, std.begin[0].attn.o),
+        (hc.begin[0].ffn.blocks[0].w2, std.begin[0].ffn.blocks[0].w2),
+    ):
+        assert a.weight.std().item() == pytest.approx(b.weight.std().item() / n**0.5, rel=0.02)
     assert hc.begin[0].attn.q.weight.std().item() == pytest.approx(0.02, rel=0.02)
 
 
@@ -390,6 +419,7 @@ def test_the_streams_stay_float32_under_bf16_autocast(monkeypatch, family):
         def reading(u):
             seen.append(("u", u.dtype))
             return span(u)
+
         out = hyper_connect(gate, Y, reading, extra)
         seen.append(("out", out.dtype))
         return out
@@ -415,7 +445,9 @@ def test_every_family_keeps_its_residual_stream_float32_under_bf16_autocast(fami
     norms = {name: mod for name, mod in model.named_modules() if isinstance(mod, RMSNorm)}
     seen = {}
     for name, mod in norms.items():
-        mod.register_forward_pre_hook(lambda mod, args, name=name: seen.setdefault(name, set()).add(args[0].dtype))
+        mod.register_forward_pre_hook(
+            lambda mod, args, name=name: seen.setdefault(name, set()).add(args[0].dtype)
+        )
     for training in (True, False):  # Depth draws its initial state differently in each
         model.train(training)
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -433,8 +465,15 @@ def test_the_compiled_write_has_the_true_gradients(mixing):
 
     g = torch.Generator().manual_seed(0)
     B, T, n, d = 2, 3, 4, 5
-    Y, out, post = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((B, T, n, d), (B, T, d), (B, T, n)))
-    res = torch.randn(B, T, n, *((n,) if mixing == "full" else ()), generator=g, dtype=torch.float64)
+    Y, out, post = (
+        torch.randn(*s, generator=g, dtype=torch.float64)
+        for s in ((B, T, n, d), (B, T, d), (B, T, n))
+    )
+    res = torch.randn(
+        B, T, n, *((n,) if mixing == "full" else ()), generator=g, dtype=torch.float64
+    )
     args = [t.requires_grad_() for t in (Y, out, post, res)]
     assert torch.autograd.gradcheck(StreamWrite.apply, args)
-    torch.testing.assert_close(StreamWrite.apply(*args), Connection().write(Y, out, post, res), rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        StreamWrite.apply(*args), Connection().write(Y, out, post, res), rtol=0, atol=1e-12
+    )

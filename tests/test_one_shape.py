@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from benchmark import count_params
-from benchmark.search.command import search_main as main
-from benchmark.search.command import plan_main
 from benchmark.leaderboard.claims import arms
 from benchmark.perf import probe
+from benchmark.search.command import plan_main
+from benchmark.search.command import search_main as main
 from benchmark.space import SpaceError, load_space
 from benchmark.space.plan import TRIAL_REST_S, make_plan
 from benchmark.store.speeds import Speed
@@ -41,7 +41,9 @@ training: {tokens: 1.5M, seq_len: 128, batch_size: 32, warmup: 0.05}
 
 @pytest.fixture(autouse=True)
 def fixed_machine(monkeypatch):
-    monkeypatch.setattr(probe, "probe_speed", lambda spec, cfg: Speed(5e10, TRIAL_REST_S, 0))  # no probe trains
+    monkeypatch.setattr(
+        probe, "probe_speed", lambda spec, cfg: Speed(5e10, TRIAL_REST_S, 0)
+    )  # no probe trains
 
 
 def write(tmp_path: Path, text: str, name: str = "space.yaml") -> Path:
@@ -61,16 +63,34 @@ def test_every_candidate_keeps_the_anchors_shape_and_its_own_count(tmp_path):
     both; the anchor (the Hyperloop) lands 0.12% under 1.08M, the Transformer's six unique layers
     make it 1.361x the Hyperloop's non-embedding + head count (the paper: 238.0M / 135.7M)."""
     plan = make_plan(load_space(write(tmp_path, ONE_SHAPE)))
-    shapes = [(c.spec.family, c.spec.structure(), c.spec.d_model, c.spec.n_heads, c.spec.head_dim, c.spec.ffn.d_ff)
-              for c in plan.candidates]
-    assert shapes == [("hyperloop", "1L→2L(×2)→1L", 128, 4, 32, 352), ("transformer", "6L", 128, 4, 32, 352)]
+    shapes = [
+        (
+            c.spec.family,
+            c.spec.structure(),
+            c.spec.d_model,
+            c.spec.n_heads,
+            c.spec.head_dim,
+            c.spec.ffn.d_ff,
+        )
+        for c in plan.candidates
+    ]
+    assert shapes == [
+        ("hyperloop", "1L→2L(×2)→1L", 128, 4, 32, 352),
+        ("transformer", "6L", 128, 4, 32, 352),
+    ]
     own = [c.solution.params["non_embedding_head"] for c in plan.candidates]
     assert own == [1_078_686, 1_468_032]
     assert all(c.solution.params == count_params(c.spec) for c in plan.candidates)
-    assert {c.anchor.params["non_embedding_head"] for c in plan.candidates} == {1_078_686}  # the anchor is the Hyperloop
+    assert {c.anchor.params["non_embedding_head"] for c in plan.candidates} == {
+        1_078_686
+    }  # the anchor is the Hyperloop
     assert [round(c.anchor_ratio, 4) for c in plan.candidates] == [1.0, 1.3609]
-    assert plan.candidates[0].anchor.distance == pytest.approx(-0.00122, abs=1e-5)  # within the 0.5% tolerance
-    assert plan.candidates[1].distance == pytest.approx(0.3593, abs=1e-4)  # its own: no budget matched
+    assert plan.candidates[0].anchor.distance == pytest.approx(
+        -0.00122, abs=1e-5
+    )  # within the 0.5% tolerance
+    assert plan.candidates[1].distance == pytest.approx(
+        0.3593, abs=1e-4
+    )  # its own: no budget matched
 
 
 def test_the_plan_prints_each_count_over_the_anchors(tmp_path, capsys):
@@ -79,8 +99,10 @@ def test_the_plan_prints_each_count_over_the_anchors(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "× anchor" in out and "Δ budget" not in out
     assert "│   1.000× │" in out and "│   1.361× │" in out and "1,468,032" in out
-    assert ("solve: none: the anchor -0.122% from the budget, every candidate at its shape with its own count, "
-            "1.000-1.361× the anchor's") in " ".join(out.split())
+    assert (
+        "solve: none: the anchor -0.122% from the budget, every candidate at its shape with its own count, "
+        "1.000-1.361× the anchor's"
+    ) in " ".join(out.split())
     assert plan_main([path, "--json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [round(r["anchor_ratio"], 3) for r in rows] == [1.0, 1.361]
@@ -90,21 +112,48 @@ def test_the_plan_prints_each_count_over_the_anchors(tmp_path, capsys):
 def test_the_reference_space_is_the_hyperloop_of_the_other_claims():
     """search_spaces/reference-2/twice.yaml: its Hyperloop is ref2-hyperloop's at 1M (d_ff 301)."""
     plan = make_plan(load_space(TWICE))
-    assert [(c.spec.family, c.spec.d_model, c.spec.n_heads, c.spec.ffn.d_ff, c.solution.params["non_embedding_head"])
-            for c in plan.candidates] == [("hyperloop", 128, 4, 301, 1_000_350), ("transformer", 128, 4, 301, 1_350_528)]
+    assert [
+        (
+            c.spec.family,
+            c.spec.d_model,
+            c.spec.n_heads,
+            c.spec.ffn.d_ff,
+            c.solution.params["non_embedding_head"],
+        )
+        for c in plan.candidates
+    ] == [("hyperloop", 128, 4, 301, 1_000_350), ("transformer", 128, 4, 301, 1_350_528)]
 
 
-@pytest.mark.parametrize("change, where, message", [
-    ("anchor: {family: hyperloop, ffn: {ratio: 2.75}}\n", "solve", ("none keeps every candidate at the anchor's "
-     "shape (d_model, heads, FFN width) with its own parameter count; it needs an `anchor:`")),
-    ("  shape.unrolled_layers: 6\n", "axes.n_heads", ("n_heads is held from the anchor (solve: none: every "
-     "candidate keeps the anchor's d_model, heads and FFN width); set the shape in `anchor:`")),
-    ("base: {", "base.ffn.d_ff", "ffn.d_ff is held from the anchor"),
-])
-def test_what_the_anchor_holds_is_refused_elsewhere_with_its_place(tmp_path, change, where, message):
-    text = {"solve": ONE_SHAPE.replace(change, ""),
-            "axes.n_heads": ONE_SHAPE.replace(change, change + "  n_heads: [4]\n"),
-            "base.ffn.d_ff": ONE_SHAPE.replace(change, "base: {ffn: {d_ff: 300}, ")}[where]
+@pytest.mark.parametrize(
+    "change, where, message",
+    [
+        (
+            "anchor: {family: hyperloop, ffn: {ratio: 2.75}}\n",
+            "solve",
+            (
+                "none keeps every candidate at the anchor's "
+                "shape (d_model, heads, FFN width) with its own parameter count; it needs an `anchor:`"
+            ),
+        ),
+        (
+            "  shape.unrolled_layers: 6\n",
+            "axes.n_heads",
+            (
+                "n_heads is held from the anchor (solve: none: every "
+                "candidate keeps the anchor's d_model, heads and FFN width); set the shape in `anchor:`"
+            ),
+        ),
+        ("base: {", "base.ffn.d_ff", "ffn.d_ff is held from the anchor"),
+    ],
+)
+def test_what_the_anchor_holds_is_refused_elsewhere_with_its_place(
+    tmp_path, change, where, message
+):
+    text = {
+        "solve": ONE_SHAPE.replace(change, ""),
+        "axes.n_heads": ONE_SHAPE.replace(change, change + "  n_heads: [4]\n"),
+        "base.ffn.d_ff": ONE_SHAPE.replace(change, "base: {ffn: {d_ff: 300}, "),
+    }[where]
     with pytest.raises(SpaceError) as e:
         load_space(write(tmp_path, text))
     assert f": {where}: {message}" in str(e.value)
@@ -112,10 +161,14 @@ def test_what_the_anchor_holds_is_refused_elsewhere_with_its_place(tmp_path, cha
 
 
 def test_another_ffn_than_the_anchors_is_a_located_error(tmp_path):
-    text = ONE_SHAPE.replace("  shape.head_dim: 32\n", "  shape.head_dim: 32\n  ffn.kind: [swiglu, hourglass]\n")
+    text = ONE_SHAPE.replace(
+        "  shape.head_dim: 32\n", "  shape.head_dim: 32\n  ffn.kind: [swiglu, hourglass]\n"
+    )
     message = error_of(tmp_path, text)
-    assert ": axes.ffn.kind: solve: none keeps the anchor's FFN (swiglu, ffn.d_ff 352) for every candidate; " \
-           "this one's is hourglass" in message
+    assert (
+        ": axes.ffn.kind: solve: none keeps the anchor's FFN (swiglu, ffn.d_ff 352) for every candidate; "
+        "this one's is hourglass" in message
+    )
 
 
 def test_a_budget_the_anchors_shape_cannot_meet_says_what_it_sizes(tmp_path):
@@ -123,33 +176,58 @@ def test_a_budget_the_anchors_shape_cannot_meet_says_what_it_sizes(tmp_path):
     the anchor alone, and the message names the locks."""
     message = error_of(tmp_path, ONE_SHAPE.replace("budget: 1.08M", "budget: 2M"))
     assert ": budget: " in message and "(+11.01%), outside tolerance 0.5%" in message
-    assert ("under solve: none the budget and its tolerance size the anchor alone (every candidate keeps its "
-            "shape with its own count), held at shape.head_dim 32 exactly (d_model in steps of 32) and ffn.ratio "
-            "2.75 exactly: give the budget the anchor's size at the shape wanted") in message
+    assert (
+        "under solve: none the budget and its tolerance size the anchor alone (every candidate keeps its "
+        "shape with its own count), held at shape.head_dim 32 exactly (d_model in steps of 32) and ffn.ratio "
+        "2.75 exactly: give the budget the anchor's size at the shape wanted"
+    ) in message
 
 
 def test_one_shape_arms_differ_in_the_family_alone_and_d_model_would_be_a_confound():
     declared = {"solve": "none", "anchor": {"family": "hyperloop"}}
     assert arms.solved(declared) == set()
-    loop = {"family": "hyperloop", "d_model": 128, "n_heads": 4, "ffn.d_ff": 301, "structure": "1L→2L(×2)→1L"}
-    flat = {"family": "transformer", "d_model": 128, "n_heads": 4, "ffn.d_ff": 301, "structure": "6L"}
+    loop = {
+        "family": "hyperloop",
+        "d_model": 128,
+        "n_heads": 4,
+        "ffn.d_ff": 301,
+        "structure": "1L→2L(×2)→1L",
+    }
+    flat = {
+        "family": "transformer",
+        "d_model": 128,
+        "n_heads": 4,
+        "ffn.d_ff": 301,
+        "structure": "6L",
+    }
     filters = {"a": {"family": ("hyperloop",)}, "b": {"family": ("transformer",)}}
     assert arms.compare({"a": [loop], "b": [flat]}, filters, declared).label == "controlled"
     wider = {**flat, "d_model": 192, "n_heads": 6}
-    assert arms.compare({"a": [loop], "b": [wider]}, filters, declared).label == "confounded: d_model, n_heads"
+    assert (
+        arms.compare({"a": [loop], "b": [wider]}, filters, declared).label
+        == "confounded: d_model, n_heads"
+    )
 
 
 # ---- shapebench plan SPACE --claims FILE -------------------------------------------------------------
+
 
 def test_the_plan_lists_the_claims_arms_and_what_differs(capsys):
     assert plan_main([TWICE, "--claims", CLAIMS_2]) == 0
     out = capsys.readouterr().out
     table = out.index("│ transformer │")
-    claim = out.index("### Hyperloop beats a Transformer of the same unrolled depth with about twice its parameters")
+    claim = out.index(
+        "### Hyperloop beats a Transformer of the same unrolled depth with about twice its parameters"
+    )
     assert table < claim  # after the candidates
-    assert ("`ref2-twice` — **controlled**; differ in: family, layers.begin, layers.middle, layers.end, loops, "
-            "injection, structure, hyper") in out
-    assert "| transformer | transformer | 128 | 4 | 32 | swiglu 1×301 (2.352) | 6L | none | False | 1,350,528 |" in out
+    assert (
+        "`ref2-twice` — **controlled**; differ in: family, layers.begin, layers.middle, layers.end, loops, "
+        "injection, structure, hyper"
+    ) in out
+    assert (
+        "| transformer | transformer | 128 | 4 | 32 | swiglu 1×301 (2.352) | 6L | none | False | 1,350,528 |"
+        in out
+    )
     assert out.count("### ") == 1  # only the claims on this space's study
 
 
@@ -186,8 +264,10 @@ def test_a_confounded_claim_names_the_keys_its_groups_do_not_account_for(tmp_pat
     assert plan_main([str(space), "--claims", str(claims)]) == 0
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("`mixed` — "))
-    assert line == ("`mixed` — **confounded: head_dim, ffn.width_ratio**; differ in: family, d_model, head_dim, "
-                    "ffn.d_ff, injection, ffn.width, ffn.width_ratio, hyper")
+    assert line == (
+        "`mixed` — **confounded: head_dim, ffn.width_ratio**; differ in: family, d_model, head_dim, "
+        "ffn.d_ff, injection, ffn.width, ffn.width_ratio, hyper"
+    )
 
 
 def test_the_plans_claims_flag_fails_plainly(tmp_path, capsys):
@@ -198,4 +278,7 @@ def test_the_plans_claims_flag_fails_plainly(tmp_path, capsys):
     assert plan_main([space, "--claims", str(other)]) == 0
     assert "note: no claim of " in capsys.readouterr().err
     assert main([space, "--claims", str(other)]) == 2
-    assert "shapebench search: --claims applies only to a plan (shapebench board --claims" in capsys.readouterr().err
+    assert (
+        "shapebench search: --claims applies only to a plan (shapebench board --claims"
+        in capsys.readouterr().err
+    )

@@ -26,12 +26,22 @@ from benchmark.leaderboard import Settings, build_board, publish, read_results
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 BROWSER = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-extensions", "--remote-debugging-pipe"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--remote-debugging-pipe",
+]
 
-pytestmark = pytest.mark.skipif(BROWSER is None, reason="chromium not installed "
-                                "(apt-get install -y chromium chromium-driver)")
+pytestmark = pytest.mark.skipif(
+    BROWSER is None, reason="chromium not installed (apt-get install -y chromium chromium-driver)"
+)
 
 
 class Chromium:
@@ -45,20 +55,30 @@ class Chromium:
         # redirection cannot clobber the source of the other.
         to_browser, from_browser = (_above(fd, 10) for fd in (to_browser, from_browser))
         script = f'exec "$0" "$@" 3<&{to_browser} 4>&{from_browser}'
-        self.proc = subprocess.Popen(["bash", "-c", script, BROWSER, *FLAGS, f"--user-data-dir={profile}"],
-                                     pass_fds=(to_browser, from_browser),
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            ["bash", "-c", script, BROWSER, *FLAGS, f"--user-data-dir={profile}"],
+            pass_fds=(to_browser, from_browser),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(to_browser)
         os.close(from_browser)
         self._ids = itertools.count(1)
         self._buffer = b""
         self.events: list[dict] = []
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
-        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)[
+            "sessionId"
+        ]
 
     def call(self, method: str, session: str | None = None, **params) -> dict:
         ident = next(self._ids)
-        message = {"id": ident, "method": method, "params": params, **({"sessionId": session} if session else {})}
+        message = {
+            "id": ident,
+            "method": method,
+            "params": params,
+            **({"sessionId": session} if session else {}),
+        }
         os.write(self._to_browser, json.dumps(message).encode() + b"\0")
         while True:
             reply = self._next()
@@ -72,7 +92,9 @@ class Chromium:
         return self.call(method, session=self.session, **params)
 
     def evaluate(self, expression: str):
-        result = self.page("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        result = self.page(
+            "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
+        )
         assert "exceptionDetails" not in result, result["exceptionDetails"]
         return result["result"].get("value")
 
@@ -87,7 +109,9 @@ class Chromium:
             ready, _, _ = select.select([self._from_browser], [], [], max(timeout, 0))
             chunk = os.read(self._from_browser, 1 << 20) if ready else b""
             if not chunk:
-                raise TimeoutError("chromium sent nothing" if not ready else "chromium closed the pipe")
+                raise TimeoutError(
+                    "chromium sent nothing" if not ready else "chromium closed the pipe"
+                )
             self._buffer += chunk
         message, self._buffer = self._buffer.split(b"\0", 1)
         return json.loads(message)
@@ -132,7 +156,13 @@ def loaded(browser, site):
     # Any http(s)/ws request would be refused and logged as loadingFailed with a blockedReason.
     browser.page("Network.setBlockedURLs", urls=["http://*", "https://*", "ws://*", "wss://*"])
     browser.page("Page.enable")
-    browser.page("Emulation.setDeviceMetricsOverride", width=1400, height=2000, deviceScaleFactor=1, mobile=False)
+    browser.page(
+        "Emulation.setDeviceMetricsOverride",
+        width=1400,
+        height=2000,
+        deviceScaleFactor=1,
+        mobile=False,
+    )
     browser.page("Page.navigate", url=index.as_uri())
     browser.wait_for("Page.loadEventFired")
     return browser, index, n_trials
@@ -140,8 +170,11 @@ def loaded(browser, site):
 
 def test_page_makes_no_network_request(loaded):
     browser, index, _ = loaded
-    requested = [e["params"]["request"]["url"] for e in browser.events
-                 if e.get("method") == "Network.requestWillBeSent"]
+    requested = [
+        e["params"]["request"]["url"]
+        for e in browser.events
+        if e.get("method") == "Network.requestWillBeSent"
+    ]
     blocked = [e["params"] for e in browser.events if e.get("method") == "Network.loadingFailed"]
     assert index.as_uri() in requested
     assert [u for u in requested if not u.startswith(("file:", "data:"))] == []
@@ -157,7 +190,9 @@ def test_trials_table_has_one_row_per_trial(loaded):
 def test_header_click_sorts_the_table(loaded):
     browser, _, _ = loaded
     ppl = "[...document.querySelectorAll('#trials th')].findIndex(th => th.textContent.startsWith('PPL'))"
-    column = f"[...document.querySelectorAll('#trials tbody tr')].map(r => r.cells[{ppl}].textContent)"
+    column = (
+        f"[...document.querySelectorAll('#trials tbody tr')].map(r => r.cells[{ppl}].textContent)"
+    )
     click = f"document.querySelectorAll('#trials th')[{ppl}].click()"
 
     def shown():  # the column as displayed: perplexity to 2 decimals, "—" for failed trials
@@ -166,7 +201,9 @@ def test_header_click_sorts_the_table(loaded):
     before = shown()
     numbers = sorted(v for v in before if v is not None)
     missing = [v for v in before if v is None]
-    assert missing and len(set(numbers)) > 10, "the fixture should hold failed trials and many finished ones"
+    assert missing and len(set(numbers)) > 10, (
+        "the fixture should hold failed trials and many finished ones"
+    )
     browser.evaluate(click)
     assert shown() == numbers + missing  # ascending, empty last
     browser.evaluate(click)
@@ -186,7 +223,9 @@ def test_full_page_screenshot(loaded):
     browser, _, _ = loaded
     size = browser.page("Page.getLayoutMetrics")["cssContentSize"]
     clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
-    shot = browser.page("Page.captureScreenshot", format="png", clip=clip, captureBeyondViewport=True)["data"]
+    shot = browser.page(
+        "Page.captureScreenshot", format="png", clip=clip, captureBeyondViewport=True
+    )["data"]
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / "leaderboard_page.png"
     path.write_bytes(base64.b64decode(shot))
@@ -199,20 +238,49 @@ def test_the_ranking_comes_first_and_fits_a_laptop(loaded):
     table and the page fit the window (wider tables scroll in their own box); every column is one
     click away, below it."""
     browser, _, _ = loaded
-    browser.page("Emulation.setDeviceMetricsOverride", width=1280, height=800, deviceScaleFactor=1, mobile=False)
+    browser.page(
+        "Emulation.setDeviceMetricsOverride",
+        width=1280,
+        height=800,
+        deviceScaleFactor=1,
+        mobile=False,
+    )
     try:
         sections = browser.evaluate("[...document.querySelectorAll('h2')].map(h => h.textContent)")
-        assert sections[:2] == ["Leaderboard", "Frontiers"] and sections.index("All trials") > sections.index("Studies")
+        assert sections[:2] == ["Leaderboard", "Frontiers"] and sections.index(
+            "All trials"
+        ) > sections.index("Studies")
         first = browser.evaluate("""(() => { const t = document.querySelector('table');
             return {caption: t.caption.textContent, width: t.getBoundingClientRect().width,
                     heads: [...t.tHead.rows[0].cells].map(c => c.textContent), rows: t.tBodies[0].rows.length}; })()""")
-        assert first["caption"] == "Budget 30M" and first["rows"] > 10 and first["width"] <= 1280 - 32
-        assert first["heads"] == ["#", "Family", "Structure", "Variant", "Params", "PPL", "Seeds", "Pareto"]
+        assert (
+            first["caption"] == "Budget 30M" and first["rows"] > 10 and first["width"] <= 1280 - 32
+        )
+        assert first["heads"] == [
+            "#",
+            "Family",
+            "Structure",
+            "Variant",
+            "Params",
+            "PPL",
+            "Seeds",
+            "Pareto",
+        ]
         assert browser.evaluate("document.documentElement.scrollWidth") <= 1280
         full = browser.evaluate("""(() => { const d = document.querySelector('details');
             d.open = true; const t = d.querySelector('table');
             return {summary: d.querySelector('summary').textContent, heads: t.tHead.rows[0].cells.length,
                     shown: t.getBoundingClientRect().height > 0}; })()""")
-        assert full["summary"] == f"All {full['heads']} columns" and full["heads"] > 12 and full["shown"]
+        assert (
+            full["summary"] == f"All {full['heads']} columns"
+            and full["heads"] > 12
+            and full["shown"]
+        )
     finally:
-        browser.page("Emulation.setDeviceMetricsOverride", width=1400, height=2000, deviceScaleFactor=1, mobile=False)
+        browser.page(
+            "Emulation.setDeviceMetricsOverride",
+            width=1400,
+            height=2000,
+            deviceScaleFactor=1,
+            mobile=False,
+        )

@@ -10,11 +10,11 @@ import pytest
 
 from benchmark import count_flops, count_params, perf
 from benchmark.perf import probe
+from benchmark.recipe import TrainConfig
 from benchmark.search.command import plan_main
 from benchmark.search.command import search_main as main
 from benchmark.space.plan import TRIAL_REST_S
 from benchmark.store.speeds import Speed
-from benchmark.recipe import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = str(ROOT / "search_spaces" / "quickstart.yaml")
@@ -23,7 +23,9 @@ FLOPS = 5e10  # a stand-in for this machine's measured training FLOP/s
 
 @pytest.fixture(autouse=True)
 def fixed_machine(monkeypatch):
-    monkeypatch.setattr(probe, "probe_speed", lambda spec, cfg: Speed(FLOPS, TRIAL_REST_S, 0))  # estimates() asks it
+    monkeypatch.setattr(
+        probe, "probe_speed", lambda spec, cfg: Speed(FLOPS, TRIAL_REST_S, 0)
+    )  # estimates() asks it
 
 
 def plan_json(capsys, *args):
@@ -36,15 +38,31 @@ def test_json_records(capsys):
     rows, err = plan_json(capsys, QUICKSTART)
     assert len(rows) == 3 and "median |Δ budget|" in err
     for r in rows:
-        assert {"family", "spec", "params_total", "params_non_embedding", "budget", "budget_distance",
-                "flops_per_token_train", "est_seconds"} <= set(r)
+        assert {
+            "family",
+            "spec",
+            "params_total",
+            "params_non_embedding",
+            "budget",
+            "budget_distance",
+            "flops_per_token_train",
+            "est_seconds",
+        } <= set(r)
         counted = count_params(r["spec"])
-        assert (counted["total"], counted["non_embedding"]) == (r["params_total"], r["params_non_embedding"])
-        assert r["budget"] == 1_500_000 and r["budget_distance"] == (r["params_total"] - 1_500_000) / 1_500_000
+        assert (counted["total"], counted["non_embedding"]) == (
+            r["params_total"],
+            r["params_non_embedding"],
+        )
+        assert (
+            r["budget"] == 1_500_000
+            and r["budget_distance"] == (r["params_total"] - 1_500_000) / 1_500_000
+        )
         assert abs(r["budget_distance"]) <= 0.005
         assert r["flops_per_token_train"] == count_flops(r["spec"], 128)["train"]
-        assert r["tokens"] == 600_000                    # training.tokens of the quickstart space
-        assert r["est_seconds"] == pytest.approx(r["flops_per_token_train"] * r["tokens"] / FLOPS + TRIAL_REST_S)
+        assert r["tokens"] == 600_000  # training.tokens of the quickstart space
+        assert r["est_seconds"] == pytest.approx(
+            r["flops_per_token_train"] * r["tokens"] / FLOPS + TRIAL_REST_S
+        )
     assert [r["family"] for r in rows] == ["transformer", "looped", "hyperloop"]
 
 
@@ -62,7 +80,9 @@ def test_a_piped_plan_keeps_each_row_on_one_line(capsys, monkeypatch, force_colo
 
 
 def test_overrides(capsys):
-    rows, _ = plan_json(capsys, QUICKSTART, "--budget", "3M", "--count", "non_embedding", "--tokens", "20x")
+    rows, _ = plan_json(
+        capsys, QUICKSTART, "--budget", "3M", "--count", "non_embedding", "--tokens", "20x"
+    )
     for r in rows:
         assert r["budget"] == 3_000_000 and abs(r["params_non_embedding"] / 3_000_000 - 1) <= 0.005
         # "20x" multiplies training.tokens_per, which in a space defaults to the budget's count
@@ -84,25 +104,56 @@ def test_table(capsys):
     assert "3 (the whole grid) candidates x 2 seeds at 1.5M total parameters ± 0.5%" in out
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--resume"], "shapebench plan: --resume applies only to a search, not to a plan"),
-    (["--name", "x", "--address", "auto"],
-     "shapebench plan: --name, --address apply only to a search, not to a plan"),
-    (["--spec", "arch.yaml"], "shapebench plan: --spec applies only to a search, not to a plan"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--resume"], "shapebench plan: --resume applies only to a search, not to a plan"),
+        (
+            ["--name", "x", "--address", "auto"],
+            "shapebench plan: --name, --address apply only to a search, not to a plan",
+        ),
+        (
+            ["--spec", "arch.yaml"],
+            "shapebench plan: --spec applies only to a search, not to a plan",
+        ),
+    ],
+)
 def test_search_flags_fail_loudly(args, message, capsys):
     assert plan_main([QUICKSTART, *args]) == 2
     assert capsys.readouterr().err == message + "\n"
 
 
-@pytest.mark.parametrize("flag, value, problem", [
-    ("--data", "embedded:wiki=-1", "data.source: the weight of part 'wiki' must be a positive number, got '-1'"),
-    ("--data", "embedded:wiki=abc", "data.source: the weight of part 'wiki' must be a positive number, got 'abc'"),
-    ("--data", "embedded:wikki=0.5", "data.source: unknown embedded part(s) 'wikki' (did you mean 'wiki'?)"),
-    ("--data", "embedded:wiki=0,bible=0", "data.source: the weight of part 'wiki' must be a positive number, got '0'"),
-    ("--tokenizer", "bogus", "data.tokenizer: unknown tokenizer 'bogus'"),
-    ("--data", "/nonexistent/corpus.txt", "data.source: no such file '/nonexistent/corpus.txt'"),
-])
+@pytest.mark.parametrize(
+    "flag, value, problem",
+    [
+        (
+            "--data",
+            "embedded:wiki=-1",
+            "data.source: the weight of part 'wiki' must be a positive number, got '-1'",
+        ),
+        (
+            "--data",
+            "embedded:wiki=abc",
+            "data.source: the weight of part 'wiki' must be a positive number, got 'abc'",
+        ),
+        (
+            "--data",
+            "embedded:wikki=0.5",
+            "data.source: unknown embedded part(s) 'wikki' (did you mean 'wiki'?)",
+        ),
+        (
+            "--data",
+            "embedded:wiki=0,bible=0",
+            "data.source: the weight of part 'wiki' must be a positive number, got '0'",
+        ),
+        ("--tokenizer", "bogus", "data.tokenizer: unknown tokenizer 'bogus'"),
+        (
+            "--data",
+            "/nonexistent/corpus.txt",
+            "data.source: no such file '/nonexistent/corpus.txt'",
+        ),
+    ],
+)
 def test_a_plan_refuses_the_data_its_search_would(flag, value, problem, capsys, tmp_path):
     """The same one line (under its own command's name) and exit 2 from the plan as from the search, which refuses it before training."""
     assert main([QUICKSTART, flag, value, "--results", str(tmp_path)]) == 2
@@ -110,14 +161,19 @@ def test_a_plan_refuses_the_data_its_search_would(flag, value, problem, capsys, 
     assert plan_main([QUICKSTART, flag, value]) == 2
     planned = capsys.readouterr()
     assert planned.out == "" and searched.count("\n") == 1
-    assert planned.err.removeprefix("shapebench plan: ") == searched.removeprefix("shapebench search: ")
+    assert planned.err.removeprefix("shapebench plan: ") == searched.removeprefix(
+        "shapebench search: "
+    )
     assert searched.startswith(f"shapebench search: {problem}")
     assert not list(tmp_path.iterdir())
 
 
 def test_resume_needs_an_existing_study(capsys, tmp_path):
     assert main([QUICKSTART, "--resume", "--name", "nosuch", "--results", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == f"shapebench search: --resume: no study named 'nosuch' under {tmp_path}/\n"
+    assert (
+        capsys.readouterr().err
+        == f"shapebench search: --resume: no study named 'nosuch' under {tmp_path}/\n"
+    )
     assert not list(tmp_path.iterdir())
 
 
@@ -125,7 +181,10 @@ def test_bad_flags_are_usage_errors(capsys):
     with pytest.raises(SystemExit) as e:
         plan_main([QUICKSTART, "--budget", "lots"])
     assert e.value.code == 2
-    assert "argument --budget: expected an amount like 113M, 1.2B or 500K, got 'lots'" in capsys.readouterr().err
+    assert (
+        "argument --budget: expected an amount like 113M, 1.2B or 500K, got 'lots'"
+        in capsys.readouterr().err
+    )
 
 
 def test_an_absurd_budget_is_a_plain_error_in_a_second(capsys):
@@ -146,7 +205,10 @@ def test_a_study_name_is_one_folder(name, capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
         main([QUICKSTART, "--name", name, "--results", str(tmp_path)])
     assert e.value.code == 2
-    assert f"argument --name: {name!r} is not a study name: use one folder name" in capsys.readouterr().err
+    assert (
+        f"argument --name: {name!r} is not a study name: use one folder name"
+        in capsys.readouterr().err
+    )
     assert not list(tmp_path.iterdir())
 
 
@@ -162,17 +224,26 @@ def test_a_spec_file_that_is_not_a_mapping_is_one_line(text, kind, capsys, tmp_p
     spec = tmp_path / "arch.yaml"
     spec.write_text(text)
     assert main(["--spec", str(spec), "--tokens", "1K"]) == 2
-    assert capsys.readouterr().err == (f"{spec}:1:1: expected a mapping of architecture keys "
-                                       f"(family: ..., d_model: ...), got a {kind}\n")
+    assert capsys.readouterr().err == (
+        f"{spec}:1:1: expected a mapping of architecture keys "
+        f"(family: ..., d_model: ...), got a {kind}\n"
+    )
 
 
-
-@pytest.mark.parametrize("text, message", [
-    ("family: looped\nd_model: 32\ntraining: {seq_len: 32, warmpu: 0.1}\n",
-     "3:25: training.warmpu: unknown key (did you mean 'warmup'?)"),
-    ("family: looped\ntraining: [1, 2]\n", "2:11: training: expected a mapping, got [1, 2]"),
-    ("family: looped\nfamily: hyperloop\n", "2:1: family: duplicate key (first given at line 1)"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "family: looped\nd_model: 32\ntraining: {seq_len: 32, warmpu: 0.1}\n",
+            "3:25: training.warmpu: unknown key (did you mean 'warmup'?)",
+        ),
+        ("family: looped\ntraining: [1, 2]\n", "2:11: training: expected a mapping, got [1, 2]"),
+        (
+            "family: looped\nfamily: hyperloop\n",
+            "2:1: family: duplicate key (first given at line 1)",
+        ),
+    ],
+)
 def test_a_spec_files_errors_are_located_as_a_spaces(text, message, capsys, tmp_path):
     """--spec reads its file with the space's loader: the file, line and column of every error,
     its `training:` section checked as a space's is."""
@@ -184,7 +255,10 @@ def test_a_spec_files_errors_are_located_as_a_spaces(text, message, capsys, tmp_
 
 def test_missing_file(capsys, tmp_path):
     assert plan_main([str(tmp_path / "nope.yaml")]) == 2
-    assert capsys.readouterr().err == f"{tmp_path / 'nope.yaml'}: cannot read: No such file or directory\n"
+    assert (
+        capsys.readouterr().err
+        == f"{tmp_path / 'nope.yaml'}: cannot read: No such file or directory\n"
+    )
 
 
 def test_run_search_py_plans_the_default_space(tmp_path, monkeypatch):
@@ -196,13 +270,26 @@ def test_run_search_py_plans_the_default_space(tmp_path, monkeypatch):
     from benchmark.store import speeds
 
     monkeypatch.setenv("SHAPEBENCH_CACHE", str(tmp_path / "cache"))
-    plan = make_plan(load_space(ROOT / "search_spaces" / "default.yaml", [Override.flag("budget", "budget", "113M")]))
-    first = probe.probe_key(plan.candidates[0].spec, TrainConfig.from_dict(plan.space.trial_training))
-    speeds.record_probe(perf.timing.speeds_file(), first, FLOPS, 10.0)   # so the child does not probe
+    plan = make_plan(
+        load_space(
+            ROOT / "search_spaces" / "default.yaml", [Override.flag("budget", "budget", "113M")]
+        )
+    )
+    first = probe.probe_key(
+        plan.candidates[0].spec, TrainConfig.from_dict(plan.space.trial_training)
+    )
+    speeds.record_probe(
+        perf.timing.speeds_file(), first, FLOPS, 10.0
+    )  # so the child does not probe
     work = tmp_path / "work"
     work.mkdir()
-    run = subprocess.run([sys.executable, str(ROOT / "run_search.py"), "--plan", "--json", "--budget", "113M"],
-                         cwd=work, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "run_search.py"), "--plan", "--json", "--budget", "113M"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     rows = [json.loads(line) for line in run.stdout.splitlines()]
     assert len(rows) == 32 and {r["budget"] for r in rows} == {113_000_000}
@@ -217,7 +304,10 @@ def test_the_headline_search_on_one_machine_asks_first(capsys, tmp_path):
     err = capsys.readouterr().err
     hours = float(err.split(" machine-hours")[0].rsplit(" ", 1)[1].replace(",", ""))
     assert hours > 24 and "GPU-hours at an assumed 400 TFLOP/s per GPU" in err
-    assert "  shapebench search --budget 113M --address auto --results s3://BUCKET/results --gpus-per-trial 1" in err
+    assert (
+        "  shapebench search --budget 113M --address auto --results s3://BUCKET/results --gpus-per-trial 1"
+        in err
+    )
     assert "Add --yes to run it here anyway." in err
     assert not (tmp_path / "results").exists()
 
@@ -231,7 +321,9 @@ def test_a_results_path_that_is_a_file_is_one_line_before_any_training(capsys, t
     assert main([QUICKSTART, "--results", str(taken), "--name", "q"]) == 2
     err = capsys.readouterr().err
     assert time.perf_counter() - t0 < 10 and err.count("\n") == 1
-    assert err.startswith("shapebench search: q: ") and str(taken) in err and "not a directory" in err
+    assert (
+        err.startswith("shapebench search: q: ") and str(taken) in err and "not a directory" in err
+    )
 
 
 def test_estimates_learn_from_the_trials_finished_here(monkeypatch, tmp_path):
@@ -250,7 +342,9 @@ def test_estimates_learn_from_the_trials_finished_here(monkeypatch, tmp_path):
     policy = speeds.policy_key("auto", True)
     speeds.record_trial(path, policy, "transformer", 2e10, 100.0)
     speeds.record_trial(path, policy, "transformer", 4e10, 60.0)
-    speeds.record_trial(path, speeds.policy_key("fp32", False), "looped", 1e9, 1.0)  # another policy
+    speeds.record_trial(
+        path, speeds.policy_key("fp32", False), "looped", 1e9, 1.0
+    )  # another policy
     after = records(plan, perf.estimates(plan, cfg))
     for r in after:
         work = r["flops_per_token_train"] * r["tokens"]
@@ -274,7 +368,9 @@ def _probes(monkeypatch, peak: float = 1e15) -> list[tuple]:
     return seen
 
 
-def test_the_first_estimate_probes_the_first_candidate_trained_as_its_trial_will_be(monkeypatch, tmp_path, capsys):
+def test_the_first_estimate_probes_the_first_candidate_trained_as_its_trial_will_be(
+    monkeypatch, tmp_path, capsys
+):
     """Before any trial here, the plan probes its first candidate in the trials' policy (the precision
     `auto` resolves to, compiled unless --no-compile), at their sequence length and micro-batch: a
     small eager probe read a Xeon with AMX at a third of its compiled bf16 trials' speed. The first
@@ -284,13 +380,20 @@ def test_the_first_estimate_probes_the_first_candidate_trained_as_its_trial_will
     seen = _probes(monkeypatch)
     monkeypatch.setenv(speeds.ENV, str(tmp_path / "perf.json"))
     rows, _ = plan_json(capsys, QUICKSTART)
-    (spec, policy, seq_len, batch), = seen
-    assert spec.to_dict() == rows[0]["spec"] and (seq_len, batch) == (128, 16)   # the quickstart's training
+    ((spec, policy, seq_len, batch),) = seen
+    assert spec.to_dict() == rows[0]["spec"] and (seq_len, batch) == (
+        128,
+        16,
+    )  # the quickstart's training
     assert policy.precision == "auto" and policy.compile and policy.compile_scope == "regions"
-    for r in rows:   # 2e10 FLOP/s, 20 s of compiling, and the rest of a trial
-        assert r["est_seconds"] == pytest.approx(r["flops_per_token_train"] * r["tokens"] / 2e10 + 20.0 + TRIAL_REST_S)
-    assert plan_json(capsys, QUICKSTART)[0] == rows and len(seen) == 1             # recorded: probed once
-    plan_json(capsys, QUICKSTART, "--no-compile", "--precision", "fp32")           # another policy: its own probe
+    for r in rows:  # 2e10 FLOP/s, 20 s of compiling, and the rest of a trial
+        assert r["est_seconds"] == pytest.approx(
+            r["flops_per_token_train"] * r["tokens"] / 2e10 + 20.0 + TRIAL_REST_S
+        )
+    assert plan_json(capsys, QUICKSTART)[0] == rows and len(seen) == 1  # recorded: probed once
+    plan_json(
+        capsys, QUICKSTART, "--no-compile", "--precision", "fp32"
+    )  # another policy: its own probe
     assert len(seen) == 2 and seen[1][1].precision == "fp32" and not seen[1][1].compile
 
 
@@ -321,8 +424,10 @@ def test_a_real_probe_trains_the_candidate(monkeypatch, tmp_path):
     monkeypatch.undo()
     monkeypatch.setenv(speeds.ENV, str(tmp_path / "perf.json"))
     space = tmp_path / "tiny.yaml"
-    space.write_text("budget: 200K\nbase: {vocab_size: 512, n_heads: 2}\naxes: {family: [transformer]}\n"
-                     "training: {tokens: 1M, seq_len: 32, batch_size: 4}\n")
+    space.write_text(
+        "budget: 200K\nbase: {vocab_size: 512, n_heads: 2}\naxes: {family: [transformer]}\n"
+        "training: {tokens: 1M, seq_len: 32, batch_size: 4}\n"
+    )
     plan = make_plan(load_space(space))
     cfg = TrainConfig.from_dict({**plan.space.trial_training, "compile": False})
     monkeypatch.setattr(probe, "PROBE_S", 1.0)
@@ -332,7 +437,9 @@ def test_a_real_probe_trains_the_candidate(monkeypatch, tmp_path):
     assert key.startswith("auto|eager|") and speeds.probe(speeds.path_in(tmp_path), key) is not None
 
 
-def test_the_plan_counts_the_search_around_the_trials_as_measured_here(monkeypatch, tmp_path, capsys):
+def test_the_plan_counts_the_search_around_the_trials_as_measured_here(
+    monkeypatch, tmp_path, capsys
+):
     """The plan's total is its trials plus the search's own time outside them (Ray's start, the
     driver around each trial): assumed until a search has run here, then the mean of those that
     did (recorded by the driver: tests/test_search.py). A new user's quickstart on an H100 spent
@@ -344,7 +451,10 @@ def test_the_plan_counts_the_search_around_the_trials_as_measured_here(monkeypat
     rows, err = plan_json(capsys, QUICKSTART)
     trials = sum(r["est_seconds"] for r in rows) * 2  # the quickstart's two seeds
     assert f"the search around them {SEARCH_START_S:.0f} s (until a search has run here)" in err
-    assert f"est. {(trials + SEARCH_START_S) / 60:.1f} min here: the trials {trials / 60:.1f} min" in err
+    assert (
+        f"est. {(trials + SEARCH_START_S) / 60:.1f} min here: the trials {trials / 60:.1f} min"
+        in err
+    )
     path = speeds.path_in(tmp_path)
     speeds.record_search(path, 20.0, 1.0)
     speeds.record_search(path, 30.0, 2.0)
@@ -356,6 +466,11 @@ def test_the_plan_counts_the_search_around_the_trials_as_measured_here(monkeypat
     assert f"est. {(trials + around) / 60:.1f} min here" in err
     # a damaged entry (hand-edited, cut short) is skipped, never an error
     data = json.loads(path.read_text())
-    data["machines"][speeds.machine_key()]["searches"] += [["a", 1], [5.0], [float("nan"), 1.0], [-1.0, 0.0]]
+    data["machines"][speeds.machine_key()]["searches"] += [
+        ["a", 1],
+        [5.0],
+        [float("nan"), 1.0],
+        [-1.0, 0.0],
+    ]
     path.write_text(json.dumps(data))
     assert speeds.search_times(path, SEARCH_START_S) == (25.0, 1.5, 2)

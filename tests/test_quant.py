@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from benchmark import ArchSpec, build_model
+from benchmark.trial.policy import ExecPolicy
 from benchmark.trial.quant import (
     BITS,
     QuantConfig,
@@ -20,7 +21,6 @@ from benchmark.trial.quant import (
     quantize,
     rtn,
 )
-from benchmark.trial.policy import ExecPolicy
 from benchmark.trial.step import TrainStep, lm_loss
 
 
@@ -47,20 +47,23 @@ def correlated_inputs(n=512, d=96, seed=1):
 
 # ---- the grid -----------------------------------------------------------------------------------
 
+
 def test_int8_reconstructs_weights_closely_and_int4_does_not():
     w = gaussian(64, 128)
     e8 = rel_err(w, rtn(w, QuantConfig(bits=8, method="rtn", group_size=32)))
     e4 = rel_err(w, rtn(w, QuantConfig(bits=4, method="rtn", group_size=32)))
     assert e8 < 0.01
     assert 0.05 < e4 < 0.2
-    assert e4 > 10 * e8   # 16x finer grid: ~16x smaller error
+    assert e4 > 10 * e8  # 16x finer grid: ~16x smaller error
 
 
 @pytest.mark.parametrize("symmetric", [False, True])
 def test_smaller_groups_quantise_more_accurately(symmetric):
     w = gaussian(64, 128)
-    errs = [rel_err(w, rtn(w, QuantConfig(bits=4, method="rtn", group_size=g, symmetric=symmetric)))
-            for g in (8, 32, 128)]
+    errs = [
+        rel_err(w, rtn(w, QuantConfig(bits=4, method="rtn", group_size=g, symmetric=symmetric)))
+        for g in (8, 32, 128)
+    ]
     assert errs[0] < errs[1] < errs[2]
 
 
@@ -69,14 +72,14 @@ def test_each_group_uses_at_most_2_to_the_bits_levels():
     for bits in (4, 8):
         q = rtn(w, QuantConfig(bits=bits, method="rtn", group_size=16))
         for s in range(0, 64, 16):
-            for row in q[:, s:s + 16]:
-                assert len(row.unique()) <= 2 ** bits
+            for row in q[:, s : s + 16]:
+                assert len(row.unique()) <= 2**bits
 
 
 def test_a_ragged_last_group_is_quantised_on_its_own():
     """100 input columns in groups of 32: the last group has 4 columns and its own grid."""
     w = gaussian(8, 100)
-    w[:, 96:] *= 100                  # were the last columns in another group, they would ruin its grid
+    w[:, 96:] *= 100  # were the last columns in another group, they would ruin its grid
     cfg = QuantConfig(bits=4, method="rtn", group_size=32)
     q = rtn(w, cfg)
     assert torch.equal(q[:, :96], rtn(w[:, :96], cfg))
@@ -93,6 +96,7 @@ def test_config_is_validated():
 
 
 # ---- GPTQ ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("act_order", [False, True])
@@ -128,7 +132,7 @@ def test_layers_stacked_are_quantised_as_each_alone(act_order):
     one it gets alone (its own Hessian, its own dead inputs and column order), bit for bit on a
     CPU (a GPU's batched factorisations may round differently in the last bits)."""
     Xs = [correlated_inputs(seed=s) for s in range(3)]
-    Xs[1][:, 7] = 0                                          # one layer with a dead input
+    Xs[1][:, 7] = 0  # one layer with a dead input
     Hs = torch.stack([2 * X.T @ X / X.shape[0] for X in Xs])
     ws = torch.stack([gaussian(48, 96, seed=s) for s in range(3)])
     cfg = QuantConfig(bits=4, group_size=32, act_order=act_order, block_size=64)
@@ -147,11 +151,13 @@ def test_quantize_writes_each_layer_its_own_result_across_stacks(monkeypatch, ac
     cfg = QuantConfig(bits=4, group_size=16, act_order=act_order, symmetric=act_order)
     q, _ = quantize(m, cfg, hessians=hessians)
     for name, proj in quantizable(q).items():
-        assert torch.equal(proj.weight, gptq(quantizable(m)[name].weight, hessians[name].H, cfg)), name
+        assert torch.equal(proj.weight, gptq(quantizable(m)[name].weight, hessians[name].H, cfg)), (
+            name
+        )
 
 
 def test_stacks_group_layers_by_shape_within_a_size_limit(monkeypatch):
-    m = tiny("transformer")       # 4 layers: q, k, v, o (32, 32); w1, w3 (88, 32); w2 (32, 88)
+    m = tiny("transformer")  # 4 layers: q, k, v, o (32, 32); w1, w3 (88, 32); w2 (32, 88)
     stacks = _stacks(quantizable(m))
     assert sorted(map(len, stacks)) == [4, 8, 16]
     assert all(len({tuple(quantizable(m)[n].weight.shape) for n in s}) == 1 for s in stacks)
@@ -165,13 +171,18 @@ def test_gptq_output_stays_on_the_group_grids():
     X, w = correlated_inputs(d=64), gaussian(8, 64, seed=3)
     q = gptq(w, 2 * X.T @ X / X.shape[0], QuantConfig(bits=4, group_size=16))
     for s in range(0, 64, 16):
-        for row in q[:, s:s + 16]:
+        for row in q[:, s : s + 16]:
             assert len(row.unique()) <= 16
 
 
 # ---- models -------------------------------------------------------------------------------------
 
-TINY = {"vocab_size": 61, "d_model": 32, "n_heads": 4, "layers": {"begin": 1, "middle": 2, "end": 1}}
+TINY = {
+    "vocab_size": 61,
+    "d_model": 32,
+    "n_heads": 4,
+    "layers": {"begin": 1, "middle": 2, "end": 1},
+}
 
 
 def tiny(family, **over):
@@ -188,7 +199,7 @@ def test_a_looped_layer_collects_inputs_from_every_loop(family):
     """Hyperloop §4: the Hessian of a shared layer aggregates its inputs across loops."""
     m = tiny(family, loops=3)
     hs = collect_hessians(m, quantizable(m), [tokens(), tokens(seed=1)])
-    rows = 2 * 2 * 10                                   # two batches of (2, 10) tokens
+    rows = 2 * 2 * 10  # two batches of (2, 10) tokens
     assert hs["begin.0.attn.q"].rows == rows
     assert hs["middle.1.ffn.blocks.0.w2"].rows == 3 * rows
     assert hs["end.0.attn.o"].rows == rows
@@ -200,7 +211,7 @@ def test_quantize_copies_the_model_and_keeps_lora_embeddings_and_norms():
     m = tiny("lora-looped", loops=2, tie_embeddings=False)
     before = {k: v.clone() for k, v in m.state_dict().items()}
     q, report = quantize(m, QuantConfig(bits=4, group_size=16), [tokens()])
-    assert all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())   # original untouched
+    assert all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())  # original untouched
     quantised = {f"{name}.weight" for name in quantizable(m)}
     assert "lm_head.weight" not in quantised and "middle.0.attn.q.weight" in quantised
     for k, v in q.state_dict().items():
@@ -218,7 +229,10 @@ def test_one_calibration_serves_every_bit_width():
         cfg = QuantConfig(bits=bits, group_size=16)
         own, _ = quantize(m, cfg, [tokens(), tokens(seed=1)])
         shared, report = quantize(m, cfg, hessians=hessians)
-        assert all(torch.equal(a, b) for a, b in zip(own.state_dict().values(), shared.state_dict().values()))
+        assert all(
+            torch.equal(a, b)
+            for a, b in zip(own.state_dict().values(), shared.state_dict().values())
+        )
         assert report.calib_rows["middle.0.attn.q"] == 2 * 2 * 2 * 10
 
 
@@ -233,17 +247,31 @@ def test_sizes_in_bytes_are_exact():
     """One layer, d 8, d_ff 12, vocab 16, tied: 696 parameters, 152 of them unquantised (embedding
     128, three norms 8 each). Per (out, in) weight at group size 8: out*in*bits/8 packed bytes, one
     2-byte scale per row and group, plus (asymmetric) a bits-wide zero point per row and group."""
-    m = build_model({"vocab_size": 16, "d_model": 8, "n_heads": 2, "layers": {"n": 1}, "ffn": {"d_ff": 12}})
+    m = build_model(
+        {"vocab_size": 16, "d_model": 8, "n_heads": 2, "layers": {"n": 1}, "ffn": {"d_ff": 12}}
+    )
     assert model_bytes(m) == 2 * 696
     # q, k, v, o (8, 8): 32 + 16 + 4;  w1, w3 (12, 8): 48 + 24 + 6;  w2 (8, 12): 48 + 32 + 8
     int4 = 4 * 52 + 2 * 78 + 88
     assert model_bytes(m, QuantConfig(bits=4, group_size=8)) == int4 + 2 * 152 == 756
     # symmetric INT8: no zero points;  q, k, v, o: 64 + 16;  w1, w3: 96 + 24;  w2: 96 + 32
     int8 = 4 * 80 + 2 * 120 + 128
-    assert model_bytes(m, QuantConfig(bits=8, group_size=8, symmetric=True)) == int8 + 2 * 152 == 992
-    untied = build_model({"vocab_size": 16, "d_model": 8, "n_heads": 2, "layers": {"n": 1},
-                          "ffn": {"d_ff": 12}, "tie_embeddings": False})
-    assert model_bytes(untied, QuantConfig(bits=4, group_size=8)) == 756 + 2 * 16 * 8  # head in 16 bits
+    assert (
+        model_bytes(m, QuantConfig(bits=8, group_size=8, symmetric=True)) == int8 + 2 * 152 == 992
+    )
+    untied = build_model(
+        {
+            "vocab_size": 16,
+            "d_model": 8,
+            "n_heads": 2,
+            "layers": {"n": 1},
+            "ffn": {"d_ff": 12},
+            "tie_embeddings": False,
+        }
+    )
+    assert (
+        model_bytes(untied, QuantConfig(bits=4, group_size=8)) == 756 + 2 * 16 * 8
+    )  # head in 16 bits
     _, report = quantize(m, QuantConfig(bits=4, method="rtn", group_size=8))
     assert (report.bytes, report.bytes_bf16) == (756, 1392)
 
@@ -266,7 +294,7 @@ def copy_language(n: int, seed: int) -> torch.Tensor:
     for t in range(1, half.shape[1]):
         pick = torch.multinomial(NEXT_P.expand(n, 4), 1, generator=g).squeeze(1)
         half[:, t] = GRAMMAR[half[:, t - 1], pick]
-    return torch.cat([half, half], dim=1)[:, :SEQ + 1]
+    return torch.cat([half, half], dim=1)[:, : SEQ + 1]
 
 
 def perplexity(model, data: torch.Tensor) -> float:
@@ -282,12 +310,21 @@ def trained():
     torch.set_num_threads(1)
     try:
         torch.manual_seed(0)
-        m = build_model({"family": "looped", "vocab_size": VOCAB, "d_model": 64, "n_heads": 4,
-                         "layers": {"begin": 1, "middle": 1, "end": 1}, "loops": 2})
+        m = build_model(
+            {
+                "family": "looped",
+                "vocab_size": VOCAB,
+                "d_model": 64,
+                "n_heads": 4,
+                "layers": {"begin": 1, "middle": 1, "end": 1},
+                "loops": 2,
+            }
+        )
         steps, lr = 400, 1e-2
         opt = torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=0.0)
         sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda i: min(1, (i + 1) / 20) * 0.5 * (1 + math.cos(math.pi * i / steps)))
+            opt, lambda i: min(1, (i + 1) / 20) * 0.5 * (1 + math.cos(math.pi * i / steps))
+        )
         step = TrainStep(m, opt, ExecPolicy(precision="fp32", compile=False), torch.device("cpu"))
         for batch in copy_language(16 * steps, seed=1).split(16):
             step(batch[:, :-1], batch[:, 1:])
@@ -308,7 +345,7 @@ def test_int8_is_lossless_and_int4_rtn_degrades_more_than_gptq(trained):
         for method in ("rtn", "gptq"):
             q, _ = quantize(trained, QuantConfig(bits=bits, method=method, group_size=64), [calib])
             ppl[f"int{bits}-{method}"] = perplexity(q, val)
-    assert ppl["fp32"] < 3.0, ppl                                  # it learned the copy structure
+    assert ppl["fp32"] < 3.0, ppl  # it learned the copy structure
     for method in ("rtn", "gptq"):
         assert abs(ppl[f"int8-{method}"] / ppl["fp32"] - 1) < 0.01, ppl
     assert ppl["int4-rtn"] > 1.003 * ppl["fp32"], ppl

@@ -25,8 +25,8 @@ D, B, T = 16, 2, 5
 def branch_fn():
     """A sublayer stand-in: a fixed nonlinear map d -> d."""
     g = torch.Generator().manual_seed(7)
-    w1 = torch.randn(D, 2 * D, generator=g, dtype=torch.float64) / D ** 0.5
-    w2 = torch.randn(2 * D, D, generator=g, dtype=torch.float64) / D ** 0.5
+    w1 = torch.randn(D, 2 * D, generator=g, dtype=torch.float64) / D**0.5
+    w2 = torch.randn(2 * D, D, generator=g, dtype=torch.float64) / D**0.5
     return lambda x: torch.tanh(x @ w1) @ w2
 
 
@@ -40,7 +40,7 @@ def pair(n: int, index: int, dynamic: bool, tanh: bool, perturb: bool):
         g = torch.Generator().manual_seed(index + 10 * n)
         with torch.no_grad():
             for name, p in ref.named_parameters():
-                if name != "norm.gamma":   # our gate norm has no gain (HC App. B: |θ_norm| = 0)
+                if name != "norm.gamma":  # our gate norm has no gain (HC App. B: |θ_norm| = 0)
                     p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
             if not dynamic:  # static HC: the reference's dynamic parts must be exactly zero
                 ref.dynamic_alpha_fn.zero_()
@@ -60,8 +60,8 @@ def run_both(ours, ref, n: int):
     Y = torch.randn(B, T, n, D, generator=torch.Generator().manual_seed(n), dtype=torch.float64)
     Y_ours, Y_ref = Y.clone().requires_grad_(), Y.clone().requires_grad_()
     f = branch_fn()
-    out_ours = hyper_connect(ours, Y_ours, f)                                   # (B, T, n, D)
-    flat = Y_ref.permute(0, 2, 1, 3).reshape(B * n, T, D)                       # '(b s) t d'
+    out_ours = hyper_connect(ours, Y_ours, f)  # (B, T, n, D)
+    flat = Y_ref.permute(0, 2, 1, 3).reshape(B * n, T, D)  # '(b s) t d'
     branch_in, add_residual = ref(flat)
     out_ref = add_residual(f(branch_in)).reshape(B, n, T, D).permute(0, 2, 1, 3)
     return (Y_ours, out_ours), (Y_ref, out_ref)
@@ -72,12 +72,19 @@ def run_both(ours, ref, n: int):
 def test_fresh_initialisation_is_the_reference_one(n, index):
     """HC eq. 14 (A_m = e_(k mod n), A_r = I, B = 1, W = 0, s = 0.01) as the reference builds it
     for layer_index k."""
-    fresh, ref = ZhuGate(D, n, index, dynamic=True), hc_ref.HyperConnections(n, dim=D, layer_index=index)
+    fresh, ref = (
+        ZhuGate(D, n, index, dynamic=True),
+        hc_ref.HyperConnections(n, dim=D, layer_index=index),
+    )
     torch.testing.assert_close(fresh.static_am, ref.static_alpha[:, 0], rtol=0, atol=0)
     torch.testing.assert_close(fresh.static_ar, ref.static_alpha[:, 1:], rtol=0, atol=0)
     torch.testing.assert_close(fresh.static_beta, ref.static_beta, rtol=0, atol=0)
-    assert not fresh.weight.any() and not ref.dynamic_alpha_fn.any() and not ref.dynamic_beta_fn.any()
-    torch.testing.assert_close(fresh.scale, torch.stack([ref.dynamic_alpha_scale, ref.dynamic_beta_scale]))
+    assert (
+        not fresh.weight.any() and not ref.dynamic_alpha_fn.any() and not ref.dynamic_beta_fn.any()
+    )
+    torch.testing.assert_close(
+        fresh.scale, torch.stack([ref.dynamic_alpha_scale, ref.dynamic_beta_scale])
+    )
 
 
 @pytest.mark.parametrize("n", [1, 2, 4])
@@ -88,13 +95,16 @@ def test_one_connection_matches_the_reference_with_gradients(n, mixing):
     ours, ref = pair(n, index=1, dynamic=dynamic, tanh=tanh, perturb=True)
     (Y_o, out_o), (Y_r, out_r) = run_both(ours, ref, n)
     torch.testing.assert_close(out_o, out_r, rtol=0, atol=1e-12)
-    assert (out_o - Y_o).abs().max() > 1e-2                     # the connection did something
+    assert (out_o - Y_o).abs().max() > 1e-2  # the connection did something
     w = torch.randn(out_o.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     (out_o * w).sum().backward()
     (out_r * w).sum().backward()
     torch.testing.assert_close(Y_o.grad, Y_r.grad, rtol=0, atol=1e-12)
-    grads = {"static_am": ref.static_alpha.grad[:, 0], "static_ar": ref.static_alpha.grad[:, 1:],
-             "static_beta": ref.static_beta.grad}
+    grads = {
+        "static_am": ref.static_alpha.grad[:, 0],
+        "static_ar": ref.static_alpha.grad[:, 1:],
+        "static_beta": ref.static_beta.grad,
+    }
     if dynamic:
         grads["weight"] = torch.cat([ref.dynamic_beta_fn.grad[None], ref.dynamic_alpha_fn.grad.t()])
         grads["scale"] = torch.stack([ref.dynamic_alpha_scale.grad, ref.dynamic_beta_scale.grad])
@@ -113,7 +123,7 @@ def test_sinkhorn_matches_the_reference_with_gradients(n, iters):
     ours_in, ref_in = logits.clone().requires_grad_(), logits.clone().requires_grad_()
     ours, ref = sinkhorn(ours_in, iters), sinkhorn_knopps(ref_in, iters)
     torch.testing.assert_close(ours, ref, rtol=0, atol=2e-6)
-    assert (ours - torch.softmax(logits, -2)).abs().max() > 1e-2   # the row normalisations acted
+    assert (ours - torch.softmax(logits, -2)).abs().max() > 1e-2  # the row normalisations acted
     w = torch.randn(ours.shape, generator=torch.Generator().manual_seed(1))
     (ours * w).sum().backward()
     (ref * w).sum().backward()

@@ -13,20 +13,32 @@ from benchmark.leaderboard.command import main
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "results" / "reference"
 # The command REPORT.md and the record's README name, from the repository's root.
-COMMAND = ["results/reference", "--claims", "search_spaces/claims/reference.yaml", "--predict", "113M",
-           "--format", "md"]
+COMMAND = [
+    "results/reference",
+    "--claims",
+    "search_spaces/claims/reference.yaml",
+    "--predict",
+    "113M",
+    "--format",
+    "md",
+]
 
 
 def test_the_committed_report_is_what_the_committed_rows_give(capsys, monkeypatch):
     if not (RECORD / "REPORT.md").exists():
-        pytest.fail("results/reference/REPORT.md is missing: shapebench board " + " ".join(COMMAND)
-                    + " > results/reference/REPORT.md")
+        pytest.fail(
+            "results/reference/REPORT.md is missing: shapebench board "
+            + " ".join(COMMAND)
+            + " > results/reference/REPORT.md"
+        )
     monkeypatch.chdir(ROOT)
     capsys.readouterr()
     assert main(COMMAND) == 0
     assert capsys.readouterr().out == (RECORD / "REPORT.md").read_text(), (
-        "results/reference/REPORT.md is stale: shapebench board " + " ".join(COMMAND)
-        + " > results/reference/REPORT.md")
+        "results/reference/REPORT.md is stale: shapebench board "
+        + " ".join(COMMAND)
+        + " > results/reference/REPORT.md"
+    )
 
 
 def test_the_record_names_the_command():
@@ -43,8 +55,12 @@ def test_the_readmes_quote_the_reports_verdicts(readme):
     from benchmark.leaderboard.quote import quoted, verdicts_table
 
     text = (ROOT / readme).read_text()
-    assert BEGIN in text and END in text, f"{readme} quotes the reference verdicts between {BEGIN} and {END}"
+    assert BEGIN in text and END in text, (
+        f"{readme} quotes the reference verdicts between {BEGIN} and {END}"
+    )
     report = (RECORD / "REPORT.md").read_text()
-    assert text == quoted(text, report), (f"{readme}'s verdict table differs from results/reference/REPORT.md's: "
-                                          f"python -m benchmark.leaderboard.quote results/reference/REPORT.md {readme}")
+    assert text == quoted(text, report), (
+        f"{readme}'s verdict table differs from results/reference/REPORT.md's: "
+        f"python -m benchmark.leaderboard.quote results/reference/REPORT.md {readme}"
+    )
     assert "| Verdict | Size | Arms |" in verdicts_table(report)

@@ -20,8 +20,16 @@ from benchmark.store.results import (
 
 def _writer(study_dir, worker, n):
     for i in range(n):
-        write_row(study_dir, {"study": "conc", "trial_id": f"w{worker}-t{i}", "status": "ok",
-                              "val_loss": worker + i / 100, "seed": worker})
+        write_row(
+            study_dir,
+            {
+                "study": "conc",
+                "trial_id": f"w{worker}-t{i}",
+                "status": "ok",
+                "val_loss": worker + i / 100,
+                "seed": worker,
+            },
+        )
     # Every row is written (renamed into place). Leave without the interpreter's teardown, where
     # Arrow's background threads can meet its already-destroyed pools and abort the process
     # (SIGABRT, "terminate called without an active exception": apache/arrow#34314; seen once here
@@ -45,14 +53,25 @@ def test_eight_processes_writing_fifty_rows_each(tmp_path):
 
 
 def test_row_round_trip_with_schema_and_extra_columns(tmp_path):
-    path = write_row(tmp_path / "s", {"study": "s", "trial_id": "t/1", "status": "ok", "val_loss": 2.5,
-                                      "val_ppl_by_loops": {"1": 20.0, "2": 15.5}, "my_metric": 7})
+    path = write_row(
+        tmp_path / "s",
+        {
+            "study": "s",
+            "trial_id": "t/1",
+            "status": "ok",
+            "val_loss": 2.5,
+            "val_ppl_by_loops": {"1": 20.0, "2": 15.5},
+            "my_metric": 7,
+        },
+    )
     assert path == str(tmp_path / "s" / "trials" / "t-1.a0.parquet")
     df = read_study(tmp_path / "s")
     assert list(df.columns) == list(COLUMNS)
     row = df.iloc[0]
     assert row["schema_version"] == SCHEMA_VERSION and row["val_loss"] == 2.5
-    assert row["val_ppl_by_loops"] == '{"1": 20.0, "2": 15.5}' and row["extra"] == '{"my_metric": 7}'
+    assert (
+        row["val_ppl_by_loops"] == '{"1": 20.0, "2": 15.5}' and row["extra"] == '{"my_metric": 7}'
+    )
 
 
 def test_version_1_files_read_beside_version_2_with_the_diagnostics_null(tmp_path):
@@ -63,13 +82,21 @@ def test_version_1_files_read_beside_version_2_with_the_diagnostics_null(tmp_pat
     from benchmark.store.metrics import DIAGNOSTICS
     from benchmark.store.results import to_table
 
-    old = to_table({"study": "s", "trial_id": "old", "status": "ok", "val_loss": 3.0}).drop_columns(list(DIAGNOSTICS))
+    old = to_table({"study": "s", "trial_id": "old", "status": "ok", "val_loss": 3.0}).drop_columns(
+        list(DIAGNOSTICS)
+    )
     old = old.set_column(0, "schema_version", pa_int64([1]))
     (tmp_path / "s" / "trials").mkdir(parents=True)
     pq.write_table(old, tmp_path / "s" / "trials" / "old.a0.parquet")
-    write_row(tmp_path / "s", {"study": "s", "trial_id": "new", "status": "ok", "val_loss": 2.0, "stream_cosine": 0.9})
+    write_row(
+        tmp_path / "s",
+        {"study": "s", "trial_id": "new", "status": "ok", "val_loss": 2.0, "stream_cosine": 0.9},
+    )
     df = read_study(tmp_path / "s").set_index("trial_id")
-    assert df.loc["old", "schema_version"] == 1 and df.loc["new", "schema_version"] == SCHEMA_VERSION == 6
+    assert (
+        df.loc["old", "schema_version"] == 1
+        and df.loc["new", "schema_version"] == SCHEMA_VERSION == 6
+    )
     assert pd.isna(df.loc["old", "stream_cosine"]) and df.loc["new", "stream_cosine"] == 0.9
     assert len(pd.read_parquet(tmp_path / "s")) == 2
 
@@ -82,18 +109,40 @@ def test_version_4_files_read_beside_version_5_with_its_new_columns_null(tmp_pat
     from benchmark.store.metrics import LOOP_LOSSES
     from benchmark.store.results import to_table
 
-    new = ["params_non_embedding_head", "int4_ppl_increase", "int4_rtn_ppl_increase", "quantize", *LOOP_LOSSES]
-    old = to_table({"study": "s", "trial_id": "old", "status": "ok", "val_loss": 3.0}).drop_columns(new)
+    new = [
+        "params_non_embedding_head",
+        "int4_ppl_increase",
+        "int4_rtn_ppl_increase",
+        "quantize",
+        *LOOP_LOSSES,
+    ]
+    old = to_table({"study": "s", "trial_id": "old", "status": "ok", "val_loss": 3.0}).drop_columns(
+        new
+    )
     old = old.set_column(0, "schema_version", pa_int64([4]))
     (tmp_path / "s" / "trials").mkdir(parents=True)
     pq.write_table(old, tmp_path / "s" / "trials" / "old.a0.parquet")
-    write_row(tmp_path / "s", {"study": "s", "trial_id": "new", "status": "ok", "val_loss": 2.0,
-                               "params_non_embedding_head": 1_000, "int4_ppl_increase": 0.022,
-                               "quantize": {"group_size": 128, "calib_sequences": 1024}})
+    write_row(
+        tmp_path / "s",
+        {
+            "study": "s",
+            "trial_id": "new",
+            "status": "ok",
+            "val_loss": 2.0,
+            "params_non_embedding_head": 1_000,
+            "int4_ppl_increase": 0.022,
+            "quantize": {"group_size": 128, "calib_sequences": 1024},
+        },
+    )
     df = read_study(tmp_path / "s").set_index("trial_id")
     assert df.loc["old", new].isna().all()
-    assert (df.loc["new", "params_non_embedding_head"], df.loc["new", "int4_ppl_increase"]) == (1_000, 0.022)
-    assert df.loc["new", "quantize"] == '{"calib_sequences": 1024, "group_size": 128}' and pd.isna(df.loc["new", "extra"])
+    assert (df.loc["new", "params_non_embedding_head"], df.loc["new", "int4_ppl_increase"]) == (
+        1_000,
+        0.022,
+    )
+    assert df.loc["new", "quantize"] == '{"calib_sequences": 1024, "group_size": 128}' and pd.isna(
+        df.loc["new", "extra"]
+    )
 
 
 def pa_int64(values):
@@ -104,7 +153,9 @@ def pa_int64(values):
 
 def test_attempts_are_separate_files_and_the_latest_wins(tmp_path):
     s = tmp_path / "s"
-    write_row(s, {"study": "s", "trial_id": "t1", "status": "failed", "error": "boom", "attempt": 0})
+    write_row(
+        s, {"study": "s", "trial_id": "t1", "status": "failed", "error": "boom", "attempt": 0}
+    )
     write_row(s, {"study": "s", "trial_id": "t1", "status": "ok", "val_loss": 1.0, "attempt": 1})
     assert len(read_study(s)) == 2
     latest = finished_trials(s)
@@ -112,7 +163,9 @@ def test_attempts_are_separate_files_and_the_latest_wins(tmp_path):
 
 
 def test_invalid_rows_are_refused_and_nothing_is_written(tmp_path):
-    with pytest.raises(ResultsError, match="status 'done' is not one of ok, failed, pruned, diverged"):
+    with pytest.raises(
+        ResultsError, match="status 'done' is not one of ok, failed, pruned, diverged"
+    ):
         write_row(tmp_path / "s", {"study": "s", "trial_id": "t", "status": "done"})
     with pytest.raises(ResultsError, match="a result row needs trial_id"):
         write_row(tmp_path / "s", {"study": "s", "status": "ok"})
@@ -124,7 +177,7 @@ def test_orphan_temporary_files_are_invisible_and_swept(tmp_path):
     write_row(s, {"study": "s", "trial_id": "t1", "status": "ok"})
     orphan = s / "trials" / ".tmp-dead.parquet"
     orphan.write_bytes(b"half a file")
-    assert len(pd.read_parquet(s)) == 1       # readers never see it
+    assert len(pd.read_parquet(s)) == 1  # readers never see it
     old = os.stat(orphan).st_mtime - 3600
     os.utime(orphan, (old, old))
     assert sweep_orphans(s, older_than_s=60) == 1 and not orphan.exists()

@@ -43,16 +43,24 @@ trials: {trials}
 FAMILIES = "  family: [transformer, looped, hyperloop, abbie-d]"
 
 
-def space_file(root: Path, name: str, trials=4, tokens="20K", lr="3e-3", clip=1.0, axes=FAMILIES) -> Path:
+def space_file(
+    root: Path, name: str, trials=4, tokens="20K", lr="3e-3", clip=1.0, axes=FAMILIES
+) -> Path:
     path = root / f"{name}.yaml"
     path.write_text(SPACE.format(trials=trials, tokens=tokens, lr=lr, clip=clip, axes=axes))
     return path
 
 
 def options(corpus: Path, results: Path, name: str) -> SearchOptions:
-    return SearchOptions(name=name, results_dir=results, asha=False, retries=1,
-                         data=DataConfig(source=str(corpus / "text.txt"), tokenizer="bpe:320",
-                                         cache_dir=str(corpus / "cache")))
+    return SearchOptions(
+        name=name,
+        results_dir=results,
+        asha=False,
+        retries=1,
+        data=DataConfig(
+            source=str(corpus / "text.txt"), tokenizer="bpe:320", cache_dir=str(corpus / "cache")
+        ),
+    )
 
 
 POLICY = {"compile": False, "precision": "fp32"}
@@ -81,7 +89,9 @@ def started_ray(_ray_for_module, tmp_path_factory):
     from benchmark.search import ray_session
 
     if not ray.is_initialized():
-        _SLOTS.append(ray_session.claim(tmp_path_factory.mktemp("module-ray")))  # held while the module runs
+        _SLOTS.append(
+            ray_session.claim(tmp_path_factory.mktemp("module-ray"))
+        )  # held while the module runs
         ray_session.start(None, _SLOTS[-1])
     yield
     assert ray.is_initialized(), "run_search ended the Ray its caller had started"
@@ -110,13 +120,24 @@ run_search(load_space({space!r}), opts, console=None, policy={{"compile": False,
 def test_resume_after_the_driver_is_killed(corpus, tmp_path, no_ray):
     space_path = space_file(tmp_path, "killme", trials=4, tokens="40K")
     results = tmp_path / "results"
-    code = textwrap.dedent(DRIVER.format(root=str(Path(__file__).resolve().parent.parent), results=str(results),
-                                         text=str(corpus / "text.txt"), cache=str(corpus / "cache"),
-                                         space=str(space_path)))
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    code = textwrap.dedent(
+        DRIVER.format(
+            root=str(Path(__file__).resolve().parent.parent),
+            results=str(results),
+            text=str(corpus / "text.txt"),
+            cache=str(corpus / "cache"),
+            space=str(space_path),
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     trials = results / "killme" / "trials"
     deadline = time.time() + 600
-    while time.time() < deadline and len(list(trials.glob("[!.]*.parquet")) if trials.is_dir() else []) < 2:
+    while (
+        time.time() < deadline
+        and len(list(trials.glob("[!.]*.parquet")) if trials.is_dir() else []) < 2
+    ):
         assert proc.poll() is None, "the driver ended before it could be killed"
         time.sleep(0.5)
     os.kill(proc.pid, signal.SIGKILL)
@@ -124,20 +145,26 @@ def test_resume_after_the_driver_is_killed(corpus, tmp_path, no_ray):
     before = set(pd.read_parquet(results / "killme")["trial_id"])
     assert 2 <= len(before) < 4
 
-    opts = replace(options(corpus, results, "killme"), concurrency=1)  # one at a time on any machine
+    opts = replace(
+        options(corpus, results, "killme"), concurrency=1
+    )  # one at a time on any machine
     recorded = searches_recorded()
     summary = run_search(load_space(space_path), opts, console=None, policy=POLICY)
     df = pd.read_parquet(results / "killme")
     assert summary.finished_before == len(before)
     # a search that started its own Ray and ran its trials one at a time records its time outside
     # them for the next plan here (driver._record_times): the start, and the time around each trial
-    (start_s, per_trial_s), = searches_recorded()[len(recorded):]
+    ((start_s, per_trial_s),) = searches_recorded()[len(recorded) :]
     inside = df.loc[~df["trial_id"].isin(before), "wall_s"].sum()  # the rows this run wrote
     assert summary.busy_s >= inside and 0 < start_s < summary.wall_s - inside
     assert 0 <= per_trial_s == pytest.approx(summary.overhead_s)
-    assert df["trial_id"].is_unique and len(df) == 4        # each finished trial exactly once, total reached
+    assert (
+        df["trial_id"].is_unique and len(df) == 4
+    )  # each finished trial exactly once, total reached
     assert before <= set(df["trial_id"])
-    study = optuna.load_study(study_name="killme", storage=f"sqlite:///{results / 'killme' / OPTUNA_DB}")
+    study = optuna.load_study(
+        study_name="killme", storage=f"sqlite:///{results / 'killme' / OPTUNA_DB}"
+    )
     assert "RUNNING" not in [t.state.name for t in study.trials]
     # the search started its own Ray (ending the killed run's processes first) and ended it
     assert not ray_processes(_ray_temp_dir(opts.study_dir))  # nothing of either run is left
@@ -159,21 +186,36 @@ def test_a_search_runs_through_ray_tune_and_optuna(corpus, tmp_path, started_ray
     opts = options(corpus, tmp_path / "results", "tiny")
     recorded = searches_recorded()
     summary = run_search(space, opts, console=None, policy=POLICY)
-    assert searches_recorded() == recorded  # on a Ray its caller started: its start is not the search's
+    assert (
+        searches_recorded() == recorded
+    )  # on a Ray its caller started: its start is not the search's
     df = pd.read_parquet(tmp_path / "results" / "tiny")
     assert len(df) == 4 and df["trial_id"].nunique() == 4
     assert set(df["status"]) == {"ok"} and df["val_loss"].notna().all()
-    assert sorted(df["family"]) == ["abbie-d", "hyperloop", "looped", "transformer"]  # the grid, once each
+    assert sorted(df["family"]) == [
+        "abbie-d",
+        "hyperloop",
+        "looped",
+        "transformer",
+    ]  # the grid, once each
     assert (abs(df["budget_distance"]) <= 0.02).all()
-    assert (df["quantize"] == '{"calib_sequences": 16, "group_size": 16}').all()  # the space's, through Ray
+    assert (
+        df["quantize"] == '{"calib_sequences": 16, "group_size": 16}'
+    ).all()  # the space's, through Ray
     assert summary.ran == 4 and summary.overhead_s is not None
     assert summary.progress_reads > 0  # the running trials' progress reached the live view
-    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'results' / 'tiny' / OPTUNA_DB}")
+    study = optuna.load_study(
+        study_name="tiny", storage=f"sqlite:///{tmp_path / 'results' / 'tiny' / OPTUNA_DB}"
+    )
     states = [t.state.name for t in study.trials]
     assert states.count("COMPLETE") == 4 and "RUNNING" not in states
     # running it again finds the study complete and runs nothing
     again = run_search(space, opts, console=None, policy=POLICY)
-    assert again.ran == 0 and again.finished_before == 4 and len(pd.read_parquet(tmp_path / "results" / "tiny")) == 4
+    assert (
+        again.ran == 0
+        and again.finished_before == 4
+        and len(pd.read_parquet(tmp_path / "results" / "tiny")) == 4
+    )
     # a row file cut short (a bad copy, a full disk): set aside, its candidate trained again, once
     trials = tmp_path / "results" / "tiny" / "trials"
     damaged = trials / "t0002.a0.parquet"
@@ -181,18 +223,33 @@ def test_a_search_runs_through_ray_tune_and_optuna(corpus, tmp_path, started_ray
     damaged.write_bytes(damaged.read_bytes()[:300])
     healed = run_search(space, opts, console=None, policy=POLICY)
     assert healed.finished_before == 3 and healed.ran == 1 and healed.written == 1
-    assert any("set aside damaged row file" in note and "t0002.a0.parquet" in note for note in healed.notes)
-    assert (tmp_path / "results" / "tiny" / "_quarantine" / "t0002.a0.parquet").stat().st_size == 300
+    assert any(
+        "set aside damaged row file" in note and "t0002.a0.parquet" in note for note in healed.notes
+    )
+    assert (
+        tmp_path / "results" / "tiny" / "_quarantine" / "t0002.a0.parquet"
+    ).stat().st_size == 300
     df = pd.read_parquet(tmp_path / "results" / "tiny")
-    assert len(df) == 4 and sorted(df["family"]) == ["abbie-d", "hyperloop", "looped", "transformer"]
-    assert df.loc[df["trial_id"] == "t0004", "family"].item() == family  # the same candidate, run again
+    assert len(df) == 4 and sorted(df["family"]) == [
+        "abbie-d",
+        "hyperloop",
+        "looped",
+        "transformer",
+    ]
+    assert (
+        df.loc[df["trial_id"] == "t0004", "family"].item() == family
+    )  # the same candidate, run again
 
 
-def test_more_seeds_continue_a_study_training_only_the_seeds_it_lacks(corpus, tmp_path, started_ray):
+def test_more_seeds_continue_a_study_training_only_the_seeds_it_lacks(
+    corpus, tmp_path, started_ray
+):
     """A study of two candidates at one seed, run again with two: each candidate trains seed 1
     alone (a trial that continues its first, resume.continue_unfinished), and Optuna is told the
     mean of both seeds; a third run finds it complete."""
-    space = load_space(space_file(tmp_path, "grow", trials=2, axes="  family: [transformer, looped]"))
+    space = load_space(
+        space_file(tmp_path, "grow", trials=2, axes="  family: [transformer, looped]")
+    )
     opts = options(corpus, tmp_path / "results", "grow")
     run_search(space, opts, console=None, policy=POLICY)
     more = replace(opts, seeds=2)
@@ -200,8 +257,13 @@ def test_more_seeds_continue_a_study_training_only_the_seeds_it_lacks(corpus, tm
     assert summary.ran == 2 and summary.written == 2
     df = pd.read_parquet(tmp_path / "results" / "grow")
     assert len(df) == 4 and set(df["status"]) == {"ok"}
-    assert df.groupby("family")["seed"].apply(sorted).to_dict() == {"looped": [0, 1], "transformer": [0, 1]}
-    study = optuna.load_study(study_name="grow", storage=f"sqlite:///{tmp_path / 'results' / 'grow' / OPTUNA_DB}")
+    assert df.groupby("family")["seed"].apply(sorted).to_dict() == {
+        "looped": [0, 1],
+        "transformer": [0, 1],
+    }
+    study = optuna.load_study(
+        study_name="grow", storage=f"sqlite:///{tmp_path / 'results' / 'grow' / OPTUNA_DB}"
+    )
     continuing = [t for t in study.trials if t.user_attrs.get("continues")]
     assert sorted(t.user_attrs["continues"] for t in continuing) == [[0], [1]]
     for t in continuing:
@@ -215,7 +277,10 @@ def test_more_seeds_continue_a_study_training_only_the_seeds_it_lacks(corpus, tm
     old = set(df.loc[df["family"] == "looped", "trial_id"])
     rerun = run_search(space, replace(more, rerun=("family=looped",)), console=None, policy=POLICY)
     assert rerun.ran == 1 and rerun.written == 2
-    assert any(note.startswith("--rerun family=looped: the rows of 2 trials moved to") for note in rerun.notes)
+    assert any(
+        note.startswith("--rerun family=looped: the rows of 2 trials moved to")
+        for note in rerun.notes
+    )
     df = pd.read_parquet(tmp_path / "results" / "grow")
     looped = df[df["family"] == "looped"]
     assert sorted(looped["seed"]) == [0, 1] and not set(looped["trial_id"]) & old and len(df) == 4
@@ -225,20 +290,35 @@ def test_more_seeds_continue_a_study_training_only_the_seeds_it_lacks(corpus, tm
         run_search(space, replace(more, rerun=("family=hyperlop",)), console=None, policy=POLICY)
 
 
-def test_diverging_and_raising_trials_are_recorded_and_the_search_completes(corpus, tmp_path, started_ray):
+def test_diverging_and_raising_trials_are_recorded_and_the_search_completes(
+    corpus, tmp_path, started_ray
+):
     # vocab 200 < the tokenizer's: that candidate raises (and is retried once); lr 50 without
     # (effectively no) clipping makes the other diverge.
-    space = load_space(space_file(tmp_path, "faults", trials=4, lr="50", clip="1e9", tokens="20K",
-                                  axes="  vocab_size: [320, 200]"))
+    space = load_space(
+        space_file(
+            tmp_path,
+            "faults",
+            trials=4,
+            lr="50",
+            clip="1e9",
+            tokens="20K",
+            axes="  vocab_size: [320, 200]",
+        )
+    )
     opts = options(corpus, tmp_path / "results", "faults")
     summary = run_search(space, opts, console=None, policy=POLICY)
     df = pd.read_parquet(tmp_path / "results" / "faults")
     assert set(df["status"]) == {"diverged", "failed"}
     failed = df[df["status"] == "failed"]
-    assert (failed.groupby("trial_id")["attempt"].apply(sorted).map(tuple) == (0, 1)).all()  # retried once
+    assert (
+        failed.groupby("trial_id")["attempt"].apply(sorted).map(tuple) == (0, 1)
+    ).all()  # retried once
     assert failed["error"].str.contains("vocab_size: the spec has 200").all()
     assert summary.ran == 4 and df["trial_id"].nunique() == 4
-    study = optuna.load_study(study_name="faults", storage=f"sqlite:///{tmp_path / 'results' / 'faults' / OPTUNA_DB}")
+    study = optuna.load_study(
+        study_name="faults", storage=f"sqlite:///{tmp_path / 'results' / 'faults' / OPTUNA_DB}"
+    )
     assert "RUNNING" not in [t.state.name for t in study.trials]
 
 
@@ -259,6 +339,7 @@ def test_successive_halving_records_every_trial_once(corpus, tmp_path, started_r
 
 # ---- what the tools around a study read: Optuna, optuna-dashboard -----------------------------
 
+
 def _load(results: Path, name: str):
     return optuna.load_study(study_name=name, storage=f"sqlite:///{results / name / OPTUNA_DB}")
 
@@ -278,7 +359,9 @@ def _get_json(url: str, timeout: float = 90.0):
             time.sleep(0.5)
 
 
-def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus, tmp_path, started_ray):
+def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(
+    corpus, tmp_path, started_ray
+):
     """Every searchable metric of the registry can be declared as an objective: metric_names are
     the declared objectives and each trial's values are its Parquet row's; every trial's user
     attributes hold its structure and parameter counts, equal to its row; the study holds the
@@ -290,18 +373,30 @@ def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus,
     from benchmark.store.study import read_study_info
 
     # every metric these families report: none evaluates loop counts, so none has a val_loss_r*
-    names = ["val_loss", "params", *(n for n in SEARCHABLE if n not in ("val_loss", "params", *LOOP_LOSSES))]
+    names = [
+        "val_loss",
+        "params",
+        *(n for n in SEARCHABLE if n not in ("val_loss", "params", *LOOP_LOSSES)),
+    ]
     declared = [[n, BY_NAME[n].direction] for n in names]
-    path = space_file(tmp_path, "named", trials=3, axes="  family: [transformer, looped, hyperloop]")
-    path.write_text(path.read_text().replace("objectives: [val_loss:min]",
-                                             f"objectives: [val_loss:min, params:min, {', '.join(names[2:])}]"))
+    path = space_file(
+        tmp_path, "named", trials=3, axes="  family: [transformer, looped, hyperloop]"
+    )
+    path.write_text(
+        path.read_text().replace(
+            "objectives: [val_loss:min]",
+            f"objectives: [val_loss:min, params:min, {', '.join(names[2:])}]",
+        )
+    )
     space = load_space(path)
     results = tmp_path / "results"
     summary = run_search(space, options(corpus, results, "named"), console=None, policy=POLICY)
     assert summary.sampler == "tpe"  # categorical axis, few trials: Optuna's guide
     study = _load(results, "named")
     assert study.metric_names == names
-    assert study.user_attrs["sampler"] == "tpe" and study.user_attrs["space"] == space.name == "tiny"  # the space's name; the study is --name
+    assert (
+        study.user_attrs["sampler"] == "tpe" and study.user_attrs["space"] == space.name == "tiny"
+    )  # the space's name; the study is --name
     assert study.user_attrs["objectives"] == declared
     assert read_study_info(results / "named")["objectives"] == declared
     df = pd.read_parquet(results / "named").set_index("optuna_trial")
@@ -309,7 +404,10 @@ def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus,
     for t in study.trials:
         row = df.loc[t.number]
         assert t.state.name == "COMPLETE" and t.user_attrs["status"] == "ok"
-        assert t.user_attrs["structure"] == row["structure"] and t.user_attrs["family"] == row["family"]
+        assert (
+            t.user_attrs["structure"] == row["structure"]
+            and t.user_attrs["family"] == row["family"]
+        )
         assert t.user_attrs["params_total"] == row["params_total"]
         assert t.user_attrs["params_non_embedding"] == row["params_non_embedding"]
         assert all(math.isfinite(v) for v in t.values), t.values  # every metric has a value
@@ -317,14 +415,25 @@ def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus,
         assert t.values[:2] == pytest.approx([row["val_loss"], row["params_total"]])
         assert t.user_attrs["rows"] == [f"{row['trial_id']}.a0.parquet"]
     frame = study.trials_dataframe()
-    assert {"values_val_loss", "values_params", "values_wall_s", "user_attrs_structure"} <= set(frame.columns)
+    assert {"values_val_loss", "values_params", "values_wall_s", "user_attrs_structure"} <= set(
+        frame.columns
+    )
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([str(Path(sys.executable).with_name("optuna-dashboard")), "--host", "127.0.0.1",
-                               "--port", str(port), f"sqlite:///{results / 'named' / OPTUNA_DB}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("optuna-dashboard")),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            f"sqlite:///{results / 'named' / OPTUNA_DB}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         listed = _get_json(f"http://127.0.0.1:{port}/api/studies")["study_summaries"]
         detail = _get_json(f"http://127.0.0.1:{port}/api/studies/{listed[0]['study_id']}")
@@ -332,56 +441,92 @@ def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(corpus,
         server.terminate()
         server.wait(timeout=30)
     assert detail["objective_names"] == names
-    served = {t["number"]: {a["key"]: a["value"] for a in t["user_attrs"]} for t in detail["trials"]}
+    served = {
+        t["number"]: {a["key"]: a["value"] for a in t["user_attrs"]} for t in detail["trials"]
+    }
     assert served[0]["structure"] == df.loc[0, "structure"]
     assert int(served[0]["params_total"]) == df.loc[0, "params_total"]
 
     with pytest.raises(StudyError, match="--sampler tpe"):
-        run_search(load_space(path, [parse_set("trials=4")]), SearchOptions(**{**options(corpus, results, "named").__dict__,
-                                                                   "sampler": "random"}), policy=POLICY)
+        run_search(
+            load_space(path, [parse_set("trials=4")]),
+            SearchOptions(**{**options(corpus, results, "named").__dict__, "sampler": "random"}),
+            policy=POLICY,
+        )
 
 
 # ---- a full disk ------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def small_disk(tmp_path):
     """A real 3 MB file system (tmpfs; needs root, as CI has)."""
     root = tmp_path / "disk"
     root.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(root)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(root)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode:
         pytest.skip(f"cannot mount a small file system here: {done.stderr.strip()}")
     yield root
     subprocess.run(["umount", "-l", str(root)], capture_output=True)
 
 
-def test_a_full_disk_stops_the_search_cleanly_and_resume_finishes_it(corpus, tmp_path, small_disk, capfd,
-                                                                      started_ray):
+def test_a_full_disk_stops_the_search_cleanly_and_resume_finishes_it(
+    corpus, tmp_path, small_disk, capfd, started_ray
+):
     """capfd, not capsys: Ray Tune's loggers write to the stderr they found at import, which only
     the file descriptor shows."""
     from benchmark.search.command import search_main as main
 
     results = small_disk / "results"
     space_path = space_file(tmp_path, "full", trials=1, tokens="20K")
-    run_search(load_space(space_path), options(corpus, results, "full"), console=None, policy=POLICY)
+    run_search(
+        load_space(space_path), options(corpus, results, "full"), console=None, policy=POLICY
+    )
     filler = small_disk / "filler"
     filler.write_bytes(b"\0" * (shutil.disk_usage(small_disk).free - 60 * 1024))  # 60 kB left
-    flags = [str(space_path), "--trials", "2", "--name", "full", "--results", str(results), "--data",
-             str(corpus / "text.txt"), "--tokenizer", "bpe:320", "--no-compile", "--precision", "fp32"]
+    flags = [
+        str(space_path),
+        "--trials",
+        "2",
+        "--name",
+        "full",
+        "--results",
+        str(results),
+        "--data",
+        str(corpus / "text.txt"),
+        "--tokenizer",
+        "bpe:320",
+        "--no-compile",
+        "--precision",
+        "fp32",
+    ]
     capfd.readouterr()
     assert main(flags) == 3
     err = capfd.readouterr().err
-    assert f"shapebench search: full: stopped: {results / 'full'}: the disk is full" in err and "MiB free" in err
-    assert (f"once there is space: shapebench search {space_path} --name full --results {results} --trials 2 "
-            f"--data {corpus / 'text.txt'} --tokenizer bpe:320 --precision fp32 --no-compile --resume") in err
+    assert (
+        f"shapebench search: full: stopped: {results / 'full'}: the disk is full" in err
+        and "MiB free" in err
+    )
+    assert (
+        f"once there is space: shapebench search {space_path} --name full --results {results} --trials 2 "
+        f"--data {corpus / 'text.txt'} --tokenizer bpe:320 --precision fp32 --no-compile --resume"
+    ) in err
     assert "Traceback" not in err
     kept = pd.read_parquet(results / "full")
-    assert len(kept) >= 1 and not list((results / "full" / "trials").glob(".*"))  # no half-written file
+    assert len(kept) >= 1 and not list(
+        (results / "full" / "trials").glob(".*")
+    )  # no half-written file
 
     filler.unlink()
     assert main([*flags, "--resume"]) == 0
     df = pd.read_parquet(results / "full")
     assert len(df) == 2 and df["trial_id"].is_unique and set(df["status"]) <= {"ok", "pruned"}
     assert set(kept["trial_id"]) <= set(df["trial_id"])
-    study = optuna.load_study(study_name="full", storage=f"sqlite:///{results / 'full' / OPTUNA_DB}")
+    study = optuna.load_study(
+        study_name="full", storage=f"sqlite:///{results / 'full' / OPTUNA_DB}"
+    )
     assert "RUNNING" not in [t.state.name for t in study.trials]

@@ -22,18 +22,31 @@ CLAIMS = """\
     order: [a, b]
     groups: {{a: {{family: transformer}}, b: {{family: looped}}}}
 """
-SPEC = {"transformer": {"family": "transformer", "d_model": 64, "vocab_size": 320},
-        "looped": {"family": "looped", "d_model": 64, "vocab_size": 320, "loops": 2}}
+SPEC = {
+    "transformer": {"family": "transformer", "d_model": 64, "vocab_size": 320},
+    "looped": {"family": "looped", "d_model": 64, "vocab_size": 320, "loops": 2},
+}
 
 
 def trials(a: list[float], b: list[float], spikes: dict[int, float] = {}) -> pd.DataFrame:
     out = []
     for family, losses in (("transformer", a), ("looped", b)):
         for seed, loss in enumerate(losses):
-            out.append({"study": "s", "trial_id": f"{family[0]}-s{seed}", "attempt": 0, "status": "ok",
-                        "family": family, "spec": json.dumps(SPEC[family]), "seed": seed, "val_loss": loss,
-                        "val_ppl": math.exp(loss), "params_total": 100_000,
-                        "loss_spike": spikes.get(seed, 0.1) if family == "transformer" else 0.1})
+            out.append(
+                {
+                    "study": "s",
+                    "trial_id": f"{family[0]}-s{seed}",
+                    "attempt": 0,
+                    "status": "ok",
+                    "family": family,
+                    "spec": json.dumps(SPEC[family]),
+                    "seed": seed,
+                    "val_loss": loss,
+                    "val_ppl": math.exp(loss),
+                    "params_total": 100_000,
+                    "loss_spike": spikes.get(seed, 0.1) if family == "transformer" else 0.1,
+                }
+            )
     return pd.DataFrame(out)
 
 
@@ -45,37 +58,49 @@ def checked(tmp_path, rows: pd.DataFrame, rule: str = ""):
     return file, claims.evaluate(file, board.trials), board
 
 
-A = [4.00, 4.01, 4.02, 4.01, 4.31]    # seed 4 falls 0.30 nats behind its candidate's median
+A = [4.00, 4.01, 4.02, 4.01, 4.31]  # seed 4 falls 0.30 nats behind its candidate's median
 B = [4.10, 4.11, 4.12, 4.10, 4.11]
 
 
-def test_a_planted_spike_and_a_planted_laggard_are_marked_and_the_verdict_is_read_without_them(tmp_path):
+def test_a_planted_spike_and_a_planted_laggard_are_marked_and_the_verdict_is_read_without_them(
+    tmp_path,
+):
     file, results, board = checked(tmp_path, trials(A, B, spikes={2: 3.72}))
     rule, assessed, why = stability.assess(file, results, board.trials)
-    assert rule == stability.Rule()   # none declared: the defaults
+    assert rule == stability.Rule()  # none declared: the defaults
     marked = dict(zip(board.trials["trial_id"], why))
     assert marked["t-s2"] == "spike 3.72"
     assert marked["t-s4"].startswith("laggard +0.30 (z ")
-    assert {k for k, v in marked.items() if v} == {"t-s2", "t-s4"}      # nothing else, and never dropped
+    assert {k for k, v in marked.items() if v} == {
+        "t-s2",
+        "t-s4",
+    }  # nothing else, and never dropped
     (s,) = assessed
     assert s.runs == {"a": 5, "b": 5} and [len(m) for m in s.marked.values()] == [2, 0]
-    assert s.verdict == results[0].verdict == "not decided"            # the laggard hides the difference
-    assert s.without == "reproduced"                                    # without it A is ahead
+    assert s.verdict == results[0].verdict == "not decided"  # the laggard hides the difference
+    assert s.without == "reproduced"  # without it A is ahead
     table = stability.table(rule, assessed)
     cells = {c.header: c.cells[0] for c in table.columns}
     assert cells["Marked runs per arm"] == "a 2 of 5, b 0 of 5"
     assert cells["Without marked runs"] == "reproduced (changes)"
-    assert "t-s4: laggard +0.30" in cells["Marked runs"] and "t-s2: spike 3.72" in cells["Marked runs"]
+    assert (
+        "t-s4: laggard +0.30" in cells["Marked runs"] and "t-s2: spike 3.72" in cells["Marked runs"]
+    )
 
 
 def test_the_rule_is_declared_in_the_claims_file(tmp_path):
-    file, results, board = checked(tmp_path, trials(A, B, spikes={2: 3.72}),
-                                   rule="instability: {spike: 5, laggard: 5, laggard_min: 0.5}\n")
+    file, results, board = checked(
+        tmp_path,
+        trials(A, B, spikes={2: 3.72}),
+        rule="instability: {spike: 5, laggard: 5, laggard_min: 0.5}\n",
+    )
     rule, (s,), why = stability.assess(file, results, board.trials)
     assert rule == stability.Rule(spike=5.0, laggard=5.0, laggard_min=0.5)
     assert not (why != "").any() and s.without == s.verdict == "not decided"
-    for bad, message in [("instability: {spike: -1}\n", "instability.spike: expected a number >= 0"),
-                         ("instability: {spikes: 1}\n", "instability.spikes: unknown key")]:
+    for bad, message in [
+        ("instability: {spike: -1}\n", "instability.spike: expected a number >= 0"),
+        ("instability: {spikes: 1}\n", "instability.spikes: unknown key"),
+    ]:
         (tmp_path / "claims.yaml").write_text(CLAIMS.format(rule=bad))
         with pytest.raises(ClaimsError, match=message):
             stability.rule_of(claims.load(tmp_path / "claims.yaml"))
@@ -84,7 +109,7 @@ def test_the_rule_is_declared_in_the_claims_file(tmp_path):
 def test_seeds_that_agree_exactly_do_not_mark_a_seed_a_hair_behind(tmp_path):
     rows = trials([4.0, 4.0, 4.0, 4.0, 4.01], B)
     why = stability.mark(build_board(rows).trials, stability.Rule())
-    assert not (why != "").any()   # 0.01 nats < laggard_min, though its robust z is infinite
+    assert not (why != "").any()  # 0.01 nats < laggard_min, though its robust z is infinite
 
 
 def test_tuning_runs_are_not_ranked_and_give_the_choice_the_budget_and_the_sensitivity():
@@ -93,18 +118,34 @@ def test_tuning_runs_are_not_ranked_and_give_the_choice_the_budget_and_the_sensi
     final = trials([4.0, 4.02], [4.1, 4.12]).assign(phase="final")
     final["tuned"] = final["family"].map({"transformer": '{"lr": 0.01}', "looped": '{"lr": 0.001}'})
     runs = []
-    for family, losses in (("transformer", {1e-3: 4.5, 1e-2: 4.0, 1e-1: None}), ("looped", {1e-3: 4.1, 1e-2: 4.2,
-                                                                                            1e-1: 4.3})):
+    for family, losses in (
+        ("transformer", {1e-3: 4.5, 1e-2: 4.0, 1e-1: None}),
+        ("looped", {1e-3: 4.1, 1e-2: 4.2, 1e-1: 4.3}),
+    ):
         for lr, loss in losses.items():
-            runs.append({"study": "s", "trial_id": f"{family[0]}-g{lr}", "attempt": 0, "family": family,
-                         "status": "ok" if loss else "diverged", "spec": json.dumps(SPEC[family]), "seed": 100,
-                         "val_loss": loss if loss else math.nan, "val_ppl": math.exp(loss) if loss else math.nan,
-                         "params_total": 100_000, "phase": "tune", "tuned": json.dumps({"lr": lr})})
+            runs.append(
+                {
+                    "study": "s",
+                    "trial_id": f"{family[0]}-g{lr}",
+                    "attempt": 0,
+                    "family": family,
+                    "status": "ok" if loss else "diverged",
+                    "spec": json.dumps(SPEC[family]),
+                    "seed": 100,
+                    "val_loss": loss if loss else math.nan,
+                    "val_ppl": math.exp(loss) if loss else math.nan,
+                    "params_total": 100_000,
+                    "phase": "tune",
+                    "tuned": json.dumps({"lr": lr}),
+                }
+            )
     board = build_board(pd.concat([final, pd.DataFrame(runs)], ignore_index=True))
-    assert len(board.trials) == 4 and len(board.tuning) == 6       # tuning runs are neither ranked nor judged
+    assert (
+        len(board.trials) == 4 and len(board.tuning) == 6
+    )  # tuning runs are neither ranked nor judged
     c = board.candidates.set_index("family")
     assert c.loc["transformer", "n_seeds"] == 2 and c.loc["transformer", "tuning_runs"] == 3
-    cap = math.log(320)   # a diverged point counts as a uniform guess
+    cap = math.log(320)  # a diverged point counts as a uniform guess
     assert c.loc["transformer", "lr_sensitivity"] == pytest.approx((0.5 + 0 + (cap - 4.0)) / 3)
     assert c.loc["looped", "lr_sensitivity"] == pytest.approx((0 + 0.1 + 0.2) / 3)
     assert c.loc["transformer", "tuned"] == '{"lr": 0.01}'
@@ -118,10 +159,23 @@ def test_the_page_shows_the_unstable_runs_and_each_claims_learning_curves(tmp_pa
 
     rows = trials(A, B, spikes={2: 3.72})
     file, results, board = checked(tmp_path, rows)
-    curves = pd.DataFrame([{"study": "s", "trial_id": t, "attempt": 0, "step": step, "train_loss": 6 - step / 10,
-                            "val_loss": 6 - step / 10 if step % 10 == 0 else math.nan}
-                           for t in rows["trial_id"] for step in range(1, 31)])
-    written = publish(board, ["html", "md"], tmp_path / "site", checked=(file, results), curves=curves)
+    curves = pd.DataFrame(
+        [
+            {
+                "study": "s",
+                "trial_id": t,
+                "attempt": 0,
+                "step": step,
+                "train_loss": 6 - step / 10,
+                "val_loss": 6 - step / 10 if step % 10 == 0 else math.nan,
+            }
+            for t in rows["trial_id"]
+            for step in range(1, 31)
+        ]
+    )
+    written = publish(
+        board, ["html", "md"], tmp_path / "site", checked=(file, results), curves=curves
+    )
     assert tmp_path / "site" / "plots" / "curves-00.svg" in written
     page = (tmp_path / "site" / "index.html").read_text()
     assert "<h2>Unstable runs</h2>" in page and "<h2>Learning curves</h2>" in page
@@ -129,4 +183,7 @@ def test_the_page_shows_the_unstable_runs_and_each_claims_learning_curves(tmp_pa
     assert page.index("Learning curves") < page.index("<h2>Frontiers</h2>")
     md = (tmp_path / "site" / "leaderboard.md").read_text()
     assert "## Learning curves\n\n![Learning curves: A beats B (s)](plots/curves-00.png)" in md
-    assert json.loads((tmp_path / "site" / "stability.json").read_text())["claims"][0]["without"] == "reproduced"
+    assert (
+        json.loads((tmp_path / "site" / "stability.json").read_text())["claims"][0]["without"]
+        == "reproduced"
+    )

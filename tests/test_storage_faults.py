@@ -20,9 +20,9 @@ import optuna
 import pandas as pd
 import pytest
 
-from benchmark.search.command import search_main as main
 from benchmark.search import rows as trial_rows
 from benchmark.search import searcher as searcher_module
+from benchmark.search.command import search_main as main
 from benchmark.search.study import DRIVER, engine_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,8 +46,23 @@ trials: 3
 def flags(tmp_path: Path, corpus: Path, name: str, *more: str) -> list[str]:
     space = tmp_path / "blink.yaml"
     space.write_text(SPACE)
-    return [str(space), "--name", name, "--results", str(tmp_path / "results"), "--data", str(corpus / "text.txt"),
-            "--tokenizer", "bpe:320", "--no-compile", "--precision", "fp32", "--concurrency", "1", *more]
+    return [
+        str(space),
+        "--name",
+        name,
+        "--results",
+        str(tmp_path / "results"),
+        "--data",
+        str(corpus / "text.txt"),
+        "--tokenizer",
+        "bpe:320",
+        "--no-compile",
+        "--precision",
+        "fp32",
+        "--concurrency",
+        "1",
+        *more,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +104,7 @@ def assert_agree(study_dir: Path, storage: str, name: str, trials: int = 3) -> N
         expected = trial_rows.user_attrs(found)
         assert len(expected) >= 15
         assert {k: t.user_attrs.get(k) for k in expected} == expected, t.number
-        assert t.user_attrs.get(DRIVER)   # and the driver that asked it
+        assert t.user_attrs.get(DRIVER)  # and the driver that asked it
         assert t.values == [found[0]["val_loss"]]
 
 
@@ -114,8 +129,9 @@ def stderr_lines(capfd) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_restart_while_trials_complete_loses_nothing_and_says_one_line(tmp_path, corpus, server, started_ray,
-                                                                         capfd, monkeypatch):
+def test_a_restart_while_trials_complete_loses_nothing_and_says_one_line(
+    tmp_path, corpus, server, started_ray, capfd, monkeypatch
+):
     def down_for_a_moment():
         server.stop()
         threading.Timer(1.5, server.start).start()  # back while the searcher waits on it
@@ -127,12 +143,19 @@ def test_a_restart_while_trials_complete_loses_nothing_and_says_one_line(tmp_pat
     assert main(flags(tmp_path, corpus, "restart", "--storage", server.url)) == 0
     err = stderr_lines(capfd)
     assert len(seen) == 2
-    assert not [line for line in err if "Traceback" in line or "Error stopping" in line], "\n".join(err)
+    assert not [line for line in err if "Traceback" in line or "Error stopping" in line], "\n".join(
+        err
+    )
     said = [line for line in err if "answered again" in line]
-    assert len(said) == 1, "\n".join(err)   # the restart is ridden through unsaid; the outage in one line
-    assert re.fullmatch(r"the study's database postgresql\+psycopg://postgres@127\.0\.0\.1:\d+/postgres did not "
-                        r"answer \(OperationalError: connection failed: .*Connection refused\); it answered again "
-                        r"after \d\.\d s", said[0]), said[0]
+    assert len(said) == 1, "\n".join(
+        err
+    )  # the restart is ridden through unsaid; the outage in one line
+    assert re.fullmatch(
+        r"the study's database postgresql\+psycopg://postgres@127\.0\.0\.1:\d+/postgres did not "
+        r"answer \(OperationalError: connection failed: .*Connection refused\); it answered again "
+        r"after \d\.\d s",
+        said[0],
+    ), said[0]
     assert_agree(tmp_path / "results" / "restart", server.url, "restart")
 
 
@@ -140,62 +163,91 @@ def test_a_restart_while_trials_complete_loses_nothing_and_says_one_line(tmp_pat
 def test_a_database_down_at_the_start_is_one_line_and_exit_3(tmp_path, corpus, server, capfd):
     server.stop()
     capfd.readouterr()
-    assert main(flags(tmp_path, corpus, "down", "--storage", server.url, "--storage-wait", "2s")) == 3
+    assert (
+        main(flags(tmp_path, corpus, "down", "--storage", server.url, "--storage-wait", "2s")) == 3
+    )
     err = stderr_lines(capfd)
     assert "Traceback" not in "\n".join(err)
     about = [line for line in err if "database" in line]
-    assert about == [err[-1]], "\n".join(err)   # one line, the last
+    assert about == [err[-1]], "\n".join(err)  # one line, the last
     assert re.fullmatch(
         r"shapebench search: down: stopped: the study's database postgresql\+psycopg://postgres@127\.0\.0\.1:\d+/postgres "
         r"has not answered within 2 s \(OperationalError: connection failed: .*Connection refused\); finished rows "
         r"are kept\. Check that the server is up and reachable from here \(or wait longer with --storage-wait\); "
-        r"then: shapebench search .* --storage postgresql://postgres@127\.0\.0\.1:\d+/postgres --resume", err[-1])
-    study_dir = tmp_path / "results" / "down"   # the wait is bounded (2 s), and nothing else ran:
-    assert not list(study_dir.glob("trials/*")) and not (study_dir / "_ray").exists()   # no Ray, no trial
+        r"then: shapebench search .* --storage postgresql://postgres@127\.0\.0\.1:\d+/postgres --resume",
+        err[-1],
+    )
+    study_dir = tmp_path / "results" / "down"  # the wait is bounded (2 s), and nothing else ran:
+    assert (
+        not list(study_dir.glob("trials/*")) and not (study_dir / "_ray").exists()
+    )  # no Ray, no trial
 
 
 @pytest.mark.slow
-def test_a_database_away_past_the_wait_stops_in_one_line_and_resume_completes(tmp_path, corpus, server, started_ray,
-                                                                               capfd, monkeypatch):
-    seen = on_completion(monkeypatch, server.stop)   # down as the first trial completes, and stays down
-    args = flags(tmp_path, corpus, "away", "--trials", "2", "--storage", server.url, "--storage-wait", "3s")
+def test_a_database_away_past_the_wait_stops_in_one_line_and_resume_completes(
+    tmp_path, corpus, server, started_ray, capfd, monkeypatch
+):
+    seen = on_completion(
+        monkeypatch, server.stop
+    )  # down as the first trial completes, and stays down
+    args = flags(
+        tmp_path, corpus, "away", "--trials", "2", "--storage", server.url, "--storage-wait", "3s"
+    )
     capfd.readouterr()
     assert main(args) == 3
     err = stderr_lines(capfd)
     assert seen == [0] and "Traceback" not in "\n".join(err)
-    assert err[-1].startswith("shapebench search: away: stopped: the study's database postgresql+psycopg://postgres@"), err
+    assert err[-1].startswith(
+        "shapebench search: away: stopped: the study's database postgresql+psycopg://postgres@"
+    ), err
     assert " has not answered within 3 s (OperationalError: connection failed: " in err[-1], err[-1]
     assert err[-1].endswith(f"--storage {server.url} --resume")
     study_dir = tmp_path / "results" / "away"
-    assert list(pd.read_parquet(study_dir)["optuna_trial"]) == [0]      # the finished trial's row is kept
+    assert list(pd.read_parquet(study_dir)["optuna_trial"]) == [
+        0
+    ]  # the finished trial's row is kept
 
     server.start()
     monkeypatch.undo()
     study = optuna.load_study(study_name="away", storage=engine_url(server.url))
     assert study.trials[0].state.name == "RUNNING" and "val_loss" not in study.trials[0].user_attrs
     assert main([*args[:-2], "--resume"]) == 0
-    assert_agree(study_dir, server.url, "away", trials=2)   # trial 0 told from its row, attributes included
+    assert_agree(
+        study_dir, server.url, "away", trials=2
+    )  # trial 0 told from its row, attributes included
 
 
 # ---- Ray's head lost mid-search -----------------------------------------------------------------
 
+
 @pytest.mark.slow
-def test_a_lost_ray_head_ends_the_driver_in_one_line_and_resume_completes(tmp_path, corpus, started_ray):
+def test_a_lost_ray_head_ends_the_driver_in_one_line_and_resume_completes(
+    tmp_path, corpus, started_ray
+):
     from benchmark.search.ray_session import ray_processes, temp_dir
 
     args = flags(tmp_path, corpus, "head", "--trials", "2")
     study_dir = tmp_path / "results" / "head"
     log = tmp_path / "driver.log"
     with open(log, "w") as out:
-        driver = subprocess.Popen([sys.executable, str(ROOT / "run_search.py"), *args], cwd=ROOT, stdout=out,
-                                  stderr=subprocess.STDOUT)
+        driver = subprocess.Popen(
+            [sys.executable, str(ROOT / "run_search.py"), *args],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 300
-        while not list(study_dir.glob("trials/t0000*.parquet")):   # the first trial's row: mid-search
+        while not list(
+            study_dir.glob("trials/t0000*.parquet")
+        ):  # the first trial's row: mid-search
             assert driver.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
-        heads = [pid for pid in ray_processes(temp_dir(study_dir))
-                 if b"gcs_server" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        heads = [
+            pid
+            for pid in ray_processes(temp_dir(study_dir))
+            if b"gcs_server" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
         assert len(heads) == 1, heads
         killed = time.monotonic()
         os.kill(heads[0], signal.SIGKILL)
@@ -206,17 +258,22 @@ def test_a_lost_ray_head_ends_the_driver_in_one_line_and_resume_completes(tmp_pa
             driver.kill()
     lines = [line for line in log.read_text().splitlines() if line.strip()]
     assert "Traceback" not in log.read_text()
-    assert lines[-1].startswith("shapebench search: head: stopped: Ray lost its head node: "), lines[-3:]
+    assert lines[-1].startswith("shapebench search: head: stopped: Ray lost its head node: "), (
+        lines[-3:]
+    )
     assert f" --name head --results {tmp_path / 'results'} --trials 2 --data " in lines[-1]
     assert lines[-1].endswith("--no-compile --resume")
-    assert gone_after < 30   # the watchdog's three refused connections, not Ray's own minute
+    assert gone_after < 30  # the watchdog's three refused connections, not Ray's own minute
 
-    assert main([*args, "--resume"]) == 0   # ends what is left of the dead driver's Ray, then goes on
+    assert (
+        main([*args, "--resume"]) == 0
+    )  # ends what is left of the dead driver's Ray, then goes on
     assert not ray_processes(temp_dir(study_dir))
     assert_agree(study_dir, f"sqlite:///{study_dir / '_optuna.db'}", "head", trials=2)
 
 
 # ---- the retry itself, on SQLite: what is retried, what is not, and a tell whose answer was lost --
+
 
 def _storage(tmp_path, **kw):
     from benchmark.search.storage import PatientStorage
@@ -231,11 +288,19 @@ def _dropped(statement: str = "UPDATE trials"):
     import sqlalchemy.exc
 
     try:
-        raise sqlalchemy.exc.OperationalError(statement, {}, Exception("terminating connection due to administrator "
-                                                                      "command\nSSL connection has been closed"))
+        raise sqlalchemy.exc.OperationalError(
+            statement,
+            {},
+            Exception(
+                "terminating connection due to administrator "
+                "command\nSSL connection has been closed"
+            ),
+        )
     except sqlalchemy.exc.OperationalError as e:
         try:
-            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from e
+            raise optuna.exceptions.StorageInternalError(
+                "An exception is raised during the commit."
+            ) from e
         except optuna.exceptions.StorageInternalError as wrapped:
             return wrapped
 
@@ -253,16 +318,19 @@ def test_a_tell_committed_before_its_connection_dropped_is_not_told_twice(tmp_pa
         calls.append(state)
         done = original(self, trial_id, state, values)
         if len(calls) == 1:
-            raise _dropped()   # the write is in the database; its answer never came back
+            raise _dropped()  # the write is in the database; its answer never came back
         return done
 
     monkeypatch.setattr(RDBStorage, "set_trial_state_values", committed_then_dropped)
     study.tell(trial, 1.5)
-    assert calls == [TrialState.COMPLETE, TrialState.COMPLETE]   # retried once, found told, accepted
+    assert calls == [TrialState.COMPLETE, TrialState.COMPLETE]  # retried once, found told, accepted
     assert [(t.state.name, t.values) for t in study.trials] == [("COMPLETE", [1.5])]
-    assert len(said) == 1 and re.fullmatch(f"the study's database sqlite:///{tmp_path / 'study.db'} did not answer "
-                                           r"\(Exception: terminating connection due to administrator command\); it "
-                                           r"answered again after [01]\.\d s", said[0]), said   # one backoff step
+    assert len(said) == 1 and re.fullmatch(
+        f"the study's database sqlite:///{tmp_path / 'study.db'} did not answer "
+        r"\(Exception: terminating connection due to administrator command\); it "
+        r"answered again after [01]\.\d s",
+        said[0],
+    ), said  # one backoff step
 
 
 def test_a_full_disk_and_a_wrong_value_are_not_waited_on(tmp_path, monkeypatch):
@@ -287,21 +355,30 @@ def test_a_full_disk_and_a_wrong_value_are_not_waited_on(tmp_path, monkeypatch):
         start = time.monotonic()
         with pytest.raises(kind):
             trial.set_user_attr("k", 1)
-        assert calls == [1] and time.monotonic() - start < 1   # raised at once: the disk-full halt sees it
+        assert (
+            calls == [1] and time.monotonic() - start < 1
+        )  # raised at once: the disk-full halt sees it
     assert not said
 
     gone = _dropped()
-    monkeypatch.setattr(RDBStorage, "set_trial_user_attr", lambda self, *a, **k: (_ for _ in ()).throw(gone))
+    monkeypatch.setattr(
+        RDBStorage, "set_trial_user_attr", lambda self, *a, **k: (_ for _ in ()).throw(gone)
+    )
     storage.wait_s = 1.0
-    with pytest.raises(StorageUnavailable, match=r"^the study's database sqlite:///\S+ has not answered within 1 s "
-                                                 r"\(Exception: terminating connection due to administrator command\); "
-                                                 r"finished rows are kept\. Check that the server is up"):
+    with pytest.raises(
+        StorageUnavailable,
+        match=r"^the study's database sqlite:///\S+ has not answered within 1 s "
+        r"\(Exception: terminating connection due to administrator command\); "
+        r"finished rows are kept\. Check that the server is up",
+    ):
         trial.set_user_attr("k", 1)
 
 
 def test_the_storage_is_named_without_its_password():
     from benchmark.search.storage import shown
 
-    assert shown("postgresql+psycopg://ana:s3cret@db.example:5432/studies") == \
-        "postgresql+psycopg://ana:***@db.example:5432/studies"
+    assert (
+        shown("postgresql+psycopg://ana:s3cret@db.example:5432/studies")
+        == "postgresql+psycopg://ana:***@db.example:5432/studies"
+    )
     assert shown("sqlite:////tmp/x/_optuna.db") == "sqlite:////tmp/x/_optuna.db"

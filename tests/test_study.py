@@ -2,7 +2,6 @@
 as the space reads it, and the values and attributes a trial's rows give Optuna."""
 
 import math
-
 from dataclasses import replace
 
 import pytest
@@ -33,9 +32,16 @@ def space(tmp_path, axes="  family: [transformer, looped]", objectives="[val_los
 
 def test_auto_follows_optunas_guide(tmp_path):
     assert resolve_sampler(None, None, space(tmp_path), 1) == "tpe"  # categorical axis
-    numeric = space(tmp_path, axes="  layers.middle: {int: [1, 3]}\n  ffn.dh_ratio: {float: [2.0, 4.0]}")
+    numeric = space(
+        tmp_path, axes="  layers.middle: {int: [1, 3]}\n  ffn.dh_ratio: {float: [2.0, 4.0]}"
+    )
     assert resolve_sampler(None, None, numeric, 2) == "gp"
-    assert resolve_sampler("auto", None, space(tmp_path, trials=300, objectives="[val_loss, params]"), 2) == "nsga2"
+    assert (
+        resolve_sampler(
+            "auto", None, space(tmp_path, trials=300, objectives="[val_loss, params]"), 2
+        )
+        == "nsga2"
+    )
     assert resolve_sampler("random", None, space(tmp_path), 1) == "random"
 
 
@@ -62,7 +68,14 @@ def test_columns_that_are_not_objectives_are_refused_with_the_choices(tmp_path, 
 
 
 def test_the_trial_context_names_trials_by_number_and_seed(tmp_path):
-    one = TrialContext(study="s", study_dir=str(tmp_path), data=None, training={}, count="total", objectives=("val_loss",))
+    one = TrialContext(
+        study="s",
+        study_dir=str(tmp_path),
+        data=None,
+        training={},
+        count="total",
+        objectives=("val_loss",),
+    )
     assert one.trial_id(7) == "t0007" and one.seed_list() == [0]
     three = TrialContext(**{**one.__dict__, "seeds": 3, "seed": 5})
     assert [three.trial_id(7, s) for s in three.seed_list()] == ["t0007-s5", "t0007-s6", "t0007-s7"]
@@ -71,26 +84,60 @@ def test_the_trial_context_names_trials_by_number_and_seed(tmp_path):
 def test_a_trials_rows_give_optuna_its_values_and_attributes(tmp_path):
     """Two seeds of trial 3 (one retried), and trial 30 beside it: the values are the mean over
     ok seeds, in the declared names; the attributes equal the rows."""
-    base = {"study": "s", "optuna_trial": 3, "family": "looped", "structure": "1L→2L(×2)→1L",
-            "params_total": 1000, "params_non_embedding": 600, "spec": "{\"family\": \"looped\"}"}
-    write_row(tmp_path, {**base, "trial_id": "t0003-s0", "status": "ok", "val_loss": 2.0, "seed": 0})
-    write_row(tmp_path, {**base, "trial_id": "t0003-s1", "status": "failed", "error": "boom", "seed": 1})
-    write_row(tmp_path, {**base, "trial_id": "t0003-s1", "attempt": 1, "status": "ok", "val_loss": 3.0, "seed": 1})
-    write_row(tmp_path, {**base, "trial_id": "t0030", "optuna_trial": 30, "status": "ok", "val_loss": 9.0})
+    base = {
+        "study": "s",
+        "optuna_trial": 3,
+        "family": "looped",
+        "structure": "1L→2L(×2)→1L",
+        "params_total": 1000,
+        "params_non_embedding": 600,
+        "spec": '{"family": "looped"}',
+    }
+    write_row(
+        tmp_path, {**base, "trial_id": "t0003-s0", "status": "ok", "val_loss": 2.0, "seed": 0}
+    )
+    write_row(
+        tmp_path, {**base, "trial_id": "t0003-s1", "status": "failed", "error": "boom", "seed": 1}
+    )
+    write_row(
+        tmp_path,
+        {**base, "trial_id": "t0003-s1", "attempt": 1, "status": "ok", "val_loss": 3.0, "seed": 1},
+    )
+    write_row(
+        tmp_path, {**base, "trial_id": "t0030", "optuna_trial": 30, "status": "ok", "val_loss": 9.0}
+    )
     found = trial_rows(tmp_path, 3)
-    assert sorted((r["trial_id"], r["attempt"]) for r in found) == [("t0003-s0", 0), ("t0003-s1", 1)]
+    assert sorted((r["trial_id"], r["attempt"]) for r in found) == [
+        ("t0003-s0", 0),
+        ("t0003-s1", 1),
+    ]
     assert values(found, ["val_loss", "params"], "non_embedding") == [2.5, 600.0]
     attrs = user_attrs(found)
-    assert attrs["structure"] == "1L→2L(×2)→1L" and attrs["params_total"] == 1000 and attrs["val_loss"] == 2.5
+    assert (
+        attrs["structure"] == "1L→2L(×2)→1L"
+        and attrs["params_total"] == 1000
+        and attrs["val_loss"] == 2.5
+    )
     assert attrs["status"] == "ok" and attrs["seeds"] == [0, 1] and "error" not in attrs
     assert attrs["rows"] == ["t0003-s0.a0.parquet", "t0003-s1.a1.parquet"]
 
 
 def test_a_failed_trial_carries_its_error_line(tmp_path):
-    write_row(tmp_path, {"study": "s", "trial_id": "t0001", "optuna_trial": 1, "status": "infeasible",
-                         "error": "budget: no d_model within 0.5% of 100K\nmore"})
+    write_row(
+        tmp_path,
+        {
+            "study": "s",
+            "trial_id": "t0001",
+            "optuna_trial": 1,
+            "status": "infeasible",
+            "error": "budget: no d_model within 0.5% of 100K\nmore",
+        },
+    )
     attrs = user_attrs(trial_rows(tmp_path, 1))
-    assert attrs["status"] == "infeasible" and attrs["error"] == "budget: no d_model within 0.5% of 100K"
+    assert (
+        attrs["status"] == "infeasible"
+        and attrs["error"] == "budget: no d_model within 0.5% of 100K"
+    )
     assert math.isnan(values(trial_rows(tmp_path, 1), ["val_loss"], "total")[0])
 
 
@@ -101,28 +148,57 @@ def test_the_best_trial_is_the_best_at_the_declared_objective():
 
     from benchmark.search.rows import best_row
 
-    ok = pd.DataFrame({"trial_id": ["a", "b", "c"], "family": ["transformer", "looped", "hyperloop"],
-                       "structure": ["6L"] * 3, "params_total": [3, 2, 1], "params_non_embedding": [30, 10, 20],
-                       "val_loss": [4.0, 4.2, 4.1], "val_ppl": [54.6, 66.7, 60.3], "tokens_per_s": [9.0, 7.0, 8.0]})
+    ok = pd.DataFrame(
+        {
+            "trial_id": ["a", "b", "c"],
+            "family": ["transformer", "looped", "hyperloop"],
+            "structure": ["6L"] * 3,
+            "params_total": [3, 2, 1],
+            "params_non_embedding": [30, 10, 20],
+            "val_loss": [4.0, 4.2, 4.1],
+            "val_ppl": [54.6, 66.7, 60.3],
+            "tokens_per_s": [9.0, 7.0, 8.0],
+        }
+    )
     assert best_row(ok, "val_loss", "min", "total")["trial_id"] == "a"
     assert best_row(ok, "tokens_per_s", "max", "total")["value"] == 9.0
     assert best_row(ok, "val_ppl", "max", "total")["trial_id"] == "b"
     assert best_row(ok, "params", "min", "non_embedding")["trial_id"] == "b"
     assert best_row(ok, "params", "min", "total")["trial_id"] == "c"
-    assert best_row(ok, "val_loss_r4", "min", "total") is None      # no row has the column
+    assert best_row(ok, "val_loss_r4", "min", "total") is None  # no row has the column
 
 
 # ---- a trial stopped part-way through its seeds, or a study that now asks more --------------------
 
+
 def _context(tmp_path, seeds: int) -> TrialContext:
-    return TrialContext(study="s", study_dir=str(tmp_path), data=None, training={}, count="total",
-                        objectives=("val_loss",), seeds=seeds, retries=1)
+    return TrialContext(
+        study="s",
+        study_dir=str(tmp_path),
+        data=None,
+        training={},
+        count="total",
+        objectives=("val_loss",),
+        seeds=seeds,
+        retries=1,
+    )
 
 
 def _seed_row(tmp_path, number: int, seed: int, loss: float, status="ok", attempt=0):
-    write_row(tmp_path, {"study": "s", "optuna_trial": number, "trial_id": f"t{number:04d}-s{seed}", "seed": seed,
-                         "attempt": attempt, "status": status, "val_loss": loss, "family": "looped",
-                         "spec": "{\"family\": \"looped\"}"})
+    write_row(
+        tmp_path,
+        {
+            "study": "s",
+            "optuna_trial": number,
+            "trial_id": f"t{number:04d}-s{seed}",
+            "seed": seed,
+            "attempt": attempt,
+            "status": status,
+            "val_loss": loss,
+            "family": "looped",
+            "spec": '{"family": "looped"}',
+        },
+    )
 
 
 def _study():
@@ -139,8 +215,8 @@ def test_a_trial_stopped_between_its_seeds_is_continued_with_the_seeds_it_lacks(
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState
 
-    from benchmark.search.rows import CONTINUES, finished_seeds
     from benchmark.search.resume import close_running
+    from benchmark.search.rows import CONTINUES, finished_seeds
     from benchmark.search.study import Quota
 
     ctx, study = _context(tmp_path, 3), _study()
@@ -149,24 +225,34 @@ def test_a_trial_stopped_between_its_seeds_is_continued_with_the_seeds_it_lacks(
     _seed_row(tmp_path, stopped.number, 1, 4.2)
     close_running(study, ctx)
     first, waiting = study.get_trials()
-    assert first.state == TrialState.FAIL and first.user_attrs["seeds"] == [0, 1] and first.values is None
+    assert (
+        first.state == TrialState.FAIL
+        and first.user_attrs["seeds"] == [0, 1]
+        and first.values is None
+    )
     assert waiting.state == TrialState.WAITING and waiting.user_attrs[CONTINUES] == [0]
-    assert waiting.system_attrs["fixed_params"] == first.params           # asked with its parameters
+    assert waiting.system_attrs["fixed_params"] == first.params  # asked with its parameters
     assert Quota(str(tmp_path), 1).taken(study) == 0 and not Quota(str(tmp_path), 1).reached(study)
-    close_running(study, ctx)                                  # a second resume: still one continuation
+    close_running(study, ctx)  # a second resume: still one continuation
     assert [t.state for t in study.get_trials()] == [TrialState.FAIL, TrialState.WAITING]
 
-    again = study.ask()                                        # the next driver's trial is the continuation
+    again = study.ask()  # the next driver's trial is the continuation
     assert again.number == 1 and again.user_attrs[CONTINUES] == [0]
     assert again.suggest_categorical("family", ["looped", "hyperloop"]) == first.params["family"]
     earlier = finished_seeds(trial_rows(tmp_path, again.number, [0]), ctx.retries)
-    assert sorted(earlier) == [0, 1]                           # so it trains seed 2 alone
+    assert sorted(earlier) == [0, 1]  # so it trains seed 2 alone
     _seed_row(tmp_path, again.number, 2, 4.4)
     found = trial_rows(tmp_path, again.number, [0])
-    assert sorted((r["trial_id"], r["seed"]) for r in found) == [("t0000-s0", 0), ("t0000-s1", 1), ("t0001-s2", 2)]
+    assert sorted((r["trial_id"], r["seed"]) for r in found) == [
+        ("t0000-s0", 0),
+        ("t0000-s1", 1),
+        ("t0001-s2", 2),
+    ]
     assert values(found, ["val_loss"], "total") == [pytest.approx(4.2)]
     assert user_attrs(found)["seeds"] == [0, 1, 2]
-    assert Quota(str(tmp_path), 1).taken(study) == 1           # the candidate once, though two trials hold rows
+    assert (
+        Quota(str(tmp_path), 1).taken(study) == 1
+    )  # the candidate once, though two trials hold rows
 
 
 def test_more_seeds_continue_every_finished_trial_once(tmp_path):
@@ -176,23 +262,31 @@ def test_more_seeds_continue_every_finished_trial_once(tmp_path):
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState
 
-    from benchmark.search.rows import CONTINUES
     from benchmark.search.resume import continue_unfinished
+    from benchmark.search.rows import CONTINUES
 
     study = _study()
     dist = {"family": CategoricalDistribution(["looped", "hyperloop", "transformer", "hc", "mhc"])}
-    for family, status in (("looped", "ok"), ("hyperloop", "diverged"), ("transformer", "pruned"), ("hc", "failed"),
-                           ("mhc", "ok")):
+    for family, status in (
+        ("looped", "ok"),
+        ("hyperloop", "diverged"),
+        ("transformer", "pruned"),
+        ("hc", "failed"),
+        ("mhc", "ok"),
+    ):
         t = study.ask(dist)
-        if family != "mhc":                    # mhc's rows were set aside
+        if family != "mhc":  # mhc's rows were set aside
             _seed_row(tmp_path, t.number, 0, 4.0, status=status)
         t.set_user_attr("status", status)
         t.set_user_attr("seeds", [0])
-        study.tell(t, 4.0 if status == "ok" else None,
-                   state=TrialState.COMPLETE if status == "ok" else TrialState.FAIL)
+        study.tell(
+            t,
+            4.0 if status == "ok" else None,
+            state=TrialState.COMPLETE if status == "ok" else TrialState.FAIL,
+        )
     assert continue_unfinished(study, _context(tmp_path, 1)) == []
     assert continue_unfinished(study, _context(tmp_path, 2)) == [0, 1]
-    assert continue_unfinished(study, _context(tmp_path, 2)) == []                  # once
+    assert continue_unfinished(study, _context(tmp_path, 2)) == []  # once
     waiting = [t for t in study.get_trials() if t.state == TrialState.WAITING]
     assert [t.user_attrs[CONTINUES] for t in waiting] == [[0], [1]]
 
@@ -202,8 +296,8 @@ def test_a_seeds_final_row_is_measured_or_failed_at_its_last_attempt(tmp_path):
 
     _seed_row(tmp_path, 4, 0, 4.0)
     _seed_row(tmp_path, 4, 1, float("nan"), status="diverged")
-    _seed_row(tmp_path, 4, 2, float("nan"), status="failed")               # a retry was still to come
-    _seed_row(tmp_path, 4, 3, float("nan"), status="failed", attempt=1)    # its last attempt
+    _seed_row(tmp_path, 4, 2, float("nan"), status="failed")  # a retry was still to come
+    _seed_row(tmp_path, 4, 3, float("nan"), status="failed", attempt=1)  # its last attempt
     assert sorted(finished_seeds(trial_rows(tmp_path, 4), retries=1)) == [0, 1, 3]
     assert sorted(finished_seeds(trial_rows(tmp_path, 4), retries=0)) == [0, 1, 2, 3]
 
@@ -223,10 +317,18 @@ def test_a_continuing_trial_trains_only_the_seeds_it_lacks(tmp_path, monkeypatch
 
     monkeypatch.setattr(trainable, "attempts", attempts)
     monkeypatch.setattr(trainable, "prepare", lambda data: None)
-    under_asha = replace(_context(tmp_path, 3), training={"eval_every": 5})   # the driver's, with ASHA
-    final = trainable._trial({"optuna_trial": 1, "continues": [0], "family": "looped"}, under_asha, None)
-    assert trained == [("t0001-s2", True)]           # the first seed it trains reports ASHA's rungs
-    assert final["val_loss"] == pytest.approx(4.2) and final["status"] == "ok" and final["trial_wall_s"] == 7.0
+    under_asha = replace(
+        _context(tmp_path, 3), training={"eval_every": 5}
+    )  # the driver's, with ASHA
+    final = trainable._trial(
+        {"optuna_trial": 1, "continues": [0], "family": "looped"}, under_asha, None
+    )
+    assert trained == [("t0001-s2", True)]  # the first seed it trains reports ASHA's rungs
+    assert (
+        final["val_loss"] == pytest.approx(4.2)
+        and final["status"] == "ok"
+        and final["trial_wall_s"] == 7.0
+    )
 
 
 def test_a_resumed_study_keeps_its_first_seed(tmp_path):
@@ -235,6 +337,8 @@ def test_a_resumed_study_keeps_its_first_seed(tmp_path):
 
     s = space(tmp_path)
     recorded = {**declaration(s), "seeds": 3, "seed": 0}
-    check_declared(s, 5, recorded, "r/s/_study.json", "s", first_seed=0)   # more seeds: the study continues
+    check_declared(
+        s, 5, recorded, "r/s/_study.json", "s", first_seed=0
+    )  # more seeds: the study continues
     with pytest.raises(StudyError, match=r"seed: 0 -> 2 \(its trials' seeds start at 0\)"):
         check_declared(s, 3, recorded, "r/s/_study.json", "s", first_seed=2)

@@ -16,7 +16,9 @@ SAMPLE = "The quick brown fox — naïve café, 東京 🙂\n\tTabs,  double  sp
 CORPUS = [
     f"Line {i}: the {word} of the {word}s, and the {other} beyond the {word}."
     for i, (word, other) in enumerate(
-        (w, o) for w in ("river", "mountain", "valley", "forest", "harbour") for o in ("sea", "sky", "plain")
+        (w, o)
+        for w in ("river", "mountain", "valley", "forest", "harbour")
+        for o in ("sea", "sky", "plain")
     )
 ] * 20
 
@@ -55,10 +57,16 @@ def test_bpe_training_is_deterministic_across_processes():
     first, second = train_bpe(CORPUS, 300), train_bpe(CORPUS, 300)
     assert first.inner.to_str() == second.inner.to_str()
     # A fresh interpreter has fresh hash seeds (Python's and Rust's): the result must not change.
-    code = "import json, sys; from benchmark.data.tokenizer import train_bpe; " \
+    code = (
+        "import json, sys; from benchmark.data.tokenizer import train_bpe; "
         "print(train_bpe(json.load(sys.stdin), 300).fingerprint)"
+    )
     out = subprocess.run(
-        [sys.executable, "-c", code], input=json.dumps(CORPUS), capture_output=True, text=True, check=True
+        [sys.executable, "-c", code],
+        input=json.dumps(CORPUS),
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert out.stdout.strip() == first.fingerprint
 
@@ -109,7 +117,9 @@ def test_corrupt_cached_tokenizer_is_retrained(tmp_path, caplog):
 
 
 def test_bpe_needs_a_corpus(tmp_path):
-    with pytest.raises(ValueError, match="'bpe' is trained on the corpus; pass cache_dir, corpus_id and texts"):
+    with pytest.raises(
+        ValueError, match="'bpe' is trained on the corpus; pass cache_dir, corpus_id and texts"
+    ):
         load_tokenizer("bpe", cache_dir=tmp_path, corpus_id="c")
 
 
@@ -122,15 +132,24 @@ def test_hf_tokenizer_finds_its_end_token(monkeypatch):
 
 
 def test_hf_tokenizer_without_end_token(monkeypatch):
-    inner = tokenizers.Tokenizer(tokenizers.models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    inner = tokenizers.Tokenizer(
+        tokenizers.models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]")
+    )
     monkeypatch.setattr(tokenizers.Tokenizer, "from_pretrained", staticmethod(lambda name: inner))
-    with pytest.raises(ValueError, match=r"hf:some/model has no end-of-text token \(looked for <\|endoftext\|>"):
+    with pytest.raises(
+        ValueError, match=r"hf:some/model has no end-of-text token \(looked for <\|endoftext\|>"
+    ):
         load_tokenizer("hf:some/model")
 
 
 @pytest.mark.parametrize(
     "spec, parsed",
-    [("bpe", ("bpe", 8192)), ("bpe:16384", ("bpe", 16384)), ("gpt2", ("gpt2", None)), ("hf:a/b", ("hf", "a/b"))],
+    [
+        ("bpe", ("bpe", 8192)),
+        ("bpe:16384", ("bpe", 16384)),
+        ("gpt2", ("gpt2", None)),
+        ("hf:a/b", ("hf", "a/b")),
+    ],
 )
 def test_parse_spec(spec, parsed):
     assert parse_spec(spec) == parsed
@@ -141,7 +160,10 @@ def test_parse_spec(spec, parsed):
     [
         ("bpe:abc", "data.tokenizer: 'bpe:abc' needs a vocabulary size between 257 and"),
         ("bpe:100", "data.tokenizer: 'bpe:100' needs a vocabulary size between 257 and"),
-        ("gpt3", "data.tokenizer: unknown tokenizer 'gpt3'; expected 'bpe', 'bpe:<vocab_size>', 'gpt2' or"),
+        (
+            "gpt3",
+            "data.tokenizer: unknown tokenizer 'gpt3'; expected 'bpe', 'bpe:<vocab_size>', 'gpt2' or",
+        ),
         ("hf:", "unknown tokenizer 'hf:'"),
         ("gpt2:50257", "unknown tokenizer 'gpt2:50257'"),
         (8192, "data.tokenizer must be a string, got 8192"),

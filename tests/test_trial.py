@@ -7,14 +7,14 @@ import math
 import pandas as pd
 import pytest
 import torch
+from claim_files import abbie_loops_claim
+from tiny_trial import CFG, SPEC
 
 from benchmark import ArchSpec
 from benchmark.recipe import QuantizeConfig, TrainConfig, fmt_count, parse_amount
 from benchmark.store.metrics import TIME_SPLIT
 from benchmark.trial.checkpoint import CheckpointError, load_checkpoint
 from benchmark.trial.run import run_trial
-from claim_files import abbie_loops_claim
-from tiny_trial import CFG, SPEC
 
 # A claim's undecided pair, in the claims' words (stats.verdict is the interval's, before adjustment).
 UNDECIDED = {"inconclusive": "not decided"}
@@ -37,10 +37,28 @@ def test_same_seed_same_losses_different_seed_different(grammar_corpus):
 
 def test_row_has_the_spec_columns(grammar_corpus):
     row = run_trial(SPEC, TrainConfig(**CFG), data=grammar_corpus)
-    for col in ("family", "spec", "params_total", "params_non_embedding", "flops_per_token_train",
-                "flops_per_token_infer", "tokens_trained", "val_loss", "val_ppl", "tokens_per_s",
-                "peak_mem_bytes", "wall_s", "seed", "dataset_id", "tokenizer_id", "code_version",
-                "started_at", "finished_at", "status", "error"):
+    for col in (
+        "family",
+        "spec",
+        "params_total",
+        "params_non_embedding",
+        "flops_per_token_train",
+        "flops_per_token_infer",
+        "tokens_trained",
+        "val_loss",
+        "val_ppl",
+        "tokens_per_s",
+        "peak_mem_bytes",
+        "wall_s",
+        "seed",
+        "dataset_id",
+        "tokenizer_id",
+        "code_version",
+        "started_at",
+        "finished_at",
+        "status",
+        "error",
+    ):
         assert col in row, col
     assert ArchSpec.from_dict(json.loads(row["spec"])).family == "looped"
     assert row["val_ppl"] == pytest.approx(math.exp(row["val_loss"]))
@@ -55,9 +73,9 @@ def test_the_row_says_where_the_trial_time_went(grammar_corpus):
     assert all(v > 0 for v in split[1:])
     assert sum(split) <= row["wall_s"] + 1e-6
     steady = row["tokens_trained"] / row["tokens_per_s"]  # every step at the measured pace
-    if row["compile_s"] > 0:   # the first step was slower than the pace: its excess is compile_s
+    if row["compile_s"] > 0:  # the first step was slower than the pace: its excess is compile_s
         assert row["train_s"] == pytest.approx(steady, rel=1e-6)
-    else:                      # an eager first step can beat the pace; then nothing is compile
+    else:  # an eager first step can beat the pace; then nothing is compile
         assert row["train_s"] <= steady
     assert len(json.loads(row["evals"])) >= 2  # the periodic evaluations are in eval_s, not train_s
 
@@ -67,10 +85,14 @@ def test_rows_carry_the_hyper_connection_diagnostics(grammar_corpus, tmp_path):
     from benchmark.store.metrics import DIAGNOSTICS
     from benchmark.store.results import read_study, write_row
 
-    hyper = run_trial({**SPEC, "family": "hyperloop", "hyper": {"streams": 2}}, TrainConfig(**CFG),
-                      data=grammar_corpus, quantize=False)
+    hyper = run_trial(
+        {**SPEC, "family": "hyperloop", "hyper": {"streams": 2}},
+        TrainConfig(**CFG),
+        data=grammar_corpus,
+        quantize=False,
+    )
     plain = run_trial(SPEC, TrainConfig(**CFG), data=grammar_corpus, quantize=False)
-    assert 0.0 < hyper["stream_cosine"] < 1.0 - 1e-6            # two streams, not copies
+    assert 0.0 < hyper["stream_cosine"] < 1.0 - 1e-6  # two streams, not copies
     assert hyper["hres_deviation"] > 0 and hyper["loop_emb_norm"] > 0
     assert 0.0 <= hyper["gate_saturation"] <= 1.0
     assert all(plain[k] is None for k in DIAGNOSTICS)
@@ -80,11 +102,15 @@ def test_rows_carry_the_hyper_connection_diagnostics(grammar_corpus, tmp_path):
     assert df.loc["hyperloop", "stream_cosine"] == hyper["stream_cosine"]
     assert df.loc["looped", DIAGNOSTICS].isna().all()
     # the streams' storage is a column: fp32 on a CPU (`auto`), none without streams
-    assert df.loc["hyperloop", "stream_dtype"] == "fp32" and pd.isna(df.loc["looped", "stream_dtype"])
+    assert df.loc["hyperloop", "stream_dtype"] == "fp32" and pd.isna(
+        df.loc["looped", "stream_dtype"]
+    )
 
 
 def test_divergence_is_recorded_not_raised(grammar_corpus):
-    row = run_trial(SPEC, TrainConfig(**{**CFG, "lr": 1e4, "grad_clip": 0, "warmup": 0}), data=grammar_corpus)
+    row = run_trial(
+        SPEC, TrainConfig(**{**CFG, "lr": 1e4, "grad_clip": 0, "warmup": 0}), data=grammar_corpus
+    )
     assert row["status"] == "diverged" and "loss is" in row["error"]
     # its row says how far it got, through the step whose loss was NaN, and where the time went
     step = int(row["error"].split(" at step ")[1].split()[0])
@@ -96,7 +122,12 @@ def test_divergence_is_recorded_not_raised(grammar_corpus):
 
 def test_checkpoint_round_trip_and_spec_mismatch(grammar_corpus, tmp_path):
     run_trial(SPEC, TrainConfig(**CFG), data=grammar_corpus, checkpoint_dir=tmp_path / "ck")
-    assert {p.name for p in (tmp_path / "ck").iterdir()} == {"model.safetensors", "spec.json", "meta.json", "tokenizer.json"}
+    assert {p.name for p in (tmp_path / "ck").iterdir()} == {
+        "model.safetensors",
+        "spec.json",
+        "meta.json",
+        "tokenizer.json",
+    }
     model, meta = load_checkpoint(tmp_path / "ck", spec=SPEC)
     assert meta["tokenizer_id"] == grammar_corpus.tokenizer.tokenizer_id
     x = torch.randint(0, 300, (1, 8))
@@ -109,14 +140,17 @@ def test_checkpoint_round_trip_and_spec_mismatch(grammar_corpus, tmp_path):
 
 def test_vocab_mismatch_is_a_clear_error(grammar_corpus):
     n = grammar_corpus.tokenizer.vocab_size
-    with pytest.raises(ValueError, match=f"vocab_size: the spec has 100 but tokenizer bpe:300@.* has {n}; set vocab_size: {n}"):
+    with pytest.raises(
+        ValueError,
+        match=f"vocab_size: the spec has 100 but tokenizer bpe:300@.* has {n}; set vocab_size: {n}",
+    ):
         run_trial({**SPEC, "vocab_size": 100}, TrainConfig(**CFG), data=grammar_corpus)
 
 
 def test_schedules():
     cfg = TrainConfig(lr=1.0, warmup=10)
     assert cfg.lr_at(0, 110) == pytest.approx(0.1) and cfg.lr_at(9, 110) == pytest.approx(1.0)
-    assert cfg.lr_at(60, 110) == pytest.approx(0.55)          # cosine midpoint
+    assert cfg.lr_at(60, 110) == pytest.approx(0.55)  # cosine midpoint
     assert cfg.lr_at(110, 110) == pytest.approx(0.1)
     wsd = TrainConfig(lr=1.0, warmup=0.1, schedule="wsd", decay=0.2, min_lr=0.0)
     assert wsd.lr_at(50, 100) == 1.0 and wsd.lr_at(79, 100) == 1.0
@@ -144,17 +178,39 @@ def test_one_trial_from_the_command_line(grammar_corpus, tmp_path, capsys):
     from benchmark.search.command import search_main as main
 
     spec = tmp_path / "arch.yaml"
-    spec.write_text("family: looped\nd_model: 32\nn_heads: 2\nvocab_size: 300\n"
-                    "layers: {begin: 1, middle: 1, end: 1}\ntraining: {seq_len: 32, batch_size: 8, eval_tokens: 1K}\n")
+    spec.write_text(
+        "family: looped\nd_model: 32\nn_heads: 2\nvocab_size: 300\n"
+        "layers: {begin: 1, middle: 1, end: 1}\ntraining: {seq_len: 32, batch_size: 8, eval_tokens: 1K}\n"
+    )
     text = grammar_corpus.dataset_id.split("@")[0]
-    args = ["--spec", str(spec), "--tokens", "8K", "--data", text, "--tokenizer", "bpe:300",
-            "--no-compile", "--precision", "fp32", "--checkpoint", str(tmp_path / "ck")]
+    args = [
+        "--spec",
+        str(spec),
+        "--tokens",
+        "8K",
+        "--data",
+        text,
+        "--tokenizer",
+        "bpe:300",
+        "--no-compile",
+        "--precision",
+        "fp32",
+        "--checkpoint",
+        str(tmp_path / "ck"),
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "val_ppl" in out and "val_ppl_int4" in out and (tmp_path / "ck" / "model.safetensors").is_file()
+    assert (
+        "val_ppl" in out
+        and "val_ppl_int4" in out
+        and (tmp_path / "ck" / "model.safetensors").is_file()
+    )
     spec.write_text("family: looped\nd_model: 32\nn_heads: 2\nlayers: {begin: 1, middle: 0}\n")
     assert main(args) == 2
-    assert capsys.readouterr().err == f"{spec}:4:20: layers.middle: layers.middle must be > 0 when loops > 1\n"
+    assert (
+        capsys.readouterr().err
+        == f"{spec}:4:20: layers.middle: layers.middle must be > 0 when loops > 1\n"
+    )
 
 
 def test_evaluation_scores_the_head_in_chunks_and_gets_the_same_loss(monkeypatch):
@@ -179,18 +235,28 @@ def test_evaluation_scores_the_head_in_chunks_and_gets_the_same_loss(monkeypatch
         chunked = step.score_head_loss(model, model.features(x), y, None)
     assert calls == [64, 64, 22]
     assert chunked.item() == pytest.approx(whole.item(), rel=1e-6)
-    assert chunked.item() > 5.0  # an untrained model: about log(300) = 5.7, not a zero from an empty sum
+    assert (
+        chunked.item() > 5.0
+    )  # an untrained model: about log(300) = 5.7, not a zero from an empty sum
     calls.clear()
-    assert evaluate(model, {"one": windows}, None)["val_loss"] == pytest.approx(whole.item(), rel=1e-6)
+    assert evaluate(model, {"one": windows}, None)["val_loss"] == pytest.approx(
+        whole.item(), rel=1e-6
+    )
     assert calls == [64, 64, 22]  # one batch of 3 windows, scored in chunks
 
 
 # --- per-loop metrics: AbbIE evaluates at r = 1, 2, 4, 8 test-time iterations (§4.3, Table 2) -----
 
-ABBIE_D = {"family": "abbie-d", "d_model": 32, "n_heads": 2, "vocab_size": 300,
-           "layers": {"begin": 1, "middle": 1, "end": 1}}  # the preset: trained at 2 loops, eval_loops 1, 2, 4, 8
-LOOP_CLAIM = abbie_loops_claim("AbbIE-D at its training iterations beats itself at 8", "abbie",
-                               better=2, worse=8)
+ABBIE_D = {
+    "family": "abbie-d",
+    "d_model": 32,
+    "n_heads": 2,
+    "vocab_size": 300,
+    "layers": {"begin": 1, "middle": 1, "end": 1},
+}  # the preset: trained at 2 loops, eval_loops 1, 2, 4, 8
+LOOP_CLAIM = abbie_loops_claim(
+    "AbbIE-D at its training iterations beats itself at 8", "abbie", better=2, worse=8
+)
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +266,12 @@ def abbie_results(grammar_corpus, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("results")
     for seed in range(3):
-        row = run_trial(ABBIE_D, TrainConfig(**{**CFG, "tokens": "10K", "seed": seed}), data=grammar_corpus, quantize=False)
+        row = run_trial(
+            ABBIE_D,
+            TrainConfig(**{**CFG, "tokens": "10K", "seed": seed}),
+            data=grammar_corpus,
+            quantize=False,
+        )
         write_row(root / "abbie", {**row, "study": "abbie", "trial_id": f"t{seed}"})
     return root
 
@@ -216,7 +287,9 @@ def test_abbie_rows_carry_the_loss_at_each_loop_count(abbie_results):
         for r in (1, 2, 4, 8):
             assert row[f"val_loss_r{r}"] == pytest.approx(math.log(ppl[str(r)]), rel=1e-9)
         assert row["val_loss_r2"] == row["val_loss"]  # trained at 2: the final evaluation is r = 2
-        assert len({row[f"val_loss_r{r}"] for r in (1, 2, 4, 8)}) == 4  # each count is its own evaluation
+        assert (
+            len({row[f"val_loss_r{r}"] for r in (1, 2, 4, 8)}) == 4
+        )  # each count is its own evaluation
 
 
 def test_a_loop_claim_and_the_leaderboard_read_the_per_loop_losses(abbie_results, tmp_path):
@@ -229,8 +302,24 @@ def test_a_loop_claim_and_the_leaderboard_read_the_per_loop_losses(abbie_results
     rows = read_study(abbie_results / "abbie").sort_values("seed")
     per_seed = (rows["val_loss_r2"] - rows["val_loss_r8"]).to_numpy()
     (tmp_path / "claims.yaml").write_text(LOOP_CLAIM)
-    assert cli.main([str(abbie_results), "--x", "params", "--y", "val_loss_r4", "--claims",
-                     str(tmp_path / "claims.yaml"), "--format", "md", "--out", str(tmp_path / "site")]) == 0
+    assert (
+        cli.main(
+            [
+                str(abbie_results),
+                "--x",
+                "params",
+                "--y",
+                "val_loss_r4",
+                "--claims",
+                str(tmp_path / "claims.yaml"),
+                "--format",
+                "md",
+                "--out",
+                str(tmp_path / "site"),
+            ]
+        )
+        == 0
+    )
     (claim,) = json.loads((tmp_path / "site" / "claims.json").read_text())["claims"]
     r2, r8 = claim["groups"]
     assert (r2["metric"], r8["metric"]) == ("val_loss_r2", "val_loss_r8")
@@ -248,8 +337,14 @@ def test_a_loop_claim_and_the_leaderboard_read_the_per_loop_losses(abbie_results
 
 # --- what INT4 costs: the perplexity it adds over full precision (Hyperloop §4, Table 1) ----------
 
-QUANT = QuantizeConfig(group_size=16, calib_sequences=20)   # 16 < d_model 32: two groups per row
-TRANSFORMER = {"family": "transformer", "d_model": 32, "n_heads": 2, "vocab_size": 300, "layers": {"n": 3}}
+QUANT = QuantizeConfig(group_size=16, calib_sequences=20)  # 16 < d_model 32: two groups per row
+TRANSFORMER = {
+    "family": "transformer",
+    "d_model": 32,
+    "n_heads": 2,
+    "vocab_size": 300,
+    "layers": {"n": 3},
+}
 INT4_CLAIM = """\
 claims:
   - claim: Looped models lose more perplexity to INT4 than the Transformer
@@ -272,8 +367,15 @@ def int4_results(grammar_corpus, tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
     for spec in (TRANSFORMER, SPEC):
         for seed in range(2):
-            row = run_trial(spec, TrainConfig(**{**CFG, "tokens": "5K", "seed": seed}), data=grammar_corpus, quantize=QUANT)
-            write_row(root / "int4", {**row, "study": "int4", "trial_id": f"{spec['family']}-{seed}"})
+            row = run_trial(
+                spec,
+                TrainConfig(**{**CFG, "tokens": "5K", "seed": seed}),
+                data=grammar_corpus,
+                quantize=QUANT,
+            )
+            write_row(
+                root / "int4", {**row, "study": "int4", "trial_id": f"{spec['family']}-{seed}"}
+            )
     return root / "int4"
 
 
@@ -302,14 +404,19 @@ def test_the_int4_cost_flows_into_a_claim_verdict(int4_results, tmp_path):
     rows = read_study(int4_results)
     (tmp_path / "claims.yaml").write_text(INT4_CLAIM)
     (result,) = claims.evaluate(claims.load(tmp_path / "claims.yaml"), rows)
-    assert result.claim.metric.column == "int4_ppl_increase"   # `int4_cost` is its alias
-    cost = {f: dict(zip(g["seed"], g["val_ppl_int4"] / g["val_ppl"] - 1)) for f, g in rows.groupby("family")}
+    assert result.claim.metric.column == "int4_ppl_increase"  # `int4_cost` is its alias
+    cost = {
+        f: dict(zip(g["seed"], g["val_ppl_int4"] / g["val_ppl"] - 1))
+        for f, g in rows.groupby("family")
+    }
     transformer, looped = result.groups
     assert transformer.values == pytest.approx(cost["transformer"], rel=1e-12)
     assert looped.values == pytest.approx(cost["looped"], rel=1e-12)
     (pair,) = result.pairs
     per_seed = [cost["transformer"][s] - cost["looped"][s] for s in (0, 1)]
-    assert pair.difference.method == "paired" and pair.difference.estimate == pytest.approx(sum(per_seed) / 2)
+    assert pair.difference.method == "paired" and pair.difference.estimate == pytest.approx(
+        sum(per_seed) / 2
+    )
     v = str(stats.verdict(pair.difference.lo, pair.difference.hi, -1))
     assert result.verdict == pair.verdict == UNDECIDED.get(v, v)
     assert result.verdict in ("reproduced", "contradicted", "not decided")

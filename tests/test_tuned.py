@@ -48,9 +48,15 @@ def test_the_tune_section_is_validated_where_it_is_written(tmp_path):
     assert space.tune.points() == [{"lr": 1e-3}, {"lr": 1e-2}] and space.tune.runs == 2
     for tune, message in [
         ("{grid: {lr: [1e-3]}, seeds: [1]}", "tune.seeds: seed 1 is also a final seed (0..1)"),
-        ("{grid: {lrr: [1e-3]}, seeds: [100]}", "tune.grid.lrr: unknown training setting (did you mean 'lr'?)"),
+        (
+            "{grid: {lrr: [1e-3]}, seeds: [100]}",
+            "tune.grid.lrr: unknown training setting (did you mean 'lr'?)",
+        ),
         ("{grid: {lr: [1e-3, -1]}, seeds: [100]}", "tune.grid.lr[1]: must be > 0"),
-        ("{grid: {tokens: [1M]}, seeds: [100]}", "tune.grid.tokens: tokens changes what is trained"),
+        (
+            "{grid: {tokens: [1M]}, seeds: [100]}",
+            "tune.grid.tokens: tokens changes what is trained",
+        ),
         ("{grid: {lr: [1e-3]}, seeds: [100], metric: params}", "tune.metric: params is a"),
     ]:
         with pytest.raises(SpaceError, match=re.escape(message)):
@@ -62,13 +68,31 @@ def test_the_tune_section_is_validated_where_it_is_written(tmp_path):
 
 
 def _ctx(study_dir, space, retries=0) -> TrialContext:
-    return TrialContext(study="tuned", study_dir=str(study_dir), data=None, training=space.training,
-                        count="total", objectives=("val_loss",), seeds=2, retries=retries, tune=space.tune)
+    return TrialContext(
+        study="tuned",
+        study_dir=str(study_dir),
+        data=None,
+        training=space.training,
+        count="total",
+        objectives=("val_loss",),
+        seeds=2,
+        retries=retries,
+        tune=space.tune,
+    )
 
 
 def _row(trial_id, seed, lr, loss, status="ok"):
-    return {"study": "tuned", "trial_id": trial_id, "status": status, "seed": seed, "val_loss": loss,
-            "phase": "tune", "tuned": json.dumps({"lr": lr}), "attempt": 0, "optuna_trial": 7}
+    return {
+        "study": "tuned",
+        "trial_id": trial_id,
+        "status": status,
+        "seed": seed,
+        "val_loss": loss,
+        "phase": "tune",
+        "tuned": json.dumps({"lr": lr}),
+        "attempt": 0,
+        "optuna_trial": 7,
+    }
 
 
 def test_a_candidate_trains_only_the_tuning_runs_it_lacks_and_picks_the_best_point(tmp_path):
@@ -77,17 +101,19 @@ def test_a_candidate_trains_only_the_tuning_runs_it_lacks_and_picks_the_best_poi
 
     space = load_space(space_file(tmp_path, "{grid: {lr: [1e-3, 1e-2, 1e-1]}, seeds: [100, 101]}"))
     ctx = _ctx(tmp_path / "s", space)
-    write_row(ctx.study_dir, _row("t0007-g0-s100", 100, 1e-3, 5.0))   # finished before a kill
+    write_row(ctx.study_dir, _row("t0007-g0-s100", 100, 1e-3, 5.0))  # finished before a kill
     write_row(ctx.study_dir, _row("t0007-g0-s101", 101, 1e-3, 5.2))
     trained = []
 
     def train(trial_id, seed, point):
         trained.append(trial_id)
-        losses = {(0.01, 100): 4.0, (0.01, 101): 4.4, (0.1, 100): 3.0}   # lr 0.1, seed 101 diverges
+        losses = {(0.01, 100): 4.0, (0.01, 101): 4.4, (0.1, 100): 3.0}  # lr 0.1, seed 101 diverges
         loss = losses.get((point["lr"], seed))
         return _row(trial_id, seed, point["lr"], loss, "ok" if loss else "diverged")
 
-    assert tuning.settle({"optuna_trial": 7}, ctx, 7, train) == {"lr": 1e-2}   # mean 4.2 < 5.1; 0.1 unstable
+    assert tuning.settle({"optuna_trial": 7}, ctx, 7, train) == {
+        "lr": 1e-2
+    }  # mean 4.2 < 5.1; 0.1 unstable
     assert trained == ["t0007-g1-s100", "t0007-g1-s101", "t0007-g2-s100", "t0007-g2-s101"]
     # a trial that continues trial 7 (killed while tuning) reads its runs as its own
     trained.clear()
@@ -103,7 +129,9 @@ def test_a_trial_killed_while_tuning_is_continued_not_started_again(tmp_path):
     ctx = _ctx(tmp_path / "s", space)
     study = optuna.create_study()
     for _ in range(2):
-        study.ask({"family": optuna.distributions.CategoricalDistribution(["transformer", "looped"])})
+        study.ask(
+            {"family": optuna.distributions.CategoricalDistribution(["transformer", "looped"])}
+        )
     write_row(ctx.study_dir, {**_row("t0001-g0-s100", 100, 1e-3, 5.0), "optuna_trial": 1})
     close_running(study, ctx)
     waiting = [t for t in study.trials if t.state.name == "WAITING"]
@@ -120,8 +148,8 @@ def _events(folder: Path) -> dict[str, list[tuple[int, float]]]:
     for path in folder.rglob("events.out.tfevents.*"):
         data, at = path.read_bytes(), 0
         while at < len(data):
-            (length,) = struct.unpack("<Q", data[at:at + 8])
-            event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+            (length,) = struct.unpack("<Q", data[at : at + 8])
+            event = event_pb2.Event.FromString(data[at + 12 : at + 12 + length])
             at += 16 + length
             for v in event.summary.value:
                 out.setdefault(v.tag, []).append((event.step, v.simple_value))
@@ -129,9 +157,18 @@ def _events(folder: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def _options(corpus, tmp_path, **kw) -> SearchOptions:
-    return SearchOptions(name="tuned", results_dir=tmp_path / "results", seeds=2, asha=False, retries=0,
-                         concurrency=1, data=DataConfig(source=str(corpus / "text.txt"), tokenizer="bpe:320",
-                                                        cache_dir=str(corpus / "cache")), **kw)
+    return SearchOptions(
+        name="tuned",
+        results_dir=tmp_path / "results",
+        seeds=2,
+        asha=False,
+        retries=0,
+        concurrency=1,
+        data=DataConfig(
+            source=str(corpus / "text.txt"), tokenizer="bpe:320", cache_dir=str(corpus / "cache")
+        ),
+        **kw,
+    )
 
 
 @pytest.mark.slow
@@ -144,28 +181,42 @@ def test_tune_end_to_end_each_candidate_at_its_own_setting_on_fresh_seeds(corpus
         run_search(space, _options(corpus, tmp_path, seed=99), console=None, policy=POLICY)
     run_search(space, _options(corpus, tmp_path), console=None, policy=POLICY)
     df = pd.read_parquet(results / "tuned")
-    assert set(df["status"]) == {"ok"} and len(df) == 8   # 2 candidates x (2 lr x 1 tuning seed + 2 final seeds)
+    assert (
+        set(df["status"]) == {"ok"} and len(df) == 8
+    )  # 2 candidates x (2 lr x 1 tuning seed + 2 final seeds)
     tune, final = df[df["phase"] == "tune"], df[df["phase"] == "final"]
-    assert set(tune["seed"]) == {100} and set(final["seed"]) == {0, 1}   # fresh final seeds
-    assert tune.groupby("family").size().to_dict() == {"looped": 2, "transformer": 2}   # an equal budget
+    assert set(tune["seed"]) == {100} and set(final["seed"]) == {0, 1}  # fresh final seeds
+    assert tune.groupby("family").size().to_dict() == {
+        "looped": 2,
+        "transformer": 2,
+    }  # an equal budget
     for family, runs in tune.groupby("family"):
         best = json.loads(runs.loc[runs["val_loss"].idxmin(), "tuned"])
         chosen = final.loc[final["family"] == family]
         assert len(chosen) == 2 and {json.loads(t)["lr"] for t in chosen["tuned"]} == {best["lr"]}
-        assert {json.loads(t)["lr"] for t in chosen["training"]} == {best["lr"]}   # it trained at it
-    study = optuna.load_study(study_name="tuned", storage=f"sqlite:///{results / 'tuned' / '_optuna.db'}")
-    for t in study.trials:   # Optuna is told the final seeds' mean, not the tuning runs'
+        assert {json.loads(t)["lr"] for t in chosen["training"]} == {best["lr"]}  # it trained at it
+    study = optuna.load_study(
+        study_name="tuned", storage=f"sqlite:///{results / 'tuned' / '_optuna.db'}"
+    )
+    for t in study.trials:  # Optuna is told the final seeds' mean, not the tuning runs'
         rows = final[final["optuna_trial"] == t.number]
         assert t.values[0] == pytest.approx(rows["val_loss"].mean())
     curves = pd.read_parquet(results / "tuned" / "_curves")
-    assert curves.groupby("trial_id").size().to_dict() == dict.fromkeys(df["trial_id"], 32)   # 32 steps
-    assert set(read_curves(str(results / "tuned")).dropna(subset=["val_loss"]).groupby("trial_id").size()) == {4}
+    assert curves.groupby("trial_id").size().to_dict() == dict.fromkeys(
+        df["trial_id"], 32
+    )  # 32 steps
+    assert set(
+        read_curves(str(results / "tuned")).dropna(subset=["val_loss"]).groupby("trial_id").size()
+    ) == {4}
     # the board ranks the final rows and reads the tuning runs for the choice and the sensitivity
     from benchmark.leaderboard import build_board, read_results
 
     board = build_board(read_results([results]))
     assert len(board.trials) == 4 and len(board.tuning) == 4
-    assert board.candidates["tuning_runs"].tolist() == [2, 2] and board.candidates["lr_sensitivity"].gt(0).all()
+    assert (
+        board.candidates["tuning_runs"].tolist() == [2, 2]
+        and board.candidates["lr_sensitivity"].gt(0).all()
+    )
 
 
 @pytest.mark.slow
@@ -174,20 +225,30 @@ def test_the_curves_reach_tensorboard_and_mlflow(corpus, tmp_path):
     from mlflow.tracking import MlflowClient
 
     path = tmp_path / "one.yaml"
-    path.write_text(SPACE.format(tune="null").replace("tune: null", "").replace("tokens: 8K", "tokens: 4K")
-                    .replace("trials: 2", "trials: 1").replace("seeds: 2", "seeds: 1"))
+    path.write_text(
+        SPACE.format(tune="null")
+        .replace("tune: null", "")
+        .replace("tokens: 8K", "tokens: 4K")
+        .replace("trials: 2", "trials: 1")
+        .replace("seeds: 2", "seeds: 1")
+    )
     opts = _options(corpus, tmp_path, tensorboard=True, mlflow=str(tmp_path / "mlflow"))
     run_search(load_space(path), replace(opts, seeds=1), console=None, policy=POLICY)
     results = tmp_path / "results" / "tuned"
     curve = pd.read_parquet(results / "_curves")
     (trial,) = set(curve["trial_id"])
-    events = _events(results / "_ray")   # TensorBoard: the curve at its steps
+    events = _events(results / "_ray")  # TensorBoard: the curve at its steps
     assert [s for s, _ in events[f"ray/tune/curve/{trial}/train_loss"]] == list(range(1, 17))
     assert [v for _, v in events[f"ray/tune/curve/{trial}/train_loss"]] == pytest.approx(
-        curve["train_loss"].tolist(), rel=1e-6)
+        curve["train_loss"].tolist(), rel=1e-6
+    )
     assert [s for s, _ in events[f"ray/tune/curve/{trial}/val_loss"]] == [4, 8, 12]
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}")   # MLflow: the same
+    client = MlflowClient(
+        tracking_uri=f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}"
+    )  # MLflow: the same
     (run,) = client.search_runs([client.get_experiment_by_name("tuned").experiment_id])
     history = client.get_metric_history(run.info.run_id, f"curve/{trial}/lr")
     assert sorted(h.step for h in history) == list(range(1, 17))
-    assert [h.value for h in sorted(history, key=lambda h: h.step)] == pytest.approx(curve["lr"].tolist())
+    assert [h.value for h in sorted(history, key=lambda h: h.step)] == pytest.approx(
+        curve["lr"].tolist()
+    )

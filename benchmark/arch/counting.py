@@ -27,8 +27,12 @@ from benchmark.store import COUNTS as COUNTS  # the rules' names, with the row c
 def with_counts(components: Mapping[str, int], total: int) -> dict[str, int]:
     """The components plus every count rule of COUNTS (`total` given: each tensor once)."""
     non_embedding = total - components["embedding"] - components["head"]
-    return {**components, "total": total, "non_embedding": non_embedding,
-            "non_embedding_head": non_embedding + components["head"]}
+    return {
+        **components,
+        "total": total,
+        "non_embedding": non_embedding,
+        "non_embedding_head": non_embedding + components["head"],
+    }
 
 
 def _spec(spec: ArchSpec | Mapping[str, Any]) -> ArchSpec:
@@ -49,11 +53,11 @@ def _ffn_shapes(s: ArchSpec) -> list[tuple[int, int]]:
 
 def _gate_params(s: ArchSpec, index: int) -> int:
     h, n, d = s.hyper, s.hyper.streams, s.d_model
-    if h.mixing in ("static", "dynamic"):            # HC App. B, eq. 21 and 25 (|θ_norm| = 0)
+    if h.mixing in ("static", "dynamic"):  # HC App. B, eq. 21 and 25 (|θ_norm| = 0)
         static = n * (n + 2)
         return static + (d * (n + 2) + 2 if h.mixing == "dynamic" else 0)
     n_res = {"identity": 0, "diagonal": n, "sinkhorn": n * n}[h.mixing]
-    rows = 2 * n + n_res                             # W_pre, W_post, W_res stacked
+    rows = 2 * n + n_res  # W_pre, W_post, W_res stacked
     return rows * n * d + rows + (3 if n_res else 2)  # weights, biases, α's
 
 
@@ -68,7 +72,7 @@ def count_params(spec: ArchSpec | Mapping[str, Any]) -> dict[str, int]:
         "head": 0 if s.tie_embeddings else s.vocab_size * d,
         "attention": attn * L,
         "ffn": ffn * L,
-        "norm": d * (L * (1 + s.ffn.depth) + 1),      # attn norm + one per FFN sub-block, final
+        "norm": d * (L * (1 + s.ffn.depth) + 1),  # attn norm + one per FFN sub-block, final
         "hyper": sum(_gate_params(s, i) for i in range(len(hyper_spans(s)))),
         "loop_embedding": s.loops * d if s.hyper is not None and s.hyper.loop_embedding else 0,
         "lora": lora_per_layer * s.layers.middle * s.loops,
@@ -95,19 +99,22 @@ def _hyper_flops(s: ArchSpec, loops: int) -> int:
     return 2 * per_connection * len(hyper_spans(s, loops))
 
 
-def forward_flops(spec: ArchSpec | Mapping[str, Any], seq_len: int, loops: int | None = None) -> int:
+def forward_flops(
+    spec: ArchSpec | Mapping[str, Any], seq_len: int, loops: int | None = None
+) -> int:
     """Forward FLOPs per token (2 x multiply-adds) at `loops` middle iterations: every linear map,
     attention scores and values over the causal context (mean length (T+1)/2), the LM head,
     LoRA adapters, Depth's injection and hyper-connection mixing. Norms, activations, softmax
     and Sinkhorn's elementwise steps are not counted (as in Kaplan et al. and HC Table 8)."""
     s = _spec(spec)
     r = s.loops if loops is None else loops
-    if s.hyper is not None and not s.looped:         # mHC / HC wrap the whole stack once
+    if s.hyper is not None and not s.looped:  # mHC / HC wrap the whole stack once
         r = 1
-    layers = s.unrolled_layers(r)                    # otherwise the middle block runs r times
+    layers = s.unrolled_layers(r)  # otherwise the middle block runs r times
     ctx = (seq_len + 1) / 2
-    per_layer = (2 * sum(i * o for i, o in _attention_shapes(s) + _ffn_shapes(s))
-                 + 2 * 2 * s.q_dim * ctx)            # QK^T and AV
+    per_layer = (
+        2 * sum(i * o for i, o in _attention_shapes(s) + _ffn_shapes(s)) + 2 * 2 * s.q_dim * ctx
+    )  # QK^T and AV
     lora = 2 * s.lora_rank * sum(i + o for i, o in _attention_shapes(s) + _ffn_shapes(s))
     lora *= s.layers.middle * r
     inject = 2 * 2 * s.d_model * s.d_model * r if s.injection == "concat" else 0

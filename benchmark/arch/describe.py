@@ -28,10 +28,14 @@ def describe(spec: dict) -> dict:
     ffn = spec.get("ffn") or {}
     hourglass = ffn.get("kind") == "hourglass"
     return {
-        "structure": format_structure(begin, middle, end, loops, _looped(spec, begin, middle, end, loops)),
+        "structure": format_structure(
+            begin, middle, end, loops, _looped(spec, begin, middle, end, loops)
+        ),
         "variant": variant(spec),
         "d_model": d_model,
-        "d_h": _width(ffn, "d_h" if hourglass else "d_ff", "dh_ratio" if hourglass else "ratio", d_model),
+        "d_h": _width(
+            ffn, "d_h" if hourglass else "d_ff", "dh_ratio" if hourglass else "ratio", d_model
+        ),
         "K": int(ffn.get("K") or 1) if hourglass else 1,
         "L": begin + middle + end,
         "depth": begin + middle * loops + end,
@@ -43,7 +47,9 @@ def describe(spec: dict) -> dict:
 def _looped(spec: dict, begin: int, middle: int, end: int, loops: int) -> bool:
     """As ArchSpec.looped, from a row's spec (a resolved spec names its injection; a partial one
     takes its family preset's)."""
-    injection = spec.get("injection") or PRESETS.get(spec.get("family"), {}).get("injection", "none")
+    injection = spec.get("injection") or PRESETS.get(spec.get("family"), {}).get(
+        "injection", "none"
+    )
     return is_looped(LayerSplit(begin=begin, middle=middle, end=end), loops, injection)
 
 
@@ -55,7 +61,9 @@ def variant(spec: dict) -> str | None:
         # Rows written before `hyper.init` existed ran every stream alike (and, without
         # `hyper.read`, the delta read, HyperSpec's default): label them as what they ran.
         hyper = {"init": "symmetric", **hyper}
-    parts = [HyperSpec(**{k: v for k, v in hyper.items() if k in _HYPER_KEYS}).label] if hyper else []
+    parts = (
+        [HyperSpec(**{k: v for k, v in hyper.items() if k in _HYPER_KEYS}).label] if hyper else []
+    )
     if spec.get("lora_rank"):
         parts.append(f"LoRA r={spec['lora_rank']}")
     return ", ".join(parts) or None

@@ -25,19 +25,37 @@ def did_you_mean(word: Any, options) -> str:
 
 def one_of(value: Any, options) -> Any:
     if value not in options:
-        raise ValueError(f"'{value}' is not one of {', '.join(map(str, options))}{did_you_mean(value, options)}")
+        raise ValueError(
+            f"'{value}' is not one of {', '.join(map(str, options))}{did_you_mean(value, options)}"
+        )
     return value
 
 
-def setting(default: Any = MISSING, *, factory: Any = MISSING, choices: tuple = (),
-            at_least: float | None = None, above: float | None = None, at_most: float | None = None,
-            parse: Callable[[Any], Any] | None = None) -> Any:
+def setting(
+    default: Any = MISSING,
+    *,
+    factory: Any = MISSING,
+    choices: tuple = (),
+    at_least: float | None = None,
+    above: float | None = None,
+    at_most: float | None = None,
+    parse: Callable[[Any], Any] | None = None,
+) -> Any:
     """A dataclass field and its rule: `choices` (a closed allow-list), bounds (`at_least` or
     `above`, and `at_most`), or `parse` (raises ValueError for a bad value; it runs after the
     annotation's type check, or alone where the annotation admits several types)."""
-    rule = {"choices": choices, "at_least": at_least, "above": above, "at_most": at_most, "parse": parse}
-    return field(default=default, default_factory=factory,
-                 metadata={k: v for k, v in rule.items() if v not in ((), None)})
+    rule = {
+        "choices": choices,
+        "at_least": at_least,
+        "above": above,
+        "at_most": at_most,
+        "parse": parse,
+    }
+    return field(
+        default=default,
+        default_factory=factory,
+        metadata={k: v for k, v in rule.items() if v not in ((), None)},
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,15 +63,15 @@ class Key:
     """One dotted key of a config (`hyper.mixing`), as validators and the search space see it."""
 
     name: str
-    types: tuple[type, ...]           # what the annotation admits besides None
-    nullable: bool = False            # None is a value: "derive it" or, for a section, "none"
+    types: tuple[type, ...]  # what the annotation admits besides None
+    nullable: bool = False  # None is a value: "derive it" or, for a section, "none"
     default: Any = None
     choices: tuple = ()
     at_least: float | None = None
     above: float | None = None
     at_most: float | None = None
     parse: Callable[[Any], Any] | None = None
-    section: type | None = None       # a nested config dataclass (ffn, layers, hyper)
+    section: type | None = None  # a nested config dataclass (ffn, layers, hyper)
 
     @cached_property  # read at every check: the solver validates thousands of specs
     def kind(self) -> str:
@@ -64,7 +82,9 @@ class Key:
             return "enum"
         if self.types == (tuple,):
             return "list"
-        return {(bool,): "bool", (int,): "int", (float,): "float", (str,): "text"}.get(self.types, "parsed")
+        return {(bool,): "bool", (int,): "int", (float,): "float", (str,): "text"}.get(
+            self.types, "parsed"
+        )
 
     def check(self, value: Any) -> Any:
         """`value`, normalised (an integral float as int, a number as float, a list as a tuple);
@@ -140,10 +160,19 @@ def keys(cls: type, prefix: str = "") -> dict[str, Key]:
     for f in fields(cls):
         admitted = _admitted(hints[f.name])
         section = next((t for t in admitted if is_dataclass(t)), None)
-        default = f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
-        key = Key(name=prefix + f.name, types=tuple(t for t in admitted if t is not type(None)),
-                  nullable=type(None) in admitted, default=None if default is MISSING else default,
-                  section=section, **f.metadata)
+        default = (
+            f.default_factory()
+            if f.default is MISSING and f.default_factory is not MISSING
+            else f.default
+        )
+        key = Key(
+            name=prefix + f.name,
+            types=tuple(t for t in admitted if t is not type(None)),
+            nullable=type(None) in admitted,
+            default=None if default is MISSING else default,
+            section=section,
+            **f.metadata,
+        )
         out[key.name] = key
         if section:
             out.update(keys(section, f"{key.name}."))

@@ -18,8 +18,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     "hyperloop": {
         # Hyperloop §3: loop-level HC, 4 streams, diagonal sigmoid H_res, loop position embedding,
         # and eq. 3 read literally: F is the middle block as a whole.
-        "layers": _MIDDLE_CYCLE, "loops": 3, "injection": "hyper",
-        "hyper": {"streams": 4, "every": "loop", "mixing": "diagonal", "loop_embedding": True, "read": "block"},
+        "layers": _MIDDLE_CYCLE,
+        "loops": 3,
+        "injection": "hyper",
+        "hyper": {
+            "streams": 4,
+            "every": "loop",
+            "mixing": "diagonal",
+            "loop_embedding": True,
+            "read": "block",
+        },
     },
     # mHC: no looping, 4 streams at every sublayer, Sinkhorn-projected H_res.
     "mhc": {"hyper": {"streams": 4, "every": "sublayer", "mixing": "sinkhorn"}},
@@ -32,11 +40,19 @@ PRESETS: dict[str, dict[str, Any]] = {
     # AbbIE-D's "distinctive reduction of performance at r = 1", which a model that is the plain
     # Transformer at r = 1 would not show). `loop_residual_from: 1` is the other reading.
     "abbie-d": {
-        "layers": _MIDDLE_CYCLE, "loops": 2, "eval_loops": [1, 2, 4, 8],
-        "injection": "residual", "loop_residual_from": 0,
+        "layers": _MIDDLE_CYCLE,
+        "loops": 2,
+        "eval_loops": [1, 2, 4, 8],
+        "injection": "residual",
+        "loop_residual_from": 0,
     },
     # AbbIE §3.1 "Depth" (Geiping et al.): concatenated input injection, random initial state.
-    "depth": {"layers": _MIDDLE_CYCLE, "loops": 2, "eval_loops": [1, 2, 4, 8], "injection": "concat"},
+    "depth": {
+        "layers": _MIDDLE_CYCLE,
+        "loops": 2,
+        "eval_loops": [1, 2, 4, 8],
+        "injection": "concat",
+    },
     # The relaxed recursive baseline: the looped model with a per-loop LoRA on the looped layers.
     "lora-looped": {"layers": _MIDDLE_CYCLE, "loops": 3, "lora_rank": 8},
 }

@@ -61,12 +61,12 @@ class FFNSpec:
     eq. 3-5): K residual SwiGLU sub-blocks of bottleneck width d_h, each with its own norm."""
 
     kind: str = setting("swiglu", choices=FFN_KINDS)
-    d_ff: int | None = setting(None, at_least=1)        # resolved hidden width (swiglu)
-    ratio: float | None = setting(None, above=0)        # d_ff / d_model (FFN_WIDTHS when unset)
+    d_ff: int | None = setting(None, at_least=1)  # resolved hidden width (swiglu)
+    ratio: float | None = setting(None, above=0)  # d_ff / d_model (FFN_WIDTHS when unset)
     K: int = setting(1, at_least=1)
-    d_h: int | None = setting(None, at_least=1)         # resolved bottleneck width (hourglass)
-    dh_ratio: float | None = setting(None, above=0)     # d_h / d_model (FFN_WIDTHS when unset)
-    multiple_of: int = setting(1, at_least=1)           # round resolved widths to a multiple of this
+    d_h: int | None = setting(None, at_least=1)  # resolved bottleneck width (hourglass)
+    dh_ratio: float | None = setting(None, above=0)  # d_h / d_model (FFN_WIDTHS when unset)
+    multiple_of: int = setting(1, at_least=1)  # round resolved widths to a multiple of this
 
     @property
     def width(self) -> int:
@@ -113,14 +113,16 @@ class HyperSpec:
     static/dynamic, the whole connection matrix)."""
 
     streams: int = setting(4, at_least=1)
-    every: str | int = setting("loop", choices=EVERY_NAMES, at_least=1)   # or a number of layers
+    every: str | int = setting("loop", choices=EVERY_NAMES, at_least=1)  # or a number of layers
     mixing: str = setting("diagonal", choices=MIXINGS)
     sinkhorn_iters: int = setting(20, at_least=1)
     loop_embedding: bool = False
     # HC's dynamic part passes through tanh (Zhu et al. eq. 10-13); false gives the paper's
     # "W/O tanh" rows (Tables 1-2).
     tanh: bool = True
-    read: str = setting("delta", choices=READS)        # whole-layer spans only (a sublayer's F is its branch)
+    read: str = setting(
+        "delta", choices=READS
+    )  # whole-layer spans only (a sublayer's F is its branch)
     init: str = setting("home", choices=HYPER_INITS)
     stream_dtype: str = setting("auto", choices=STREAM_DTYPES)
 
@@ -128,10 +130,12 @@ class HyperSpec:
     def label(self) -> str:
         """How plans and leaderboards name it: `4× diagonal / loop + loop emb.`,
         `2× dynamic w/o tanh / sublayer`, `4× diagonal / loop, F(u) - u, symmetric init`."""
-        return (f"{self.streams}× {self.mixing}{'' if self.tanh else ' w/o tanh'} / {self.every}"
-                + (" + loop emb." if self.loop_embedding else "")
-                + (", F(u) - u" if self.read == "delta" and self.every == "loop" else "")
-                + (", symmetric init" if self.init == "symmetric" else ""))
+        return (
+            f"{self.streams}× {self.mixing}{'' if self.tanh else ' w/o tanh'} / {self.every}"
+            + (" + loop emb." if self.loop_embedding else "")
+            + (", F(u) - u" if self.read == "delta" and self.every == "loop" else "")
+            + (", symmetric init" if self.init == "symmetric" else "")
+        )
 
     @property
     def span_layers(self) -> int | None:
@@ -147,8 +151,10 @@ class ArchSpec:
     vocab_size: int = setting(8192, at_least=2)
     d_model: int = setting(256, at_least=1)
     n_heads: int = setting(4, at_least=1)
-    n_kv_heads: int | None = setting(None, at_least=1)   # resolved: defaults to n_heads (multi-head attention)
-    head_dim: int | None = setting(None, at_least=1)     # resolved: defaults to d_model // n_heads
+    n_kv_heads: int | None = setting(
+        None, at_least=1
+    )  # resolved: defaults to n_heads (multi-head attention)
+    head_dim: int | None = setting(None, at_least=1)  # resolved: defaults to d_model // n_heads
     tie_embeddings: bool = True
     rope_theta: float = setting(10000.0, above=0)
     norm_eps: float = setting(1e-5, above=0)
@@ -227,7 +233,10 @@ class ArchSpec:
 
 # Every key a spec (or a search space over specs) may name, with its rule. `layers.n` is the
 # shorthand for a plain stack (layer_counts).
-SPEC_KEYS: dict[str, Key] = {**keys(ArchSpec), "layers.n": Key(name="layers.n", types=(int,), at_least=1)}
+SPEC_KEYS: dict[str, Key] = {
+    **keys(ArchSpec),
+    "layers.n": Key(name="layers.n", types=(int,), at_least=1),
+}
 
 
 def _checked(key: str, value: Any) -> Any:
@@ -248,8 +257,12 @@ def _check_keys(prefix: str, raw: Mapping[str, Any], allowed: list[str]) -> None
 
 # ---- validation ---------------------------------------------------------------------------
 
-_SECTION_DEFAULTS = {key: None if rule.default is None else asdict(rule.default)   # read, never changed
-                     for key, rule in SPEC_KEYS.items() if rule.section}
+_SECTION_DEFAULTS = {
+    key: None if rule.default is None else asdict(rule.default)  # read, never changed
+    for key, rule in SPEC_KEYS.items()
+    if rule.section
+}
+
 
 @cache  # the budget solver validates thousands of specs
 def _layout(prefix: str, cls: type) -> tuple[list[str], list[tuple[str, str, Any]]]:
@@ -257,7 +270,9 @@ def _layout(prefix: str, cls: type) -> tuple[list[str], list[tuple[str, str, Any
     those that are not sections themselves; a section's default as plain data."""
     names = [f.name for f in fields(cls)]
     rules = [SPEC_KEYS[prefix + name] for name in names]
-    plain = [(name, rule.name, rule.default) for name, rule in zip(names, rules) if rule.section is None]
+    plain = [
+        (name, rule.name, rule.default) for name, rule in zip(names, rules) if rule.section is None
+    ]
     return names, plain
 
 
@@ -285,13 +300,16 @@ def _build_ffn(raw: Mapping[str, Any], d_model: int) -> FFNSpec:
     width, ratio, default_ratio = FFN_WIDTHS[v["kind"]]
     for other, _, _ in FFN_WIDTHS.values():
         if other != width:
-            v[other] = None                                 # only the kind's own width is resolved
-    if v[ratio] is not None or v[width] is None:           # the width follows d_model
+            v[other] = None  # only the kind's own width is resolved
+    if v[ratio] is not None or v[width] is None:  # the width follows d_model
         v[ratio] = default_ratio if v[ratio] is None else v[ratio]
         derived = _round_to(v[ratio] * d_model, v["multiple_of"])
         if v[width] is not None and v[width] != derived:
-            raise SpecError(f"ffn.{width}", f"ffn.{width} {v[width]} disagrees with ffn.{ratio} (gives {derived}); "
-                            "give one of them")
+            raise SpecError(
+                f"ffn.{width}",
+                f"ffn.{width} {v[width]} disagrees with ffn.{ratio} (gives {derived}); "
+                "give one of them",
+            )
         v[width] = derived
     return FFNSpec(**v)
 
@@ -313,7 +331,9 @@ def _heads(v: dict[str, Any]) -> None:
             raise SpecError("d_model", f"d_model {d_model} is not divisible by n_heads {n_heads}")
         v["head_dim"] = d_model // n_heads
     if n_heads % v["n_kv_heads"]:
-        raise SpecError("n_kv_heads", f"n_heads {n_heads} is not divisible by n_kv_heads {v['n_kv_heads']}")
+        raise SpecError(
+            "n_kv_heads", f"n_heads {n_heads} is not divisible by n_kv_heads {v['n_kv_heads']}"
+        )
     if v["head_dim"] % 2:
         raise SpecError("head_dim", f"head_dim {v['head_dim']} must be even for rotary embeddings")
 
@@ -322,46 +342,82 @@ def _build(raw: Mapping[str, Any]) -> ArchSpec:
     v = _read("", ArchSpec, raw)
     _heads(v)
     layers = _build_layers(raw)
-    loops, injection, lora_rank, eval_loops = v["loops"], v["injection"], v["lora_rank"], v["eval_loops"]
+    loops, injection, lora_rank, eval_loops = (
+        v["loops"],
+        v["injection"],
+        v["lora_rank"],
+        v["eval_loops"],
+    )
     if v["loop_residual_from"] and injection != "residual":
-        raise SpecError("loop_residual_from", "the inter-iteration residual is AbbIE-D's (injection: residual), "
-                        f"got injection: {injection}")
+        raise SpecError(
+            "loop_residual_from",
+            "the inter-iteration residual is AbbIE-D's (injection: residual), "
+            f"got injection: {injection}",
+        )
     hyper_raw = _section("hyper", raw)
     hyper = HyperSpec(**_read("hyper.", HyperSpec, hyper_raw)) if hyper_raw is not None else None
     if layers.middle == 0 and (loops > 1 or injection != "none" or lora_rank or eval_loops):
-        what = ("loops > 1" if loops > 1 else f"injection: {injection}" if injection != "none"
-                else "lora_rank > 0" if lora_rank else "eval_loops")
+        what = (
+            "loops > 1"
+            if loops > 1
+            else f"injection: {injection}"
+            if injection != "none"
+            else "lora_rank > 0"
+            if lora_rank
+            else "eval_loops"
+        )
         raise SpecError("layers.middle", f"layers.middle must be > 0 when {what}")
     if injection == "hyper" and hyper is None:
         raise SpecError("hyper", "injection: hyper needs a hyper section (streams, every, mixing)")
     if hyper is not None:
         _check_hyper(hyper, layers, loops, injection)
-    return ArchSpec(**v, ffn=_build_ffn(_section("ffn", raw), v["d_model"]), layers=layers, hyper=hyper)
+    return ArchSpec(
+        **v, ffn=_build_ffn(_section("ffn", raw), v["d_model"]), layers=layers, hyper=hyper
+    )
 
 
 def _check_hyper(h: HyperSpec, layers: LayerSplit, loops: int, injection: str) -> None:
     looped = is_looped(layers, loops, injection)
     if looped and injection != "hyper":
-        raise SpecError("injection", f"a looped model with a hyper section needs injection: hyper, got {injection}")
+        raise SpecError(
+            "injection",
+            f"a looped model with a hyper section needs injection: hyper, got {injection}",
+        )
     if h.every == "loop" and not looped:
-        raise SpecError("hyper.every", "every: loop needs a looped middle block (layers.middle > 0, loops > 1)")
+        raise SpecError(
+            "hyper.every", "every: loop needs a looped middle block (layers.middle > 0, loops > 1)"
+        )
     if h.loop_embedding and h.every != "loop":
-        raise SpecError("hyper.loop_embedding", "the loop embedding is added at loop-level connections; needs "
-                        f"every: loop, got {h.every}")
+        raise SpecError(
+            "hyper.loop_embedding",
+            "the loop embedding is added at loop-level connections; needs "
+            f"every: loop, got {h.every}",
+        )
     if h.read == "block" and h.every == "sublayer":
-        raise SpecError("hyper.read", "read: block adds a span's whole output; a sublayer connection adds its "
-                        "branch (read: delta)")
+        raise SpecError(
+            "hyper.read",
+            "read: block adds a span's whole output; a sublayer connection adds its "
+            "branch (read: delta)",
+        )
     if not h.tanh and h.mixing != "dynamic":
-        raise SpecError("hyper.tanh", f"tanh squashes the dynamic part of HC (mixing: dynamic); mixing {h.mixing} "
-                        "has none")
+        raise SpecError(
+            "hyper.tanh",
+            f"tanh squashes the dynamic part of HC (mixing: dynamic); mixing {h.mixing} has none",
+        )
     if h.mixing in ("static", "dynamic") and h.every == "loop":
-        raise SpecError("hyper.mixing", f"{h.mixing} hyper-connections (Zhu et al.) wrap sublayers or layers, "
-                        "not loops")
+        raise SpecError(
+            "hyper.mixing",
+            f"{h.mixing} hyper-connections (Zhu et al.) wrap sublayers or layers, not loops",
+        )
     span = h.span_layers
     if span is not None:
         region = layers.middle * loops if looped else layers.unique
         if region % span:
-            where = f"{layers.middle} x {loops} unrolled middle layers" if looped else f"{region} layers"
+            where = (
+                f"{layers.middle} x {loops} unrolled middle layers"
+                if looped
+                else f"{region} layers"
+            )
             raise SpecError("hyper.every", f"every {span} layers does not divide the {where}")
 
 

@@ -92,7 +92,10 @@ def prepare(cfg: DataConfig) -> PreparedData:
     corpus.cache_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(corpus.cache_dir / f".prepare-{corpus.fingerprint[:16]}.lock")):
         tokenizer = load_tokenizer(
-            cfg.tokenizer, cache_dir=corpus.cache_dir, corpus_id=corpus.fingerprint, texts=corpus.tokenizer_sample
+            cfg.tokenizer,
+            cache_dir=corpus.cache_dir,
+            corpus_id=corpus.fingerprint,
+            texts=corpus.tokenizer_sample,
         )
         return PreparedData(
             tokenizer=tokenizer,
@@ -113,7 +116,13 @@ def tokenized(corpus: Corpus, tokenizer: Tokenizer, split: str) -> TokenArray:
         return cached
     start = time.perf_counter()
     tokens = _write_tokens(path, fingerprint, corpus, tokenizer, split)
-    log.info("tokenised %s/%s: %d tokens in %.1f s", corpus.source, split, len(tokens), time.perf_counter() - start)
+    log.info(
+        "tokenised %s/%s: %d tokens in %.1f s",
+        corpus.source,
+        split,
+        len(tokens),
+        time.perf_counter() - start,
+    )
     return tokens
 
 
@@ -133,7 +142,9 @@ def _read_tokens(path: Path, fingerprint: str, weights: dict[str, float]) -> Tok
     return _open_tokens(path, meta, weights)
 
 
-def _encode(docs: Iterable[Document], tokenizer: Tokenizer, dtype: np.dtype) -> Iterator[np.ndarray]:
+def _encode(
+    docs: Iterable[Document], tokenizer: Tokenizer, dtype: np.dtype
+) -> Iterator[np.ndarray]:
     """Token chunks of the documents, each document followed by the end-of-text token."""
     eot = [tokenizer.eot_id]
     for batch in _chunks(docs, ENCODE_BATCH_DOCS):
@@ -147,7 +158,9 @@ def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
         yield chunk
 
 
-def _write_tokens(path: Path, fingerprint: str, corpus: Corpus, tokenizer: Tokenizer, split: str) -> TokenArray:
+def _write_tokens(
+    path: Path, fingerprint: str, corpus: Corpus, tokenizer: Tokenizer, split: str
+) -> TokenArray:
     dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32)
     checksum = hashlib.blake2b(digest_size=16)
     spans, length = {}, 0

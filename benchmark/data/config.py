@@ -32,8 +32,12 @@ class DataConfig:
         parse_spec(self.tokenizer)
         if not _is_number(self.val_fraction) or not 0 < self.val_fraction <= 0.5:
             raise ValueError(f"data.val_fraction must be in (0, 0.5], got {self.val_fraction!r}")
-        if self.max_docs is not None and not (_is_number(self.max_docs, int) and self.max_docs >= 1):
-            raise ValueError(f"data.max_docs must be a positive integer or null, got {self.max_docs!r}")
+        if self.max_docs is not None and not (
+            _is_number(self.max_docs, int) and self.max_docs >= 1
+        ):
+            raise ValueError(
+                f"data.max_docs must be a positive integer or null, got {self.max_docs!r}"
+            )
 
     def checked(self) -> DataConfig:
         """Itself, or ValueError (one line) for a local source that matches no .txt/.jsonl/.parquet

@@ -72,7 +72,9 @@ class Corpus:
                 kept += 1
                 yield doc_id, text
         if seen == 0:
-            raise ValueError(f"data source {self.source!r} is empty: part {part.name!r} has no documents")
+            raise ValueError(
+                f"data source {self.source!r} is empty: part {part.name!r} has no documents"
+            )
         if kept == 0:
             raise ValueError(
                 f"data source {self.source!r}: part {part.name!r} has no documents in the {split} split "

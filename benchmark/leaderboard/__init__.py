@@ -19,15 +19,31 @@ from benchmark.leaderboard.export import write as export_benchmark
 from benchmark.leaderboard.objectives import Objective
 from benchmark.leaderboard.report import FORMATS, publish
 from benchmark.leaderboard.studies import (
-           LeaderboardError,
-           NoResults,
-           find_studies,
-           read_declarations,
-           read_results,
-           read_studies,
-           skipped_notes,
+    LeaderboardError,
+    NoResults,
+    find_studies,
+    read_declarations,
+    read_results,
+    read_studies,
+    skipped_notes,
 )
 
-__all__ = ["Board", "ClaimsError", "FORMATS", "LeaderboardError", "NoResults", "Objective", "Settings",
-           "build_board", "evaluate_claims", "export_benchmark", "find_studies", "load_claims", "publish",
-           "read_declarations", "read_results", "read_studies", "skipped_notes"]
+__all__ = [
+    "Board",
+    "ClaimsError",
+    "FORMATS",
+    "LeaderboardError",
+    "NoResults",
+    "Objective",
+    "Settings",
+    "build_board",
+    "evaluate_claims",
+    "export_benchmark",
+    "find_studies",
+    "load_claims",
+    "publish",
+    "read_declarations",
+    "read_results",
+    "read_studies",
+    "skipped_notes",
+]

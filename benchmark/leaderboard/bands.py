@@ -66,7 +66,10 @@ def cohorts(trials: pd.DataFrame) -> pd.Series:
     frame = trials[cols].astype(object).where(trials[cols].notna(), None)
     codes, distinct = pd.factorize(pd.Series(list(zip(*(frame[c] for c in cols))), dtype=object))
     found = [dict(zip(cols, d)) for d in distinct]
-    recipes = [{**_recipe(f.get("training")), **{c: f.get(c) for c in ("dataset_id", "tokenizer_id")}} for f in found]
+    recipes = [
+        {**_recipe(f.get("training")), **{c: f.get(c) for c in ("dataset_id", "tokenizer_id")}}
+        for f in found
+    ]
     keys = [json.dumps(r, sort_keys=True, default=str) for r in recipes]
     weights = np.bincount(codes[codes >= 0], minlength=len(keys))
     totals: dict[str, int] = {}
@@ -75,13 +78,23 @@ def cohorts(trials: pd.DataFrame) -> pd.Series:
     common = json.loads(max(totals, key=totals.get))
     labels = []
     for f, r in zip(found, recipes):
-        apart = [f"{name} {value}" for name, value in sorted(r.items())
-                 if common.get(name) != value and name not in ("dataset_id", "tokenizer_id", "tokens_per")]
-        apart += [str(r[c]).split("@")[0] for c in ("dataset_id", "tokenizer_id") if r.get(c) != common.get(c)]
+        apart = [
+            f"{name} {value}"
+            for name, value in sorted(r.items())
+            if common.get(name) != value
+            and name not in ("dataset_id", "tokenizer_id", "tokens_per")
+        ]
+        apart += [
+            str(r[c]).split("@")[0]
+            for c in ("dataset_id", "tokenizer_id")
+            if r.get(c) != common.get(c)
+        ]
         labels.append(" · ".join([str(f.get("budget_count") or ""), *apart]).strip(" ·"))
     if len(set(labels)) <= 1:
         return pd.Series("", index=trials.index, dtype=object)
-    return pd.Series(np.append(np.array(labels, dtype=object), "")[codes], index=trials.index, dtype=object)
+    return pd.Series(
+        np.append(np.array(labels, dtype=object), "")[codes], index=trials.index, dtype=object
+    )
 
 
 def _recipe(training) -> dict:
@@ -89,4 +102,8 @@ def _recipe(training) -> dict:
         parsed = json.loads(training) if isinstance(training, str) else {}
     except ValueError:
         parsed = {}
-    return {k: v for k, v in (parsed if isinstance(parsed, dict) else {}).items() if k not in _NOT_RECIPE}
+    return {
+        k: v
+        for k, v in (parsed if isinstance(parsed, dict) else {}).items()
+        if k not in _NOT_RECIPE
+    }

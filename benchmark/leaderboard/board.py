@@ -45,22 +45,30 @@ def _check(objs: tuple[Objective, ...], ref: tuple[float, ...] | None) -> None:
     if len(objs) not in (2, 3):
         raise LeaderboardError(f"need 2 or 3 objectives, got {len(objs)}")
     if ref is not None and len(ref) != len(objs):
-        raise LeaderboardError(f"--ref has {len(ref)} values for {len(objs)} objectives "
-                               f"({' vs '.join(map(str, objs))})")
+        raise LeaderboardError(
+            f"--ref has {len(ref)} values for {len(objs)} objectives "
+            f"({' vs '.join(map(str, objs))})"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
 class Board:
     settings: Settings
-    objectives: tuple[Objective, ...]  # the primary objectives: the settings', else declared or default
+    objectives: tuple[
+        Objective, ...
+    ]  # the primary objectives: the settings', else declared or default
     trials: pd.DataFrame  # every trial read, any status, with `candidate` and descriptor columns
     candidates: pd.DataFrame  # one row per (study, candidate) with a usable trial, ranked per band
     excluded: pd.DataFrame  # trials kept off every frontier, with a `reason`
-    hypervolumes: pd.DataFrame  # objectives, study, family ('all' = whole study), points, hypervolume, reference
+    hypervolumes: (
+        pd.DataFrame
+    )  # objectives, study, family ('all' = whole study), points, hypervolume, reference
     pairs: tuple[tuple[Objective, ...], ...]  # objective sets reported, primary first
     notes: tuple[str, ...] = field(default=())
     defaulted: bool = False  # the objectives are objectives.DEFAULT: none given, none declared
-    tuning: pd.DataFrame = field(default_factory=pd.DataFrame)  # a tuned study's tuning runs (leaderboard/tuning.py)
+    tuning: pd.DataFrame = field(
+        default_factory=pd.DataFrame
+    )  # a tuned study's tuning runs (leaderboard/tuning.py)
 
     @property
     def studies(self) -> list[str]:
@@ -71,8 +79,12 @@ class Board:
         return self.objectives[-1]
 
 
-def build(trials: pd.DataFrame, settings: Settings = Settings(), declared: Mapping[str, dict] | None = None,
-          notes: Sequence[str] = ()) -> Board:
+def build(
+    trials: pd.DataFrame,
+    settings: Settings = Settings(),
+    declared: Mapping[str, dict] | None = None,
+    notes: Sequence[str] = (),
+) -> Board:
     """`declared`: each study's declaration (studies.read_declarations), whose objectives the board
     takes when the settings name none; None when the trials come from no study folder. `notes`:
     what reading the studies left out (studies.skipped_notes), said first among the board's notes."""
@@ -80,17 +92,24 @@ def build(trials: pd.DataFrame, settings: Settings = Settings(), declared: Mappi
     missing = [o.column for o in objs if o.column not in trials]
     if "status" not in trials or missing:
         raise LeaderboardError(f"results lack column(s): {', '.join(missing or ['status'])}")
-    trials, tuning_runs = tuning.split(trials)   # tuning runs are neither ranked nor judged
+    trials, tuning_runs = tuning.split(trials)  # tuning runs are neither ranked nor judged
     trials, specs, spec_notes = _with_candidates(trials)
     values = trials[[o.column for o in objs]].to_numpy(dtype=float)
     usable = (trials["status"] == "ok").to_numpy() & np.isfinite(values).all(axis=1)
     if not usable.any():
         statuses = ", ".join(f"{n} {s}" for s, n in trials["status"].value_counts().items())
-        raise NoResults(f"no results: none of the {len(trials)} trials finished with finite "
-                        f"{' and '.join(o.column for o in objs)} ({statuses})")
-    lean = [c for c in trials if c not in ("spec", "val_ppl_by_loops", "error")]  # skip copying long strings
-    candidates = _candidates(trials.loc[usable, lean].assign(cohort=cohorts(trials.loc[usable])), objs,
-                             settings.tolerance)
+        raise NoResults(
+            f"no results: none of the {len(trials)} trials finished with finite "
+            f"{' and '.join(o.column for o in objs)} ({statuses})"
+        )
+    lean = [
+        c for c in trials if c not in ("spec", "val_ppl_by_loops", "error")
+    ]  # skip copying long strings
+    candidates = _candidates(
+        trials.loc[usable, lean].assign(cohort=cohorts(trials.loc[usable])),
+        objs,
+        settings.tolerance,
+    )
     candidates["spec"] = specs[candidates["candidate"].to_numpy()]
     candidates = tuning.with_tuning(candidates, trials, tuning_runs)
     pairs, skipped = _pairs(candidates, objs, _budget_tolerance(declared, settings.tolerance))
@@ -99,7 +118,9 @@ def build(trials: pd.DataFrame, settings: Settings = Settings(), declared: Mappi
         objectives=objs,
         trials=trials,
         candidates=candidates,
-        excluded=_excluded(trials.loc[~usable, [c for c in trials if c not in ("spec", "val_ppl_by_loops")]], objs),
+        excluded=_excluded(
+            trials.loc[~usable, [c for c in trials if c not in ("spec", "val_ppl_by_loops")]], objs
+        ),
         hypervolumes=_hypervolumes(candidates, pairs, settings.ref),
         pairs=pairs,
         notes=(*notes, *said, *spec_notes, *skipped),
@@ -108,8 +129,9 @@ def build(trials: pd.DataFrame, settings: Settings = Settings(), declared: Mappi
     )
 
 
-def _objectives(settings: Settings,
-                declared: Mapping[str, dict] | None) -> tuple[tuple[Objective, ...], list[str], bool]:
+def _objectives(
+    settings: Settings, declared: Mapping[str, dict] | None
+) -> tuple[tuple[Objective, ...], list[str], bool]:
     """The settings' objectives, else the studies' declared ones, else the default; notes; and
     whether it is the default."""
     notes = objectives.counted(declared)[1] if declared else []
@@ -125,22 +147,33 @@ def _with_candidates(trials: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, li
     and the columns of describe.COLUMNS; returns as well each candidate id's canonical spec."""
     # drop/reset_index return a new frame (copy-on-write: no data copied), so the columns added
     # below never leak into the caller's.
-    trials = trials.drop(columns=[c for c in describe.COLUMNS if c in trials]).reset_index(drop=True)
+    trials = trials.drop(columns=[c for c in describe.COLUMNS if c in trials]).reset_index(
+        drop=True
+    )
     if "trial_id" not in trials:
         trials["trial_id"] = trials.index.astype(str)
     if "family" not in trials:
         trials["family"] = None  # filled from the spec below
     if "spec" not in trials:
-        trials = trials.assign(candidate=np.arange(len(trials)), family=trials["family"].fillna("unknown"),
-                               **{c: None for c in describe.COLUMNS})
-        return trials, np.full(len(trials), None, dtype=object), ["no spec column: seeds are not aggregated"]
+        trials = trials.assign(
+            candidate=np.arange(len(trials)),
+            family=trials["family"].fillna("unknown"),
+            **{c: None for c in describe.COLUMNS},
+        )
+        return (
+            trials,
+            np.full(len(trials), None, dtype=object),
+            ["no spec column: seeds are not aggregated"],
+        )
     # Each distinct spec string is parsed once; rows pick their values by code (-1: no spec).
     codes, raw = pd.factorize(trials["spec"])
     parsed = [_parse(s) for s in raw]
     ids, specs = _canonical(raw, parsed)
     # Rows without a spec cannot be matched to others: each is its own candidate, numbered after.
     missing = codes < 0
-    trials["candidate"] = np.where(missing, len(specs) + np.cumsum(missing) - 1, np.append(ids, -1)[codes])
+    trials["candidate"] = np.where(
+        missing, len(specs) + np.cumsum(missing) - 1, np.append(ids, -1)[codes]
+    )
     info = pd.DataFrame([describe.describe(d) for d in parsed] + [dict.fromkeys(describe.COLUMNS)])
     for col in describe.COLUMNS:
         trials[col] = info[col].to_numpy()[codes]  # code -1 takes the appended empty row
@@ -153,8 +186,13 @@ def _canonical(raw, parsed: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     """Candidate id of each distinct spec string, and each id's spec as sorted-key JSON: the same
     architecture written with its keys in another order is the same candidate."""
     # orjson: parsing and re-encoding 25,000 specs took a fifth of a large board's build with json.
-    canon = pd.Series([orjson.dumps(d, option=orjson.OPT_SORT_KEYS).decode() if d else s
-                       for s, d in zip(raw, parsed)], dtype=object)
+    canon = pd.Series(
+        [
+            orjson.dumps(d, option=orjson.OPT_SORT_KEYS).decode() if d else s
+            for s, d in zip(raw, parsed)
+        ],
+        dtype=object,
+    )
     ids, specs = pd.factorize(canon)
     return ids, np.asarray(specs, dtype=object)
 
@@ -174,8 +212,11 @@ def _candidates(ok: pd.DataFrame, objs: tuple[Objective, ...], tolerance: float)
     cands["band"] = bands(cands, tolerance)
     metric = objs[-1]
     # ranked among the candidates counted and trained alike (bands.cohorts), within a budget
-    cands["rank"] = (cands.groupby(["band", "cohort"], dropna=False)[metric.column]
-                     .rank(method="min", ascending=not metric.maximize).astype(int))
+    cands["rank"] = (
+        cands.groupby(["band", "cohort"], dropna=False)[metric.column]
+        .rank(method="min", ascending=not metric.maximize)
+        .astype(int)
+    )
     cands["front"] = frontier.frontier_mask(cands, objs, by=["study"])
     cands["family_front"] = frontier.frontier_mask(cands, objs, by=["study", "family"])
     return cands.sort_values(["band", "cohort", "rank"], kind="stable").reset_index(drop=True)
@@ -188,7 +229,9 @@ def _excluded(bad: pd.DataFrame, objs) -> pd.DataFrame:
         reason = reason.mask(lacking, f"ok, but {o.column} is not finite")
     error = bad["error"] if "error" in bad else pd.Series("", index=bad.index)
     cols = [c for c in ("study", "trial_id", "family", "structure", "seed") if c in bad]
-    return bad[cols].assign(reason=reason, error=error.fillna("").astype(str).str.split("\n").str[0])
+    return bad[cols].assign(
+        reason=reason, error=error.fillna("").astype(str).str.split("\n").str[0]
+    )
 
 
 def _pairs(cands: pd.DataFrame, primary, tolerance: float) -> tuple[tuple, list[str]]:
@@ -197,19 +240,30 @@ def _pairs(cands: pd.DataFrame, primary, tolerance: float) -> tuple[tuple, list[
     objective that varies less over the whole board varies by the budget's rounding, and a frontier
     over it orders rounding, not architectures."""
     pairs = [tuple(primary)]
-    skipped = [f"{o.column} varies by {spread:.2%} only, within the budget tolerance {tolerance:.1%}: its "
-               "frontier orders the budget's rounding (declare other objectives in the space)"
-               for o in primary if (spread := _spread(cands, o.column)) <= tolerance]
+    skipped = [
+        f"{o.column} varies by {spread:.2%} only, within the budget tolerance {tolerance:.1%}: its "
+        "frontier orders the budget's rounding (declare other objectives in the space)"
+        for o in primary
+        if (spread := _spread(cands, o.column)) <= tolerance
+    ]
     for pair in objectives.secondary(primary):
         if pair in pairs:
             continue
         absent = [o.column for o in pair if o.column not in cands or cands[o.column].isna().all()]
-        flat = [(o.column, spread) for o in pair if not absent and (spread := _spread(cands, o.column)) <= tolerance]
+        flat = [
+            (o.column, spread)
+            for o in pair
+            if not absent and (spread := _spread(cands, o.column)) <= tolerance
+        ]
         if absent:
-            skipped.append(f"frontier {pair[0].column} vs {pair[1].column} skipped: no {', '.join(absent)}")
+            skipped.append(
+                f"frontier {pair[0].column} vs {pair[1].column} skipped: no {', '.join(absent)}"
+            )
         elif flat:
-            skipped.append(f"frontier {pair[0].column} vs {pair[1].column} skipped: {flat[0][0]} varies by "
-                           f"{flat[0][1]:.2%} only, within the budget tolerance {tolerance:.1%}")
+            skipped.append(
+                f"frontier {pair[0].column} vs {pair[1].column} skipped: {flat[0][0]} varies by "
+                f"{flat[0][1]:.2%} only, within the budget tolerance {tolerance:.1%}"
+            )
         else:
             pairs.append(pair)
     return tuple(pairs), skipped
@@ -220,13 +274,21 @@ def _spread(cands: pd.DataFrame, column: str) -> float:
     values = cands[column].to_numpy(dtype=float)
     values = values[np.isfinite(values)]
     scale = np.abs(values).max() if len(values) else 0.0
-    return float((values.max() - values.min()) / scale) if scale > 0 else (0.0 if len(values) else np.inf)
+    return (
+        float((values.max() - values.min()) / scale)
+        if scale > 0
+        else (0.0 if len(values) else np.inf)
+    )
 
 
 def _budget_tolerance(declared: Mapping[str, dict] | None, default: float) -> float:
     """How far the studies let a candidate's parameters sit from its budget: the largest `tolerance`
     they declare, else `default` (the board's banding tolerance)."""
-    found = [t for info in (declared or {}).values() if isinstance(t := info.get("tolerance"), (int, float))]
+    found = [
+        t
+        for info in (declared or {}).values()
+        if isinstance(t := info.get("tolerance"), (int, float))
+    ]
     return float(max(found, default=default))
 
 
@@ -237,16 +299,25 @@ def _hypervolumes(cands: pd.DataFrame, pairs, ref) -> pd.DataFrame:
     for i, objs in enumerate(pairs):
         cols, maximize = [o.column for o in objs], [o.maximize for o in objs]
         sub = cands[np.isfinite(cands[cols].to_numpy(dtype=float)).all(axis=1)]
-        point = np.asarray(ref if (i == 0 and ref is not None) else
-                           frontier.reference_point(sub[cols].to_numpy(), maximize), dtype=float)
+        point = np.asarray(
+            ref
+            if (i == 0 and ref is not None)
+            else frontier.reference_point(sub[cols].to_numpy(), maximize),
+            dtype=float,
+        )
         for study, group in sub.groupby("study", sort=False):
             scopes = [("all", group), *group.groupby("family", sort=True)]
             for family, part in scopes:
                 pts = part[cols].to_numpy(dtype=float)
                 pts = pts[frontier.non_dominated(pts, maximize)]
-                rows.append({
-                    "objectives": " vs ".join(map(str, objs)), "study": study, "family": family,
-                    "points": len(pts), "hypervolume": frontier.hypervolume(pts, point, maximize),
-                    "reference": tuple(float(v) for v in point),
-                })
+                rows.append(
+                    {
+                        "objectives": " vs ".join(map(str, objs)),
+                        "study": study,
+                        "family": family,
+                        "points": len(pts),
+                        "hypervolume": frontier.hypervolume(pts, point, maximize),
+                        "reference": tuple(float(v) for v in point),
+                    }
+                )
     return pd.DataFrame(rows)

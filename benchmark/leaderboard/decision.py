@@ -33,7 +33,7 @@ from benchmark.leaderboard.objectives import Objective
 from benchmark.leaderboard.tables import MISSING, WITH_SE, count
 
 DEFAULT = "val_loss"  # the metric when the board ranks by no quality objective
-ALL = "all"           # the summary row over every family pair
+ALL = "all"  # the summary row over every family pair
 # The per-pair table lists at most this many pairs (flips first): a search of hundreds of
 # recipes per rung has tens of thousands of pairs, which the JSON holds in full.
 SHOWN = 300
@@ -43,16 +43,48 @@ SOURCE = "DataDecide (Magnusson et al. 2025, arXiv 2504.11393)"
 @dataclass(frozen=True, kw_only=True)
 class Decision:
     metric: Objective
-    pairs: pd.DataFrame    # one row per (study, from, to, pair of recipes): PAIR_COLUMNS
+    pairs: pd.DataFrame  # one row per (study, from, to, pair of recipes): PAIR_COLUMNS
     summary: pd.DataFrame  # one row per (study, from, to, family pair, and ALL): SUMMARY_COLUMNS
     notes: tuple[str, ...] = ()
 
 
-PAIR_COLUMNS = ["study", "from", "to", "to_top", "a", "b", "family_a", "family_b", "families",
-                "diff_from", "lo_from", "hi_from", "paired_from", "diff_to", "lo_to", "hi_to", "paired_to",
-                "held", "within_noise", "beyond_noise"]
-SUMMARY_COLUMNS = ["study", "from", "to", "to_top", "families", "pairs", "held", "share", "within_noise",
-                   "no_interval", "beyond_noise", "held_beyond_noise", "share_beyond_noise"]
+PAIR_COLUMNS = [
+    "study",
+    "from",
+    "to",
+    "to_top",
+    "a",
+    "b",
+    "family_a",
+    "family_b",
+    "families",
+    "diff_from",
+    "lo_from",
+    "hi_from",
+    "paired_from",
+    "diff_to",
+    "lo_to",
+    "hi_to",
+    "paired_to",
+    "held",
+    "within_noise",
+    "beyond_noise",
+]
+SUMMARY_COLUMNS = [
+    "study",
+    "from",
+    "to",
+    "to_top",
+    "families",
+    "pairs",
+    "held",
+    "share",
+    "within_noise",
+    "no_interval",
+    "beyond_noise",
+    "held_beyond_noise",
+    "share_beyond_noise",
+]
 
 
 def chosen_metric(board: Board) -> Objective:
@@ -65,14 +97,24 @@ def chosen_metric(board: Board) -> Objective:
 def measure(board: Board, metric: Objective | None = None) -> Decision:
     """Every study of the board with two or more budgets: each rung against the next and the top."""
     metric = metric or chosen_metric(board)
-    empty = Decision(metric=metric, pairs=pd.DataFrame(columns=PAIR_COLUMNS),
-                     summary=pd.DataFrame(columns=SUMMARY_COLUMNS))
+    empty = Decision(
+        metric=metric,
+        pairs=pd.DataFrame(columns=PAIR_COLUMNS),
+        summary=pd.DataFrame(columns=SUMMARY_COLUMNS),
+    )
     t = board.trials
     if metric.column not in t:
         return replace(empty, notes=(f"no decision accuracy: the results have no {metric.column}",))
     usable = (t["status"] == "ok").to_numpy() & np.isfinite(t[metric.column].to_numpy(float))
     # The columns first: the trials hold every column of every row (as in scaling.fit).
-    cols = [*KEY, "family", "structure", "variant", *(c for c in ("axes", "seed") if c in t), metric.column]
+    cols = [
+        *KEY,
+        "family",
+        "structure",
+        "variant",
+        *(c for c in ("axes", "seed") if c in t),
+        metric.column,
+    ]
     rows = t[cols][usable].merge(board.candidates[[*KEY, "band"]], on=KEY)
     rows = rows[rows.groupby("study", sort=False)["band"].transform("nunique") >= 2]
     if rows.empty:  # the usual study has one budget: nothing to say
@@ -93,14 +135,19 @@ def _recipes(rows: pd.DataFrame) -> pd.Series:
     distinct value is encoded once: a search holds 100,000 rows."""
     axes = rows["axes"] if "axes" in rows else pd.Series(None, index=rows.index, dtype=object)
     codes, raw = pd.factorize(axes)
-    keys = [json.dumps({k: v for k, v in json.loads(a).items() if k not in DERIVED}, sort_keys=True) for a in raw]
+    keys = [
+        json.dumps({k: v for k, v in json.loads(a).items() if k not in DERIVED}, sort_keys=True)
+        for a in raw
+    ]
     recipe = pd.Series(np.append(np.array(keys, dtype=object), None)[codes], index=rows.index)
     missing = recipe.isna().to_numpy()
     if missing.any():
         cols = ["family", "structure", "variant"]
         part = rows.loc[missing, cols].astype(object)
         part = part.where(part.notna(), None)
-        codes, described = pd.factorize(pd.Series(list(zip(*(part[c] for c in cols))), dtype=object))
+        codes, described = pd.factorize(
+            pd.Series(list(zip(*(part[c] for c in cols))), dtype=object)
+        )
         keys = np.array([json.dumps(dict(zip(cols, d))) for d in described], dtype=object)
         recipe[missing] = keys[codes]
     return recipe
@@ -113,7 +160,9 @@ def _seeds(rows: pd.DataFrame) -> pd.Series:
     return seed.astype(float).fillna(own)
 
 
-def _study(study: str, rows: pd.DataFrame, metric: Objective) -> tuple[list[pd.DataFrame], list[str]]:
+def _study(
+    study: str, rows: pd.DataFrame, metric: Objective
+) -> tuple[list[pd.DataFrame], list[str]]:
     """The pairs of every transition of one study's ladder, and notes on recipes left out."""
     notes = []
     # A recipe that is several candidates at one rung (hand-made rows told apart by no axes)
@@ -122,11 +171,15 @@ def _study(study: str, rows: pd.DataFrame, metric: Objective) -> tuple[list[pd.D
     ambiguous = several[several > 1]
     if len(ambiguous):
         rows = rows[~rows.set_index(["band", "recipe"]).index.isin(ambiguous.index)]
-        notes.append(f"decision accuracy for {study}: {len(ambiguous)} time(s) a recipe is several candidates at "
-                     f"one budget, left out there (rows without `axes` are told apart by family, structure and "
-                     f"variant only)")
+        notes.append(
+            f"decision accuracy for {study}: {len(ambiguous)} time(s) a recipe is several candidates at "
+            f"one budget, left out there (rows without `axes` are told apart by family, structure and "
+            f"variant only)"
+        )
     # (band, recipe) x seed: each seed's value, repeats of a seed averaged.
-    values = rows.pivot_table(index=["band", "recipe"], columns="seed", values=metric.column, aggfunc="mean")
+    values = rows.pivot_table(
+        index=["band", "recipe"], columns="seed", values=metric.column, aggfunc="mean"
+    )
     families = rows.groupby("recipe")["family"].first()
     labels = _labels(families.index.tolist())
     rungs = sorted(values.index.get_level_values("band").unique())
@@ -134,13 +187,24 @@ def _study(study: str, rows: pd.DataFrame, metric: Objective) -> tuple[list[pd.D
     steps = sorted([*zip(rungs, rungs[1:]), *((lo, rungs[-1]) for lo in rungs[:-2])])
     found, lacking = [], []
     for lo, hi in steps:
-        common = sorted(set(values.loc[lo].index) & set(values.loc[hi].index), key=lambda r: labels[r])
+        common = sorted(
+            set(values.loc[lo].index) & set(values.loc[hi].index), key=lambda r: labels[r]
+        )
         if len(common) < 2:
             lacking.append(f"{count(lo)} → {count(hi)}")
             continue
-        found.append(_pairs(study, lo, hi, hi == rungs[-1], values.loc[lo].loc[common].to_numpy(float),
-                            values.loc[hi].loc[common].to_numpy(float),
-                            [labels[r] for r in common], families.loc[common].astype(str).tolist()))
+        found.append(
+            _pairs(
+                study,
+                lo,
+                hi,
+                hi == rungs[-1],
+                values.loc[lo].loc[common].to_numpy(float),
+                values.loc[hi].loc[common].to_numpy(float),
+                [labels[r] for r in common],
+                families.loc[common].astype(str).tolist(),
+            )
+        )
     if lacking or len(rungs) < 2:
         where = f"at both budgets of {', '.join(lacking)}" if lacking else "at two budgets"
         notes.append(f"decision accuracy for {study}: no two recipes {where}")
@@ -152,26 +216,47 @@ def _labels(recipes: list[str]) -> dict[str, str]:
     recipes (`looped shape.head_dim=32`)."""
     parsed = {r: json.loads(r) for r in recipes}
     keys = dict.fromkeys(k for p in parsed.values() for k in p)
-    varying = [k for k in keys if k != "family" and len({json.dumps(p.get(k)) for p in parsed.values()}) > 1]
-    return {r: " ".join([str(p.get("family") or "?"), *(f"{k}={p.get(k)}" for k in varying)])
-            for r, p in parsed.items()}
+    varying = [
+        k
+        for k in keys
+        if k != "family" and len({json.dumps(p.get(k)) for p in parsed.values()}) > 1
+    ]
+    return {
+        r: " ".join([str(p.get("family") or "?"), *(f"{k}={p.get(k)}" for k in varying)])
+        for r, p in parsed.items()
+    }
 
 
-def _pairs(study: str, lo: float, hi: float, to_top: bool, small: np.ndarray, large: np.ndarray,
-           labels: list[str], families: list[str]) -> pd.DataFrame:
+def _pairs(
+    study: str,
+    lo: float,
+    hi: float,
+    to_top: bool,
+    small: np.ndarray,
+    large: np.ndarray,
+    labels: list[str],
+    families: list[str],
+) -> pd.DataFrame:
     """Every pair (i < j) of the recipes whose seeds' values at two rungs are `small` and `large`,
     (recipes, seeds) NaN-padded on one seed axis."""
     i, j = np.triu_indices(len(labels), k=1)
-    frame = {"study": study, "from": lo, "to": hi, "to_top": to_top,
-             "a": np.array(labels, dtype=object)[i], "b": np.array(labels, dtype=object)[j],
-             "family_a": np.array(families, dtype=object)[i], "family_b": np.array(families, dtype=object)[j]}
+    frame = {
+        "study": study,
+        "from": lo,
+        "to": hi,
+        "to_top": to_top,
+        "a": np.array(labels, dtype=object)[i],
+        "b": np.array(labels, dtype=object)[j],
+        "family_a": np.array(families, dtype=object)[i],
+        "family_b": np.array(families, dtype=object)[j],
+    }
     within = np.zeros(len(i), dtype=bool)
     clear = np.ones(len(i), dtype=bool)
     for at, values in (("from", small), ("to", large)):
         est, se, df, same = stats.differences(values[i], values[j])
         low, high = stats.interval(est, se, df)
         frame.update({f"diff_{at}": est, f"lo_{at}": low, f"hi_{at}": high, f"paired_{at}": same})
-        within |= (low <= 0) & (high >= 0)              # NaN (one seed) compares False: not known
+        within |= (low <= 0) & (high >= 0)  # NaN (one seed) compares False: not known
         clear &= np.isfinite(low) & ((low > 0) | (high < 0))
     frame = pd.DataFrame(frame)
     # The order holds when a - b has one sign at both rungs (whichever way is better).
@@ -187,25 +272,41 @@ def _summary(pairs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     key = ["study", "from", "to", "to_top"]
     scoped = pd.concat([pairs.assign(families=ALL), pairs])
-    out = (scoped.assign(held_beyond_noise=scoped["held"] & scoped["beyond_noise"],
-                         no_interval=~scoped["within_noise"] & ~scoped["beyond_noise"])
-           .groupby([*key, "families"], sort=False)
-           .agg(pairs=("held", "size"), held=("held", "sum"), within_noise=("within_noise", "sum"),
-                no_interval=("no_interval", "sum"), beyond_noise=("beyond_noise", "sum"),
-                held_beyond_noise=("held_beyond_noise", "sum"))
-           .reset_index())
+    out = (
+        scoped.assign(
+            held_beyond_noise=scoped["held"] & scoped["beyond_noise"],
+            no_interval=~scoped["within_noise"] & ~scoped["beyond_noise"],
+        )
+        .groupby([*key, "families"], sort=False)
+        .agg(
+            pairs=("held", "size"),
+            held=("held", "sum"),
+            within_noise=("within_noise", "sum"),
+            no_interval=("no_interval", "sum"),
+            beyond_noise=("beyond_noise", "sum"),
+            held_beyond_noise=("held_beyond_noise", "sum"),
+        )
+        .reset_index()
+    )
     out["share"] = out["held"] / out["pairs"]
-    out["share_beyond_noise"] = out["held_beyond_noise"] / out["beyond_noise"].where(out["beyond_noise"] > 0)
+    out["share_beyond_noise"] = out["held_beyond_noise"] / out["beyond_noise"].where(
+        out["beyond_noise"] > 0
+    )
     # `all` first in each transition, then the family pairs in name order.
-    out = out.assign(_all=out["families"] != ALL).sort_values([*key, "_all", "families"], kind="stable")
+    out = out.assign(_all=out["families"] != ALL).sort_values(
+        [*key, "_all", "families"], kind="stable"
+    )
     return out[SUMMARY_COLUMNS].reset_index(drop=True)
 
 
 # --- tables and JSON ------------------------------------------------------------------------------
 
+
 def _rungs(frame: pd.DataFrame) -> list[str]:
-    return [f"{count(a)} → {count(b)}" + (" (top)" if top else "")
-            for a, b, top in zip(frame["from"], frame["to"], frame["to_top"])]
+    return [
+        f"{count(a)} → {count(b)}" + (" (top)" if top else "")
+        for a, b, top in zip(frame["from"], frame["to"], frame["to_top"])
+    ]
 
 
 def _share(held: int, n: int) -> str:
@@ -220,20 +321,33 @@ def tables(decision: Decision) -> tuple[Table, Table] | None:
         return None
     several = s["study"].nunique() > 1
     study = [Column(header="Study", cells=s["study"].tolist())] * several
-    summary = Table(title=f"Decision accuracy ({decision.metric})", columns=[
-        *study, Column(header="Budgets", cells=_rungs(s)), Column(header="Families", cells=s["families"].tolist()),
-        _ints("Pairs", s["pairs"]),
-        Column(header="Order held", cells=[_share(h, n) for h, n in zip(s["held"], s["pairs"])],
-               keys=s["share"].to_numpy(float)),
-        _ints("Within noise", s["within_noise"]),
-        Column(header="Held beyond noise",
-               cells=[_share(h, n) for h, n in zip(s["held_beyond_noise"], s["beyond_noise"])], keys=s["share_beyond_noise"].to_numpy(float)),
-        *([_ints("No interval (1 seed)", s["no_interval"])] if s["no_interval"].any() else []),
-    ], caption=(
-        f"{SOURCE}: the share of pairs of recipes (a search point without its budget) whose order by "
-        f"{decision.metric.column} at the smaller budget holds at the larger; within noise: the 95% interval of "
-        f"the pair's difference (paired by seed, else Welch) includes 0 at either budget; beyond noise: "
-        f"both intervals exclude 0"))
+    summary = Table(
+        title=f"Decision accuracy ({decision.metric})",
+        columns=[
+            *study,
+            Column(header="Budgets", cells=_rungs(s)),
+            Column(header="Families", cells=s["families"].tolist()),
+            _ints("Pairs", s["pairs"]),
+            Column(
+                header="Order held",
+                cells=[_share(h, n) for h, n in zip(s["held"], s["pairs"])],
+                keys=s["share"].to_numpy(float),
+            ),
+            _ints("Within noise", s["within_noise"]),
+            Column(
+                header="Held beyond noise",
+                cells=[_share(h, n) for h, n in zip(s["held_beyond_noise"], s["beyond_noise"])],
+                keys=s["share_beyond_noise"].to_numpy(float),
+            ),
+            *([_ints("No interval (1 seed)", s["no_interval"])] if s["no_interval"].any() else []),
+        ],
+        caption=(
+            f"{SOURCE}: the share of pairs of recipes (a search point without its budget) whose order by "
+            f"{decision.metric.column} at the smaller budget holds at the larger; within noise: the 95% interval of "
+            f"the pair's difference (paired by seed, else Welch) includes 0 at either budget; beyond noise: "
+            f"both intervals exclude 0"
+        ),
+    )
     return summary, _pair_table(decision, several)
 
 
@@ -243,38 +357,64 @@ def _ints(header: str, values: pd.Series) -> Column:
 
 def _pair_table(decision: Decision, several: bool) -> Table:
     p = decision.pairs.assign(_flip=~decision.pairs["held"])
-    shown = p.sort_values(["_flip"], ascending=False, kind="stable").head(SHOWN) if len(p) > SHOWN else p
+    shown = (
+        p.sort_values(["_flip"], ascending=False, kind="stable").head(SHOWN)
+        if len(p) > SHOWN
+        else p
+    )
     digits = WITH_SE.get(decision.metric.column, 4)
-    noise = np.where(shown["within_noise"], "within noise",
-                     np.where(shown["beyond_noise"], "beyond noise", "no interval"))
-    return Table(title="Decision accuracy by pair" + (f" ({len(shown)} of {len(p)}, flips first)" if len(shown) < len(p)
-                                                     else ""), columns=[
-        *([Column(header="Study", cells=shown["study"].tolist())] if several else []),
-        Column(header="Budgets", cells=_rungs(shown)), Column(header="A", cells=shown["a"].tolist()),
-        Column(header="B", cells=shown["b"].tolist()),
-        _difference(shown, "from", "A − B, smaller", digits), _difference(shown, "to", "A − B, larger", digits),
-        Column(header="Order", cells=["held" if h else "flipped" for h in shown["held"]]),
-        Column(header="Noise", cells=noise.tolist()),
-    ], caption=f"{decision.metric.column}, mean over seeds [95% interval]; "
-               f"{'lower' if not decision.metric.maximize else 'higher'} is better")
+    noise = np.where(
+        shown["within_noise"],
+        "within noise",
+        np.where(shown["beyond_noise"], "beyond noise", "no interval"),
+    )
+    return Table(
+        title="Decision accuracy by pair"
+        + (f" ({len(shown)} of {len(p)}, flips first)" if len(shown) < len(p) else ""),
+        columns=[
+            *([Column(header="Study", cells=shown["study"].tolist())] if several else []),
+            Column(header="Budgets", cells=_rungs(shown)),
+            Column(header="A", cells=shown["a"].tolist()),
+            Column(header="B", cells=shown["b"].tolist()),
+            _difference(shown, "from", "A − B, smaller", digits),
+            _difference(shown, "to", "A − B, larger", digits),
+            Column(header="Order", cells=["held" if h else "flipped" for h in shown["held"]]),
+            Column(header="Noise", cells=noise.tolist()),
+        ],
+        caption=f"{decision.metric.column}, mean over seeds [95% interval]; "
+        f"{'lower' if not decision.metric.maximize else 'higher'} is better",
+    )
 
 
 def _difference(frame: pd.DataFrame, at: str, header: str, digits: int) -> Column:
     cells = []
     for d, lo, hi in zip(frame[f"diff_{at}"], frame[f"lo_{at}"], frame[f"hi_{at}"]):
         shown = f"{d:+.{digits}f}".replace("-", "−")
-        cells.append(shown + (f" [{lo:.{digits}f}, {hi:.{digits}f}]".replace("-", "−") if math.isfinite(lo) else ""))
+        cells.append(
+            shown
+            + (
+                f" [{lo:.{digits}f}, {hi:.{digits}f}]".replace("-", "−")
+                if math.isfinite(lo)
+                else ""
+            )
+        )
     return Column(header=header, cells=cells, keys=frame[f"diff_{at}"].to_numpy(float))
 
 
 def to_json(decision: Decision) -> dict:
     """Every number behind the tables, every pair (the tables may show fewer), NaN as null."""
+
     def records(frame: pd.DataFrame) -> list[dict]:
         # pandas writes NaN as null and numpy scalars as plain numbers, in C: a grid of hundreds of
         # recipes per rung has 100,000 pairs (converted value by value, they dominate the run).
         return orjson.loads(frame.to_json(orient="records", double_precision=15))
 
-    return {"metric": decision.metric.column, "direction": decision.metric.direction, "level": stats.LEVEL,
-            "source": SOURCE, "summary": records(decision.summary), "pairs": records(decision.pairs),
-            "notes": list(decision.notes)}
-
+    return {
+        "metric": decision.metric.column,
+        "direction": decision.metric.direction,
+        "level": stats.LEVEL,
+        "source": SOURCE,
+        "summary": records(decision.summary),
+        "pairs": records(decision.pairs),
+        "notes": list(decision.notes),
+    }

@@ -47,7 +47,9 @@ FIDELITY = "hp_tokens"
 DERIVED = (*PARAM_COLUMNS, "budget", "count", "budget_distance", "infeasible")
 # Per-run measurements that hold at every fidelity the run reached.
 STATIC = ("cost",)
-MAX_VALUES = 100_000_000  # 800 MB of float64: beyond it the dense array is no way to hand a study over
+MAX_VALUES = (
+    100_000_000  # 800 MB of float64: beyond it the dense array is no way to hand a study over
+)
 
 
 def write(board: Board, folder: str | Path) -> list[Path]:
@@ -58,39 +60,74 @@ def write(board: Board, folder: str | Path) -> list[Path]:
 def _objectives(rows: pd.DataFrame) -> list:
     """The registry's searchable metrics this study measured (params, whose column depends on the
     study, is there under each count rule: PARAM_COLUMNS)."""
-    return [m for m in METRICS if m.searchable and "{" not in m.column and m.column in rows
-            and np.isfinite(pd.to_numeric(rows[m.column], errors="coerce").to_numpy(float)).any()]
+    return [
+        m
+        for m in METRICS
+        if m.searchable
+        and "{" not in m.column
+        and m.column in rows
+        and np.isfinite(pd.to_numeric(rows[m.column], errors="coerce").to_numpy(float)).any()
+    ]
 
 
 def write_study(board: Board, study: str, folder: Path) -> list[Path]:
     rows, dropped, skipped = _rows(board, study)
     configs, seeds = np.sort(rows["candidate"].unique()), np.sort(rows["seed"].unique())
     curves = _curves(rows)
-    fidelities = np.unique(np.concatenate([rows["tokens_trained"].to_numpy(np.int64), curves["tokens"].to_numpy(np.int64)]))
+    fidelities = np.unique(
+        np.concatenate(
+            [rows["tokens_trained"].to_numpy(np.int64), curves["tokens"].to_numpy(np.int64)]
+        )
+    )
     metrics = _objectives(rows)
     shape = (1, len(configs), len(seeds), len(fidelities), len(metrics))
     if np.prod(shape, dtype=float) > MAX_VALUES:
-        raise LeaderboardError(f"export {study}: {len(configs)} configurations x {len(seeds)} seeds x "
-                               f"{len(fidelities)} token counts x {len(metrics)} objectives is more than "
-                               f"{MAX_VALUES:,} values")
-    index = {"config": np.searchsorted(configs, rows["candidate"]), "seed": np.searchsorted(seeds, rows["seed"]),
-             "fidelity": np.searchsorted(fidelities, rows["tokens_trained"])}
+        raise LeaderboardError(
+            f"export {study}: {len(configs)} configurations x {len(seeds)} seeds x "
+            f"{len(fidelities)} token counts x {len(metrics)} objectives is more than "
+            f"{MAX_VALUES:,} values"
+        )
+    index = {
+        "config": np.searchsorted(configs, rows["candidate"]),
+        "seed": np.searchsorted(seeds, rows["seed"]),
+        "fidelity": np.searchsorted(fidelities, rows["tokens_trained"]),
+    }
     values = np.full(shape, np.nan)
     _fill(values[0], rows, curves, index, fidelities, metrics)
     hps = _hyperparameters(board, rows, configs)
     files = {
         "hyperparameters.parquet": lambda p: hps.to_parquet(p, index=False),
         "configspace.json": lambda p: _json(p, {c: _domain(hps[c]) for c in hps}),
-        "fidelityspace.json": lambda p: _json(p, {FIDELITY: {"domain_cls": "Integer", "domain_kwargs": {
-            "lower": int(fidelities.min()), "upper": int(fidelities.max())}}}),
+        "fidelityspace.json": lambda p: _json(
+            p,
+            {
+                FIDELITY: {
+                    "domain_cls": "Integer",
+                    "domain_kwargs": {
+                        "lower": int(fidelities.min()),
+                        "upper": int(fidelities.max()),
+                    },
+                }
+            },
+        ),
         "objectives_evaluations.npy": lambda p: np.save(p, values, allow_pickle=False),
         "fidelities_values.npy": lambda p: np.save(p, fidelities, allow_pickle=False),
-        "metadata.json": lambda p: _json(p, _metadata(board, study, rows, metrics, seeds, dropped, skipped)),
-        "architectures.parquet": lambda p: _architectures(board, study, configs).to_parquet(p, index=False),
-        "trials.parquet": lambda p: pd.DataFrame({
-            "trial_id": rows["trial_id"].to_numpy(), "config": index["config"], "seed": rows["seed"].to_numpy(),
-            "seed_index": index["seed"], FIDELITY: rows["tokens_trained"].to_numpy(np.int64),
-            "fidelity_index": index["fidelity"]}).to_parquet(p, index=False),
+        "metadata.json": lambda p: _json(
+            p, _metadata(board, study, rows, metrics, seeds, dropped, skipped)
+        ),
+        "architectures.parquet": lambda p: _architectures(board, study, configs).to_parquet(
+            p, index=False
+        ),
+        "trials.parquet": lambda p: pd.DataFrame(
+            {
+                "trial_id": rows["trial_id"].to_numpy(),
+                "config": index["config"],
+                "seed": rows["seed"].to_numpy(),
+                "seed_index": index["seed"],
+                FIDELITY: rows["tokens_trained"].to_numpy(np.int64),
+                "fidelity_index": index["fidelity"],
+            }
+        ).to_parquet(p, index=False),
     }
     folder.mkdir(parents=True, exist_ok=True)
     for name, save in files.items():
@@ -123,13 +160,25 @@ def _curves(rows: pd.DataFrame) -> pd.DataFrame:
         for pos, text in enumerate(rows["evals"].tolist()):
             for record in json.loads(text) if isinstance(text, str) and text else []:
                 if record.get("tokens") is not None:
-                    points.append({"pos": pos, "tokens": int(record["tokens"]), "val_loss": record.get("val_loss"),
-                                   "val_ppl": record.get("val_ppl")})
+                    points.append(
+                        {
+                            "pos": pos,
+                            "tokens": int(record["tokens"]),
+                            "val_loss": record.get("val_loss"),
+                            "val_ppl": record.get("val_ppl"),
+                        }
+                    )
     return pd.DataFrame(points, columns=["pos", "tokens", "val_loss", "val_ppl"])
 
 
-def _fill(values: np.ndarray, rows: pd.DataFrame, curves: pd.DataFrame, index: dict, fidelities: np.ndarray,
-          metrics: list) -> None:
+def _fill(
+    values: np.ndarray,
+    rows: pd.DataFrame,
+    curves: pd.DataFrame,
+    index: dict,
+    fidelities: np.ndarray,
+    metrics: list,
+) -> None:
     """values (configs, seeds, fidelities, objectives): each row's final measurements, then its
     periodic evaluations."""
     final = rows[[m.column for m in metrics]].apply(pd.to_numeric, errors="coerce").to_numpy(float)
@@ -137,10 +186,14 @@ def _fill(values: np.ndarray, rows: pd.DataFrame, curves: pd.DataFrame, index: d
     if curves.empty:
         return
     pos = curves["pos"].to_numpy()
-    at = (index["config"][pos], index["seed"][pos], np.searchsorted(fidelities, curves["tokens"].to_numpy()))
+    at = (
+        index["config"][pos],
+        index["seed"][pos],
+        np.searchsorted(fidelities, curves["tokens"].to_numpy()),
+    )
     share = curves["tokens"].to_numpy(float) / rows["tokens_trained"].to_numpy(float)[pos]
     for j, m in enumerate(metrics):
-        if m.intermediate:           # measured at every evaluation (registry: val_loss, val_ppl)
+        if m.intermediate:  # measured at every evaluation (registry: val_loss, val_ppl)
             values[(*at, j)] = pd.to_numeric(curves[m.column], errors="coerce").to_numpy(float)
         elif m.name == "wall_s":
             values[(*at, j)] = final[pos, j] * share
@@ -151,14 +204,18 @@ def _fill(values: np.ndarray, rows: pd.DataFrame, curves: pd.DataFrame, index: d
 def _hyperparameters(board: Board, rows: pd.DataFrame, configs: np.ndarray) -> pd.DataFrame:
     first = rows.drop_duplicates("candidate").set_index("candidate").loc[configs]
     if "axes" in first and first["axes"].notna().all():
-        hps = pd.DataFrame([{k: v for k, v in json.loads(a).items() if k not in DERIVED} for a in first["axes"]])
+        hps = pd.DataFrame(
+            [{k: v for k, v in json.loads(a).items() if k not in DERIVED} for a in first["axes"]]
+        )
     else:
         hps = first[["family", *describe.COLUMNS]].reset_index(drop=True)
     # The budget the row was solved for; rows without one, their budget band (bands.py).
     bands = board.candidates.set_index(["study", "candidate"])["band"]
     budget = first["budget"] if "budget" in first else pd.Series(np.nan, index=first.index)
-    hps["budget"] = [b if pd.notna(b) else bands.get((s, c), np.nan)
-                     for b, s, c in zip(budget, first["study"], configs)]
+    hps["budget"] = [
+        b if pd.notna(b) else bands.get((s, c), np.nan)
+        for b, s, c in zip(budget, first["study"], configs)
+    ]
     hps = hps.map(lambda v: json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v)
     if hps.duplicated().any():  # the sampled axes do not tell every candidate apart: the spec does
         hps["spec"] = first["spec"].to_numpy() if "spec" in first else configs
@@ -175,7 +232,12 @@ def _architectures(board: Board, study: str, configs: np.ndarray) -> pd.DataFram
     c = board.candidates
     ours = c[c["study"] == study].set_index("candidate").reindex(configs)
     cols = [k for k in ("family", *describe.COLUMNS, *PARAM_COLUMNS, "band", "spec") if k in ours]
-    return ours[cols].rename(columns={"band": "budget"}).reset_index(names="candidate").assign(config=np.arange(len(configs)))
+    return (
+        ours[cols]
+        .rename(columns={"band": "budget"})
+        .reset_index(names="candidate")
+        .assign(config=np.arange(len(configs)))
+    )
 
 
 def _metadata(board: Board, study: str, rows, metrics, seeds, dropped: list, skipped: list) -> dict:
@@ -186,14 +248,23 @@ def _metadata(board: Board, study: str, rows, metrics, seeds, dropped: list, ski
         return sorted(map(str, pd.unique(rows[col].dropna()))) if col in rows else []
 
     return {
-        "objectives_names": names, "objectives_modes": [m.direction for m in metrics], "task_names": [study],
+        "objectives_names": names,
+        "objectives_modes": [m.direction for m in metrics],
+        "task_names": [study],
         "metric_default": ranked if ranked in names else names[0],
         **({"metric_elapsed_time": "metric_wall_s"} if "metric_wall_s" in names else {}),
-        "resource_attr": FIDELITY, "seeds": [int(s) for s in seeds],
+        "resource_attr": FIDELITY,
+        "seeds": [int(s) for s in seeds],
         "objectives_labels": {n: m.axis_label() for n, m in zip(names, metrics)},
-        "source": {"study": study, "code_version": distinct("code_version"), "dataset_id": distinct("dataset_id"),
-                   "tokenizer_id": distinct("tokenizer_id"), "writer": "shapebench board --export"},
-        "repeats_dropped": dropped, "rows_without_tokens": skipped,
+        "source": {
+            "study": study,
+            "code_version": distinct("code_version"),
+            "dataset_id": distinct("dataset_id"),
+            "tokenizer_id": distinct("tokenizer_id"),
+            "writer": "shapebench board --export",
+        },
+        "repeats_dropped": dropped,
+        "rows_without_tokens": skipped,
     }
 
 

@@ -55,9 +55,24 @@ def markdown(table: Table) -> str:
 
 
 # Characters our cells use that LaTeX needs spelled out (structure strings, ±, frontier marks).
-_TEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
-        "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
-        "→": r"$\to$", "×": r"$\times$", "±": r"$\pm$", "★": r"$\star$", "☆": r"$\circ$", "—": "---"}
+_TEX = {
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "\\": r"\textbackslash{}",
+    "→": r"$\to$",
+    "×": r"$\times$",
+    "±": r"$\pm$",
+    "★": r"$\star$",
+    "☆": r"$\circ$",
+    "—": "---",
+}
 # One pass that stops only at those characters: str.translate looks up every character (4x slower).
 _TEX_PATTERN = re.compile("|".join(map(re.escape, _TEX)))
 
@@ -71,12 +86,23 @@ def latex(table: Table, label: str = "") -> str:
     head = " & ".join(c.tex or tex_escape(c.header) for c in table.columns) + r" \\"
     body = tex_escape(_body(table)).replace(_CELL, " & ").replace(_ROW, " \\\\\n")
     caption = tex_escape(table.title + (". " + table.caption if table.caption else ""))
-    return "\n".join([
-        r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{spec}}}", r"\toprule", head,
-        r"\midrule", *([body + r" \\"] if len(table) else []), r"\bottomrule", r"\end{tabular}",
-        rf"\caption{{{caption}}}",
-        *([rf"\label{{{label}}}"] if label else []), r"\end{table}",
-    ])
+    return "\n".join(
+        [
+            r"\begin{table}[t]",
+            r"\centering",
+            r"\small",
+            rf"\begin{{tabular}}{{{spec}}}",
+            r"\toprule",
+            head,
+            r"\midrule",
+            *([body + r" \\"] if len(table) else []),
+            r"\bottomrule",
+            r"\end{tabular}",
+            rf"\caption{{{caption}}}",
+            *([rf"\label{{{label}}}"] if label else []),
+            r"\end{table}",
+        ]
+    )
 
 
 def html_table(table: Table, table_id: str = "", titled: bool = True) -> str:
@@ -91,8 +117,10 @@ def html_table(table: Table, table_id: str = "", titled: bool = True) -> str:
     cells = orjson.dumps([c.cells for c in table.columns]).decode().replace("<", "\\u003c")
     keys = ",".join("null" if c.keys is None else _ranks(c.keys) for c in table.columns)
     data = f'{{"cells":{cells},"keys":[{keys}]}}'
-    return (f'<table class="sortable"{ident}>{caption}<thead><tr>{heads}</tr></thead><tbody></tbody></table>'
-            f'<script type="application/json" class="rows">{data}</script>')
+    return (
+        f'<table class="sortable"{ident}>{caption}<thead><tr>{heads}</tr></thead><tbody></tbody></table>'
+        f'<script type="application/json" class="rows">{data}</script>'
+    )
 
 
 def _ranks(values: np.ndarray) -> str:

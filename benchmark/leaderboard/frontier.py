@@ -84,7 +84,9 @@ def _sweep_nd(uniq: np.ndarray) -> np.ndarray:
     return keep
 
 
-def reference_point(points, maximize: Sequence[bool] | None = None, margin: float = REF_MARGIN) -> np.ndarray:
+def reference_point(
+    points, maximize: Sequence[bool] | None = None, margin: float = REF_MARGIN
+) -> np.ndarray:
     """The default hypervolume reference: each objective's worst finite value moved `margin` of
     its magnitude further away (1.1 x the worst for positive minimised objectives, 0.9 x the
     worst for positive maximised ones). Returned in the objectives' own directions."""

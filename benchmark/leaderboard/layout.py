@@ -38,8 +38,15 @@ LOG_SPAN = 3.0  # positive engineering values spanning more than this ratio get 
 LOG_SUBS = ((1.0, 2.0, 3.0, 5.0), (1.0, 2.0, 5.0), (1.0, 3.0), (1.0,))
 
 
-def new(title: str, ncols: int = 1, nrows: int = 1, width: float = 7.0, height: float = 4.6,
-        legend: float = 0.0, hidden: int = 0):
+def new(
+    title: str,
+    ncols: int = 1,
+    nrows: int = 1,
+    width: float = 7.0,
+    height: float = 4.6,
+    legend: float = 0.0,
+    hidden: int = 0,
+):
     """Figure with a title and a grid of axes sharing their x and y; `legend` reserves that many
     inches on the right for a figure legend; the last `hidden` panels of the grid are not shown
     (the panel above one keeps its x tick labels, which sharing would have taken away)."""
@@ -49,15 +56,21 @@ def new(title: str, ncols: int = 1, nrows: int = 1, width: float = 7.0, height: 
     several = ncols * nrows > 1
     axes = fig.subplots(nrows, ncols, squeeze=False, sharex=several, sharey=several)
     # wspace 0.3 of a panel: room for the halves of two 9-character tick labels at facing edges.
-    fig.subplots_adjust(left=0.8 / width, right=1 - (0.25 + legend) / width, bottom=0.65 / height,
-                        top=1 - 0.55 / height, wspace=0.3 if ncols > 1 else 0.0, hspace=0.45)
+    fig.subplots_adjust(
+        left=0.8 / width,
+        right=1 - (0.25 + legend) / width,
+        bottom=0.65 / height,
+        top=1 - 0.55 / height,
+        wspace=0.3 if ncols > 1 else 0.0,
+        hspace=0.45,
+    )
     fig.suptitle(title, y=1 - 0.12 / height, va="top")
     flat = axes.ravel()
     for i in range(len(flat) - hidden, len(flat)):
         flat[i].set_visible(False)
         if i >= ncols:
             flat[i - ncols].xaxis.set_tick_params(which="both", labelbottom=True)
-    return fig, flat[:len(flat) - hidden]
+    return fig, flat[: len(flat) - hidden]
 
 
 def figure_legend(fig: Figure, axes) -> None:
@@ -78,7 +91,9 @@ def style(ax, xs: np.ndarray, ys: np.ndarray) -> None:
     finite = np.asarray(ys, dtype=float)
     finite = finite[np.isfinite(finite)]
     if len(finite) and np.abs(finite).max() >= ENGINEERING:
-        ax.yaxis.set_major_formatter(EngFormatter(sep=""))  # rows of labels stack: the default count fits
+        ax.yaxis.set_major_formatter(
+            EngFormatter(sep="")
+        )  # rows of labels stack: the default count fits
     ax.grid(True, which="major", alpha=0.3)
 
 
@@ -94,7 +109,9 @@ def _x_ticks(ax, xs: np.ndarray) -> None:
     fig = ax.figure
     width = ax.get_position().width * fig.get_figwidth()  # inches
     gap = fig.subplotpars.wspace * width if fig.subplotpars.wspace else np.inf  # to the next panel
-    formatter = (lambda: EngFormatter(sep="")) if big else (lambda: ScalarFormatter(useOffset=False))
+    formatter = (
+        (lambda: EngFormatter(sep="")) if big else (lambda: ScalarFormatter(useOffset=False))
+    )
     if big and lo > 0 and hi / lo > LOG_SPAN:
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(_log_locator(lo, hi, width, gap, formatter))
@@ -106,7 +123,9 @@ def _x_ticks(ax, xs: np.ndarray) -> None:
 
 def _linear_locator(lo: float, hi: float, width: float, gap: float, formatter) -> Locator:
     pad = MARGIN * (hi - lo)
-    vmin, vmax = MaxNLocator().nonsingular(lo - pad, hi + pad)  # widened around a single value, as autoscaling does
+    vmin, vmax = MaxNLocator().nonsingular(
+        lo - pad, hi + pad
+    )  # widened around a single value, as autoscaling does
     for nbins in range(8, 0, -1):
         ticks = MaxNLocator(nbins=nbins, steps=STEPS).tick_values(vmin, vmax)
         if _fits(ticks, vmin, vmax, width, gap, formatter, log=False):
@@ -118,14 +137,16 @@ def _log_locator(lo: float, hi: float, width: float, gap: float, formatter) -> L
     pad = (hi / lo) ** MARGIN  # the margin is a share of the span in log space
     vmin, vmax = lo / pad, hi * pad
     for subs in LOG_SUBS:
-        for numticks in ((15,) if len(subs) > 1 else range(15, 1, -1)):  # fewer decades labelled
+        for numticks in (15,) if len(subs) > 1 else range(15, 1, -1):  # fewer decades labelled
             locator = LogLocator(subs=subs, numticks=numticks)
             if _fits(locator.tick_values(vmin, vmax), vmin, vmax, width, gap, formatter, log=True):
                 return locator
     return locator
 
 
-def _fits(ticks: np.ndarray, vmin: float, vmax: float, width: float, gap: float, formatter, log: bool) -> bool:
+def _fits(
+    ticks: np.ndarray, vmin: float, vmax: float, width: float, gap: float, formatter, log: bool
+) -> bool:
     """Whether the labels of `ticks` in view stand clear of each other, and overhang the panel's
     edges by at most half the gap to the next panel (whose labels may overhang towards them)."""
     ticks = ticks[(ticks >= vmin) & (ticks <= vmax)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from benchmark.store import metrics, Metric, MetricError
+from benchmark.store import Metric, MetricError, metrics
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,8 +21,10 @@ class Objective:
     def __post_init__(self):
         # Only registry metrics are objectives; `Objective(column="ppl")` would read no column.
         if metrics.metric(self.column).column != self.column:
-            raise MetricError(f"{self.column!r} is not a results column; "
-                              f"did you mean {metrics.metric(self.column).column}?")
+            raise MetricError(
+                f"{self.column!r} is not a results column; "
+                f"did you mean {metrics.metric(self.column).column}?"
+            )
 
     @classmethod
     def parse(cls, text: str, count: str = "total") -> Objective:
@@ -61,7 +63,11 @@ def secondary(primary: tuple[Objective, ...]) -> tuple[tuple[Objective, ...], ..
     quality metric (the one it ranks by) where it has one."""
     last = primary[-1]
     quality = last if last.metric.kind == "quality" else DEFAULT[-1]
-    return ((DEFAULT[0], quality), (Objective.parse("flops"), quality), objectives("int4", "ppl_int4"))
+    return (
+        (DEFAULT[0], quality),
+        (Objective.parse("flops"), quality),
+        objectives("int4", "ppl_int4"),
+    )
 
 
 def counted(declarations: Mapping[str, dict]) -> tuple[str, list[str]]:
@@ -70,7 +76,9 @@ def counted(declarations: Mapping[str, dict]) -> tuple[str, list[str]]:
     counts = {study: info["count"] for study, info in declarations.items() if info.get("count")}
     if len(set(counts.values())) > 1:
         each = ", ".join(f"{study} {count}" for study, count in counts.items())
-        return "total", [f"the studies count parameters differently ({each}): params is params_total here"]
+        return "total", [
+            f"the studies count parameters differently ({each}): params is params_total here"
+        ]
     return next(iter(counts.values()), "total"), []
 
 
@@ -88,14 +96,21 @@ def declared(declarations: Mapping[str, dict]) -> tuple[tuple[Objective, ...] | 
     default = " vs ".join(map(str, DEFAULT))
     if not found:
         if not notes:
-            notes.append(f"objectives {default}, the default: no study declares its objectives "
-                         "(results written before _study.json)")
+            notes.append(
+                f"objectives {default}, the default: no study declares its objectives "
+                "(results written before _study.json)"
+            )
         return None, notes
     if len(set(found.values())) > 1:
         each = "; ".join(f"{study}: {' vs '.join(map(str, objs))}" for study, objs in found.items())
-        return None, [*notes, f"objectives {default}, the default: the studies declare different ones ({each})"]
+        return None, [
+            *notes,
+            f"objectives {default}, the default: the studies declare different ones ({each})",
+        ]
     if undeclared := [s for s in declarations if s not in found]:
-        notes.append(f"{', '.join(undeclared)} declare(s) no objectives: ranked by those {', '.join(found)} declare(s)")
+        notes.append(
+            f"{', '.join(undeclared)} declare(s) no objectives: ranked by those {', '.join(found)} declare(s)"
+        )
     return next(iter(found.values())), notes
 
 
@@ -107,8 +122,10 @@ def _ordered(info: dict) -> tuple[Objective, ...]:
     if len(objs) == 1:
         objs.insert(0, Objective.parse("params", count))
     if len({o.column for o in objs}) != len(objs) or len(objs) > 3:
-        raise ValueError(f"{len(objs)} objectives ({', '.join(map(str, objs))}); "
-                         "the board shows 2 or 3 distinct ones")
+        raise ValueError(
+            f"{len(objs)} objectives ({', '.join(map(str, objs))}); "
+            "the board shows 2 or 3 distinct ones"
+        )
     return tuple(sorted(objs, key=lambda o: KIND_ORDER[o.metric.kind]))
 
 

@@ -13,7 +13,9 @@ import html
 
 from benchmark.leaderboard import formats, tables
 from benchmark.leaderboard.board import Board
-from benchmark.leaderboard.forest import NAME as FOREST   # drawn under the verdicts, not among the frontiers
+from benchmark.leaderboard.forest import (
+    NAME as FOREST,  # drawn under the verdicts, not among the frontiers
+)
 from benchmark.leaderboard.plots import Plot
 
 CSS = """
@@ -84,43 +86,102 @@ def page(board: Board, doc: tables.Document, plots: list[Plot], notes: list[str]
     """The page with its figures linked, not yet embedded (see embed). What a reader came for comes
     first: the claims' verdicts in brief, the ranking, the claims in full, then the frontiers, then
     the rest."""
-    learned = [p for p in plots if p.name.startswith(CURVES)]   # the claims' learning curves (curves.py)
+    learned = [
+        p for p in plots if p.name.startswith(CURVES)
+    ]  # the claims' learning curves (curves.py)
     frontiers = [p for p in plots if p.name != FOREST and not p.name.startswith(CURVES)]
     sections = [
         f"<h1>Leaderboard: {html.escape(', '.join(board.studies))}</h1>",
         "<noscript>The tables are filled in by the page's script: enable JavaScript.</noscript>",
         f'<p class="caption">{html.escape(tables.objectives_line(board))}</p>',
-        *([f"<h2>{html.escape(doc.verdicts.title)}</h2>", _table_with_caption(doc.verdicts, titled=False, wrap=True),
-           *(_figure(p) for p in plots if p.name == FOREST)]
-          if doc.verdicts is not None else []),
-        "<h2>Leaderboard</h2>", *(_ranked(board, t) for t in doc.ranked),
-        *([f"<h2>{html.escape(doc.claims.title)}</h2>", _table_with_caption(doc.claims, titled=False, wrap=True)]
-          if doc.claims is not None else []),
-        *(f"<h2>{html.escape(t.title)}</h2>\n{_table_with_caption(t, titled=False, wrap=True)}"
-          for t in (doc.stability, doc.tuning) if t is not None),
-        *(["<h2>Learning curves</h2>", '<div class="plots">', *(_figure(p) for p in learned), "</div>"]
-          if learned else []),
-        *(["<h2>Frontiers</h2>", '<div class="plots">', *(_figure(p) for p in frontiers), "</div>"] if frontiers else []),
-        "<h2>Hypervolume</h2>", _table_with_caption(doc.hypervolume, titled=False),
-        *(["<h2>Scaling fits</h2>", _table_with_caption(doc.scaling, titled=False)] if doc.scaling is not None else []),
-        *(["<h2>Decision accuracy</h2>", *(_table_with_caption(t) for t in doc.decision)] if doc.decision is not None
-          else []),
-        *(["<h2>Hyper-connection diagnostics</h2>", _table_with_caption(doc.diagnostics, titled=False)]
-          if len(doc.diagnostics) else []),
-        "<h2>Studies</h2>", _fit(formats.html_table(doc.studies, titled=False)),
+        *(
+            [
+                f"<h2>{html.escape(doc.verdicts.title)}</h2>",
+                _table_with_caption(doc.verdicts, titled=False, wrap=True),
+                *(_figure(p) for p in plots if p.name == FOREST),
+            ]
+            if doc.verdicts is not None
+            else []
+        ),
+        "<h2>Leaderboard</h2>",
+        *(_ranked(board, t) for t in doc.ranked),
+        *(
+            [
+                f"<h2>{html.escape(doc.claims.title)}</h2>",
+                _table_with_caption(doc.claims, titled=False, wrap=True),
+            ]
+            if doc.claims is not None
+            else []
+        ),
+        *(
+            f"<h2>{html.escape(t.title)}</h2>\n{_table_with_caption(t, titled=False, wrap=True)}"
+            for t in (doc.stability, doc.tuning)
+            if t is not None
+        ),
+        *(
+            [
+                "<h2>Learning curves</h2>",
+                '<div class="plots">',
+                *(_figure(p) for p in learned),
+                "</div>",
+            ]
+            if learned
+            else []
+        ),
+        *(
+            [
+                "<h2>Frontiers</h2>",
+                '<div class="plots">',
+                *(_figure(p) for p in frontiers),
+                "</div>",
+            ]
+            if frontiers
+            else []
+        ),
+        "<h2>Hypervolume</h2>",
+        _table_with_caption(doc.hypervolume, titled=False),
+        *(
+            ["<h2>Scaling fits</h2>", _table_with_caption(doc.scaling, titled=False)]
+            if doc.scaling is not None
+            else []
+        ),
+        *(
+            ["<h2>Decision accuracy</h2>", *(_table_with_caption(t) for t in doc.decision)]
+            if doc.decision is not None
+            else []
+        ),
+        *(
+            [
+                "<h2>Hyper-connection diagnostics</h2>",
+                _table_with_caption(doc.diagnostics, titled=False),
+            ]
+            if len(doc.diagnostics)
+            else []
+        ),
+        "<h2>Studies</h2>",
+        _fit(formats.html_table(doc.studies, titled=False)),
         "<h2>All trials</h2>",
         f'<div class="scroll">{formats.html_table(tables.trials(board), "trials", titled=False)}</div>',
     ]
     if len(doc.excluded):
-        sections += ["<h2>Kept off the frontiers</h2>",
-                     _fit(formats.html_table(doc.excluded, "excluded", titled=False))]
+        sections += [
+            "<h2>Kept off the frontiers</h2>",
+            _fit(formats.html_table(doc.excluded, "excluded", titled=False)),
+        ]
     if notes:
-        sections += ["<h2>Notes</h2>", '<ul class="notes">', *(f"<li>{html.escape(n)}</li>" for n in notes), "</ul>"]
+        sections += [
+            "<h2>Notes</h2>",
+            '<ul class="notes">',
+            *(f"<li>{html.escape(n)}</li>" for n in notes),
+            "</ul>",
+        ]
     body = "\n".join(sections)
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f'<link rel="icon" href="data:,"><title>shapebench leaderboard</title>'
-            f"<style>{CSS}</style></head>\n<body>\n{body}\n<script>{SCRIPT}</script>\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<link rel="icon" href="data:,"><title>shapebench leaderboard</title>'
+        f"<style>{CSS}</style></head>\n<body>\n{body}\n<script>{SCRIPT}</script>\n</body></html>\n"
+    )
 
 
 CURVES = "curves-"
@@ -129,8 +190,10 @@ CURVES = "curves-"
 def _ranked(board: Board, table: formats.Table) -> str:
     """A band's ranked table at a glance, and every column behind a toggle below it."""
     glance = tables.at_a_glance(board, table)
-    full = (f"<details><summary>All {len(table.columns)} columns</summary>"
-            f"{_fit(formats.html_table(table, titled=False))}</details>")
+    full = (
+        f"<details><summary>All {len(table.columns)} columns</summary>"
+        f"{_fit(formats.html_table(table, titled=False))}</details>"
+    )
     return _table_with_caption(glance) + (full if len(glance.columns) < len(table.columns) else "")
 
 

@@ -24,20 +24,43 @@ from rich.console import Console
 
 from benchmark.arch import describe
 from benchmark.console import console as wide_console
-from benchmark.leaderboard import claims, decision, forest, formats, page, plots, scaling, tables, tuning
+from benchmark.leaderboard import (
+    claims,
+    decision,
+    forest,
+    formats,
+    page,
+    plots,
+    scaling,
+    tables,
+    tuning,
+)
 from benchmark.leaderboard import curves as learning
 from benchmark.leaderboard.board import Board, aggregated
 from benchmark.leaderboard.claims import stability
 
 FORMATS = ("terminal", "md", "csv", "latex", "html")
 T = TypeVar("T")
-FILES = {"md": "leaderboard.md", "csv": "leaderboard.csv", "latex": "leaderboard.tex", "html": "index.html"}
+FILES = {
+    "md": "leaderboard.md",
+    "csv": "leaderboard.csv",
+    "latex": "leaderboard.tex",
+    "html": "index.html",
+}
 
 
-def publish(board: Board, outputs: Sequence[str], out: Path | None = None, top: int | None = None,
-            console: Console | None = None, *, predict: float | None = None, fit_by: str = "family",
-            checked: tuple[claims.ClaimsFile, list[claims.Result]] | None = None,
-            curves: pd.DataFrame | None = None) -> list[Path]:
+def publish(
+    board: Board,
+    outputs: Sequence[str],
+    out: Path | None = None,
+    top: int | None = None,
+    console: Console | None = None,
+    *,
+    predict: float | None = None,
+    fit_by: str = "family",
+    checked: tuple[claims.ClaimsFile, list[claims.Result]] | None = None,
+    curves: pd.DataFrame | None = None,
+) -> list[Path]:
     """Renders each requested output (FORMATS); returns the files written (none when printing to
     stdout). Plots are drawn only when something will hold them: an output folder or the page.
     What had to be left out (a plot, a column) is said in each document, and on stderr.
@@ -50,12 +73,16 @@ def publish(board: Board, outputs: Sequence[str], out: Path | None = None, top: 
     console = console or wide_console()
     figures = out is not None or "html" in outputs
     planned, plot_notes = plots.plan(board) if figures else ([], [])
-    rule, assessed, marked = stability.assess(*checked, board.trials) if checked else (None, [], None)
+    rule, assessed, marked = (
+        stability.assess(*checked, board.trials) if checked else (None, [], None)
+    )
     if figures and checked and curves is not None:
         planned += learning.plan(checked[1], board.trials, curves, marked)
     written = []
     # The plots are drawn in another process while the documents are written (see _in_background).
-    drawing = _in_background(plots.render_all, planned) if planned else contextlib.nullcontext(lambda: {})
+    drawing = (
+        _in_background(plots.render_all, planned) if planned else contextlib.nullcontext(lambda: {})
+    )
     with drawing as drawn:
         # Meanwhile the scaling fits are made here, and their figure drawn: the other process, with
         # the frontiers to draw, still takes longer.
@@ -69,9 +96,19 @@ def publish(board: Board, outputs: Sequence[str], out: Path | None = None, top: 
             return {**drawn(), **fitted_images}
 
         decided = decision.measure(board)
-        doc = tables.document(board, top, scaling.table(fits), claims.table(*checked) if checked else None,
-                              decision.tables(decided), claims.verdicts(*checked) if checked else None)
-        doc = replace(doc, stability=stability.table(rule, assessed) if checked else None, tuning=tuning.table(board))
+        doc = tables.document(
+            board,
+            top,
+            scaling.table(fits),
+            claims.table(*checked) if checked else None,
+            decision.tables(decided),
+            claims.verdicts(*checked) if checked else None,
+        )
+        doc = replace(
+            doc,
+            stability=stability.table(rule, assessed) if checked else None,
+            tuning=tuning.table(board),
+        )
         notes = [*board.notes, *fits.notes, *decided.notes, *plot_notes, *doc.ranked[0].notes]
         for fmt in outputs:
             if fmt == "terminal":
@@ -140,8 +177,10 @@ def _in_background(fn: Callable[..., T], *args) -> Iterator[Callable[[], T]]:
             # threads), so the work is done here instead, as on one core
             return fn(*args)
         if not ok:
-            raise RuntimeError(f"{fn.__qualname__} failed in a child process (exit code {child.exitcode})"
-                               + (f":\n{value}" if value else ""))
+            raise RuntimeError(
+                f"{fn.__qualname__} failed in a child process (exit code {child.exitcode})"
+                + (f":\n{value}" if value else "")
+            )
         return value
 
     try:
@@ -185,7 +224,9 @@ def _write_json(data: dict, path: Path) -> Path:
 
 
 def _write_hypervolumes(board: Board, path: Path) -> Path:
-    hv = board.hypervolumes.assign(reference=board.hypervolumes["reference"].map(lambda r: " ".join(map(repr, r))))
+    hv = board.hypervolumes.assign(
+        reference=board.hypervolumes["reference"].map(lambda r: " ".join(map(repr, r)))
+    )
     hv.to_csv(path, index=False)
     return path
 
@@ -197,15 +238,27 @@ def csv(board: Board) -> str:
     metrics = aggregated(c)
     # A standard error column only where seeds disagree: params and FLOPs are the same every seed.
     varies = [f"{m}_se" for m in metrics if f"{m}_se" in c and (c[f"{m}_se"].fillna(0) != 0).any()]
-    cols = ["band", "rank", "study", "family", *describe.COLUMNS, "n_seeds",
-            *(x for m in metrics for x in (m, f"{m}_se") if x in (*metrics, *varies)), "front", "family_front", "spec"]
+    cols = [
+        "band",
+        "rank",
+        "study",
+        "family",
+        *describe.COLUMNS,
+        "n_seeds",
+        *(x for m in metrics for x in (m, f"{m}_se") if x in (*metrics, *varies)),
+        "front",
+        "family_front",
+        "spec",
+    ]
     table = pa.Table.from_pandas(c[cols], preserve_index=False)
     buf = io.BytesIO()
     pa_csv.write_csv(table, buf)
     return buf.getvalue().decode("utf-8")
 
 
-def markdown(board: Board, doc: tables.Document, notes: list[str], plotted: list[plots.Plot]) -> str:
+def markdown(
+    board: Board, doc: tables.Document, notes: list[str], plotted: list[plots.Plot]
+) -> str:
     """In the page's order: the claims' verdicts in brief, the ranking, the claims in full, the
     frontiers, then the rest."""
     parts = [f"# Leaderboard: {', '.join(board.studies)}", tables.objectives_line(board)]
@@ -242,21 +295,38 @@ def _md(table: formats.Table) -> str:
 
 
 def latex(board: Board, doc: tables.Document) -> str:
-    head = [f"% shapebench leaderboard: {', '.join(board.studies)}", r"% needs \usepackage{booktabs}"]
+    head = [
+        f"% shapebench leaderboard: {', '.join(board.studies)}",
+        r"% needs \usepackage{booktabs}",
+    ]
     extra = [t for t in (doc.scaling, *(doc.decision or ()), doc.claims) if t is not None]
-    body = [formats.latex(t, label="tab:" + t.title.split(" (")[0].lower().replace(" ", "-"))
-            for t in (*doc.ranked, *extra)]
-    return "\n\n".join([*head, formats.latex(doc.hypervolume, label="tab:hypervolume"), *body]) + "\n"
+    body = [
+        formats.latex(t, label="tab:" + t.title.split(" (")[0].lower().replace(" ", "-"))
+        for t in (*doc.ranked, *extra)
+    ]
+    return (
+        "\n\n".join([*head, formats.latex(doc.hypervolume, label="tab:hypervolume"), *body]) + "\n"
+    )
 
 
 def terminal(board: Board, doc: tables.Document, notes: list[str], console: Console) -> None:
-    for table in (doc.studies, doc.hypervolume, *doc.ranked, doc.scaling, *(doc.decision or ()), doc.claims,
-                  doc.stability, doc.tuning):
+    for table in (
+        doc.studies,
+        doc.hypervolume,
+        *doc.ranked,
+        doc.scaling,
+        *(doc.decision or ()),
+        doc.claims,
+        doc.stability,
+        doc.tuning,
+    ):
         if table is not None:
             console.print(formats.rich_table(table))
     if len(board.excluded):
         counts = board.excluded["reason"].value_counts()
-        console.print(f"{len(board.excluded)} trials kept off the frontiers: "
-                      + ", ".join(f"{n} {r}" for r, n in counts.items()))
+        console.print(
+            f"{len(board.excluded)} trials kept off the frontiers: "
+            + ", ".join(f"{n} {r}" for r, n in counts.items())
+        )
     for note in notes:
         console.print(f"[dim]note: {note}[/dim]")

@@ -26,8 +26,8 @@ from benchmark.leaderboard.board import KEY, Board
 from benchmark.leaderboard.formats import Column, Table
 from benchmark.leaderboard.tables import MISSING, count
 
-METRIC = "val_loss"   # the law's L is a cross-entropy loss
-MIN_BUDGETS = 3       # three parameters (a, alpha, c) need three points
+METRIC = "val_loss"  # the law's L is a cross-entropy loss
+MIN_BUDGETS = 3  # three parameters (a, alpha, c) need three points
 DRAWS = 1000
 # Candidates per budget that may be a bootstrap draw's best: those ranked further down by mean
 # loss practically never are, and a search holds hundreds per budget.
@@ -44,14 +44,14 @@ LAW = "L(N) = a·N^-α + c"
 @dataclass(frozen=True, kw_only=True)
 class Fit:
     study: str
-    group: str             # the family, or "family structure"
+    group: str  # the family, or "family structure"
     family: str
-    n: np.ndarray          # (P,) parameters of the best candidate at each budget, ascending
-    loss: np.ndarray       # (P,) its mean loss over seeds
-    se: np.ndarray         # (P,) its standard error (NaN for one seed)
-    seeds: np.ndarray      # (P,) its seed count
-    n0: float              # N is scaled by this (the points' geometric mean) inside the fit
-    a: float               # of the scaled law: L = a (N / n0)^-alpha + c
+    n: np.ndarray  # (P,) parameters of the best candidate at each budget, ascending
+    loss: np.ndarray  # (P,) its mean loss over seeds
+    se: np.ndarray  # (P,) its standard error (NaN for one seed)
+    seeds: np.ndarray  # (P,) its seed count
+    n0: float  # N is scaled by this (the points' geometric mean) inside the fit
+    a: float  # of the scaled law: L = a (N / n0)^-alpha + c
     alpha: float
     c: float
     draws: np.ndarray | None  # (DRAWS, 3): bootstrap a, alpha, c; None with one seed everywhere
@@ -69,9 +69,9 @@ class Fit:
 @dataclass(frozen=True, kw_only=True)
 class Scaling:
     by: str
-    params: str                       # the column N is read from
+    params: str  # the column N is read from
     fits: tuple[Fit, ...]
-    target: float | None = None       # --predict
+    target: float | None = None  # --predict
     predictions: pd.DataFrame = field(default_factory=pd.DataFrame)
     notes: tuple[str, ...] = ()
 
@@ -102,9 +102,9 @@ def _ols(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     free regression where it is feasible, else through the origin (c = 0), else flat (a = 0)."""
     xm, ym = x.mean(axis=-1, keepdims=True), y.mean(axis=-1, keepdims=True)
     xc, yc = x - xm, y - ym
-    a = (xc * yc).sum(axis=-1) / (xc ** 2).sum(axis=-1)
+    a = (xc * yc).sum(axis=-1) / (xc**2).sum(axis=-1)
     c = ym[..., 0] - a * xm[..., 0]
-    origin = np.maximum((x * y).sum(axis=-1) / (x ** 2).sum(axis=-1), 0.0)
+    origin = np.maximum((x * y).sum(axis=-1) / (x**2).sum(axis=-1), 0.0)
     a, c = np.where(c < 0, origin, a), np.where(c < 0, 0.0, c)
     a, c = np.where(a < 0, 0.0, a), np.where(a < 0, ym[..., 0], c)
     rss = ((y - a[..., None] * x - c[..., None]) ** 2).sum(axis=-1)
@@ -114,28 +114,44 @@ def _ols(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
 def _best_alpha(logx: np.ndarray, y: np.ndarray, alphas: np.ndarray) -> np.ndarray:
     """The alpha of `alphas` (..., G) whose constrained regression of y (..., P) on x^-alpha
     leaves the least residual."""
-    x = np.exp(-alphas[..., None] * logx)                                 # (..., G, P)
+    x = np.exp(-alphas[..., None] * logx)  # (..., G, P)
     _, _, rss = _ols(x, np.broadcast_to(y[..., None, :], x.shape))
     return np.take_along_axis(alphas, rss.argmin(axis=-1)[..., None], axis=-1)[..., 0]
 
 
-def fit(board: Board, by: str = "family", target: float | None = None, draws: int = DRAWS,
-        seed: int = 0) -> Scaling:
+def fit(
+    board: Board, by: str = "family", target: float | None = None, draws: int = DRAWS, seed: int = 0
+) -> Scaling:
     """Every group with MIN_BUDGETS budgets or more, fitted; the predictions at `target` (params)."""
     if by not in BY:
         raise ValueError(f"fit by {by!r}: choose {' or '.join(BY)}")
-    params = next((o.column for o in board.objectives if o.column.startswith("params_")), "params_total")
+    params = next(
+        (o.column for o in board.objectives if o.column.startswith("params_")), "params_total"
+    )
     t = board.trials
     if METRIC not in t or params not in t:
-        return Scaling(by=by, params=params, fits=(), target=target,
-                       notes=(f"no scaling fit: the results have no {METRIC if METRIC not in t else params}",))
-    usable = (t["status"] == "ok").to_numpy() & np.isfinite(t[METRIC].to_numpy(float)) & \
-        np.isfinite(t[params].to_numpy(float))
+        return Scaling(
+            by=by,
+            params=params,
+            fits=(),
+            target=target,
+            notes=(f"no scaling fit: the results have no {METRIC if METRIC not in t else params}",),
+        )
+    usable = (
+        (t["status"] == "ok").to_numpy()
+        & np.isfinite(t[METRIC].to_numpy(float))
+        & np.isfinite(t[params].to_numpy(float))
+    )
     # The columns first: the trials hold every column of every row, and copying them all is most
     # of this function's time on a large study.
     ok = t[[*KEY, *BY[by], params, METRIC]][usable].merge(board.candidates[[*KEY, "band"]], on=KEY)
-    ladder = (ok.groupby("study", sort=False)["band"].transform("nunique") >= MIN_BUDGETS).to_numpy()
-    notes = [_short_note(study, rows, [], False) for study, rows in ok[~ladder].groupby("study", sort=False)]
+    ladder = (
+        ok.groupby("study", sort=False)["band"].transform("nunique") >= MIN_BUDGETS
+    ).to_numpy()
+    notes = [
+        _short_note(study, rows, [], False)
+        for study, rows in ok[~ladder].groupby("study", sort=False)
+    ]
     fits = []
     if ladder.any():  # the usual study has one budget: no ladder, nothing more to do
         fits, short = _fit_ladders(ok[ladder], by, params, draws, np.random.default_rng(seed))
@@ -143,17 +159,30 @@ def fit(board: Board, by: str = "family", target: float | None = None, draws: in
     if target is not None and not fits:
         notes.append(f"no prediction at {count(target)}: no scaling fit to predict from")
     predictions = _predict(tuple(fits), target) if target is not None and fits else pd.DataFrame()
-    return Scaling(by=by, params=params, fits=tuple(fits), target=target, predictions=predictions, notes=tuple(notes))
+    return Scaling(
+        by=by,
+        params=params,
+        fits=tuple(fits),
+        target=target,
+        predictions=predictions,
+        notes=tuple(notes),
+    )
 
 
-def _fit_ladders(ok: pd.DataFrame, by: str, params: str, draws: int,
-                 rng: np.random.Generator) -> tuple[list[Fit], list[str]]:
+def _fit_ladders(
+    ok: pd.DataFrame, by: str, params: str, draws: int, rng: np.random.Generator
+) -> tuple[list[Fit], list[str]]:
     """Every group of every study in `ok` (ok rows with their band) that has MIN_BUDGETS budgets."""
     # Every candidate's losses as one matrix, candidates x seeds (NaN-padded), built once: a
     # search holds tens of thousands of candidates.
     losses = ok.assign(k=ok.groupby(KEY).cumcount()).pivot(index=KEY, columns="k", values=METRIC)
     values = losses.to_numpy(float)
-    info = ok.groupby(KEY, sort=False)[[*BY[by], params, "band"]].first().reindex(losses.index).reset_index()
+    info = (
+        ok.groupby(KEY, sort=False)[[*BY[by], params, "band"]]
+        .first()
+        .reindex(losses.index)
+        .reset_index()
+    )
     info["mean"] = np.nanmean(values, axis=1)
     fits, notes = [], []
     for study, rows in info.groupby("study", sort=False):
@@ -173,13 +202,24 @@ def _fit_ladders(ok: pd.DataFrame, by: str, params: str, draws: int,
 def _short_note(study: str, rows: pd.DataFrame, short: list[str], some: bool) -> str:
     if not some:
         budgets = sorted(rows["band"].unique())
-        return (f"no scaling fit for {study}: {len(budgets)} budget{'s' * (len(budgets) != 1)} "
-                f"({', '.join(map(count, budgets))}); {LAW} needs {MIN_BUDGETS} or more")
-    return f"no scaling fit for {study}: {', '.join(short)} budgets; {LAW} needs {MIN_BUDGETS} or more"
+        return (
+            f"no scaling fit for {study}: {len(budgets)} budget{'s' * (len(budgets) != 1)} "
+            f"({', '.join(map(count, budgets))}); {LAW} needs {MIN_BUDGETS} or more"
+        )
+    return (
+        f"no scaling fit for {study}: {', '.join(short)} budgets; {LAW} needs {MIN_BUDGETS} or more"
+    )
 
 
-def _fit_group(study: str, label: str, group: pd.DataFrame, values: np.ndarray, params: str, draws: int,
-               rng: np.random.Generator) -> Fit:
+def _fit_group(
+    study: str,
+    label: str,
+    group: pd.DataFrame,
+    values: np.ndarray,
+    params: str,
+    draws: int,
+    rng: np.random.Generator,
+) -> Fit:
     """`group`: its candidates (band, parameters, mean loss), `values` their losses per seed.
     At each budget the CONTENDERS best by mean go to fit_points."""
     n, samples = [], []
@@ -194,11 +234,23 @@ def _fit_group(study: str, label: str, group: pd.DataFrame, values: np.ndarray, 
     # seeds (a ladder whose top rung is still running)
     best = np.full((len(samples), max(at.shape[1] for at in samples)), np.nan)
     for p, at in enumerate(samples):
-        best[p, :at.shape[1]] = at[0]
+        best[p, : at.shape[1]] = at[0]
     mean, se, seeds = stats.mean_se(best)
     n0, a, alpha, c, boot = fit_points(np.array(n), samples, draws, rng)
-    return Fit(study=study, group=label, family=str(group["family"].iloc[0]), n=np.array(n), loss=mean, se=se,
-               seeds=seeds, n0=n0, a=a, alpha=alpha, c=c, draws=boot)
+    return Fit(
+        study=study,
+        group=label,
+        family=str(group["family"].iloc[0]),
+        n=np.array(n),
+        loss=mean,
+        se=se,
+        seeds=seeds,
+        n0=n0,
+        a=a,
+        alpha=alpha,
+        c=c,
+        draws=boot,
+    )
 
 
 def fit_points(n: np.ndarray, samples: list[np.ndarray], draws: int, rng: np.random.Generator):
@@ -210,9 +262,13 @@ def fit_points(n: np.ndarray, samples: list[np.ndarray], draws: int, rng: np.ran
     best = np.array([np.nanmin(np.nanmean(at, axis=1)) for at in samples])
     n0, a, alpha, c = fit_law(n, best)
     boot = None
-    if any((np.isfinite(at).sum(axis=1) > 1).any() for at in samples):  # else every draw is the same
+    if any(
+        (np.isfinite(at).sum(axis=1) > 1).any() for at in samples
+    ):  # else every draw is the same
         # (draws, P): per budget, the least of its candidates' resampled means.
-        y = np.column_stack([stats.bootstrap_means(_contenders(at), draws, rng).min(axis=1) for at in samples])
+        y = np.column_stack(
+            [stats.bootstrap_means(_contenders(at), draws, rng).min(axis=1) for at in samples]
+        )
         boot = np.column_stack(fit_law(n, y)[1:])
     return n0, float(a), float(alpha), float(c), boot
 
@@ -234,25 +290,40 @@ def _predict(fits: tuple[Fit, ...], target: float) -> pd.DataFrame:
         rank = pd.Series(point).rank(method="min").to_numpy()
         boot = [f.predict_draws(target) for f in ours]
         if all(b is not None for b in boot):
-            draws = np.column_stack(boot)                                  # (DRAWS, groups)
+            draws = np.column_stack(boot)  # (DRAWS, groups)
             lo, hi = stats.percentile_interval(draws)
-            rank_lo, rank_hi = stats.percentile_interval(pd.DataFrame(draws).rank(axis=1, method="min").to_numpy())
+            rank_lo, rank_hi = stats.percentile_interval(
+                pd.DataFrame(draws).rank(axis=1, method="min").to_numpy()
+            )
         else:
             lo = hi = rank_lo = rank_hi = np.full(len(ours), np.nan)
         for i, f in enumerate(ours):
-            rows.append({"study": study, "group": f.group, "loss": point[i], "lo": lo[i], "hi": hi[i],
-                         "rank": int(rank[i]), "rank_lo": rank_lo[i], "rank_hi": rank_hi[i],
-                         "extrapolation": bool(target > f.n.max() or target < f.n.min())})
+            rows.append(
+                {
+                    "study": study,
+                    "group": f.group,
+                    "loss": point[i],
+                    "lo": lo[i],
+                    "hi": hi[i],
+                    "rank": int(rank[i]),
+                    "rank_lo": rank_lo[i],
+                    "rank_hi": rank_hi[i],
+                    "extrapolation": bool(target > f.n.max() or target < f.n.min()),
+                }
+            )
     return pd.DataFrame(rows)
 
 
 # --- the table ----------------------------------------------------------------------------------
 
+
 def _with_interval(value: float, lo: float, hi: float, digits: int = 3) -> str:
     if not math.isfinite(value):
         return MISSING
     shown = f"{value:.{digits}f}"
-    return shown + (f" [{lo:.{digits}f}, {hi:.{digits}f}]" if math.isfinite(lo) and math.isfinite(hi) else "")
+    return shown + (
+        f" [{lo:.{digits}f}, {hi:.{digits}f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
+    )
 
 
 def table(scaling: Scaling) -> Table | None:
@@ -263,28 +334,51 @@ def table(scaling: Scaling) -> Table | None:
     pred = scaling.predictions.set_index(["study", "group"]) if len(scaling.predictions) else None
     rows = []
     for f in scaling.fits:
-        alpha_lo, alpha_hi = stats.percentile_interval(f.draws[:, 1]) if f.draws is not None else (np.nan, np.nan)
-        c_lo, c_hi = stats.percentile_interval(f.draws[:, 2]) if f.draws is not None else (np.nan, np.nan)
-        row = {"study": f.study, "group": f.group,
-               "budgets": f"{len(f.n)}: {count(f.n.min())}–{count(f.n.max())}",
-               "seeds": _span(f.seeds), "alpha": _with_interval(f.alpha, alpha_lo, alpha_hi),
-               "c": _with_interval(f.c, c_lo, c_hi)}
+        alpha_lo, alpha_hi = (
+            stats.percentile_interval(f.draws[:, 1]) if f.draws is not None else (np.nan, np.nan)
+        )
+        c_lo, c_hi = (
+            stats.percentile_interval(f.draws[:, 2]) if f.draws is not None else (np.nan, np.nan)
+        )
+        row = {
+            "study": f.study,
+            "group": f.group,
+            "budgets": f"{len(f.n)}: {count(f.n.min())}–{count(f.n.max())}",
+            "seeds": _span(f.seeds),
+            "alpha": _with_interval(f.alpha, alpha_lo, alpha_hi),
+            "c": _with_interval(f.c, c_lo, c_hi),
+        }
         if pred is not None:
             p = pred.loc[(f.study, f.group)]
-            ranks = f" [{p['rank_lo']:.0f}–{p['rank_hi']:.0f}]" if math.isfinite(p["rank_lo"]) else ""
-            row.update(loss=_with_interval(p["loss"], p["lo"], p["hi"]), rank=f"{p['rank']}{ranks}",
-                       kind="extrapolation" if p["extrapolation"] else "interpolation")
+            ranks = (
+                f" [{p['rank_lo']:.0f}–{p['rank_hi']:.0f}]" if math.isfinite(p["rank_lo"]) else ""
+            )
+            row.update(
+                loss=_with_interval(p["loss"], p["lo"], p["hi"]),
+                rank=f"{p['rank']}{ranks}",
+                kind="extrapolation" if p["extrapolation"] else "interpolation",
+            )
         rows.append(row)
     frame = pd.DataFrame(rows)
     at = count(scaling.target) if scaling.target is not None else ""
-    heads = [("study", "Study")] * several + [("group", scaling.by.capitalize()), ("budgets", "Budgets"),
-                                              ("seeds", "Seeds"), ("alpha", "α"), ("c", "c (loss as N → ∞)")]
+    heads = [("study", "Study")] * several + [
+        ("group", scaling.by.capitalize()),
+        ("budgets", "Budgets"),
+        ("seeds", "Seeds"),
+        ("alpha", "α"),
+        ("c", "c (loss as N → ∞)"),
+    ]
     if pred is not None:
         heads += [("loss", f"Loss at {at}"), ("rank", f"Rank at {at}"), ("kind", "Prediction")]
-    return Table(title="Scaling fits", columns=[Column(header=h, cells=frame[c].tolist()) for c, h in heads], caption=(
-        f"{LAW} fitted to each {scaling.by}'s best candidate per budget ({METRIC}, N = {scaling.params}); "
-        f"[95% percentile bootstrap interval over seeds]; a prediction beyond the largest measured budget "
-        f"is an extrapolation"))
+    return Table(
+        title="Scaling fits",
+        columns=[Column(header=h, cells=frame[c].tolist()) for c, h in heads],
+        caption=(
+            f"{LAW} fitted to each {scaling.by}'s best candidate per budget ({METRIC}, N = {scaling.params}); "
+            f"[95% percentile bootstrap interval over seeds]; a prediction beyond the largest measured budget "
+            f"is an extrapolation"
+        ),
+    )
 
 
 def _span(seeds: np.ndarray) -> str:

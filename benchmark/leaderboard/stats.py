@@ -17,8 +17,8 @@ import numpy as np
 # function, a cost the leaderboard's start would pay each run.
 from scipy.special import stdtr, stdtrit
 
-LEVEL = 0.95   # two-sided confidence of every interval the leaderboard prints
-POWER = 0.80   # the power at which the minimum detectable difference is stated
+LEVEL = 0.95  # two-sided confidence of every interval the leaderboard prints
+POWER = 0.80  # the power at which the minimum detectable difference is stated
 VERDICTS = ("reproduced", "contradicted", "inconclusive")
 
 
@@ -39,7 +39,11 @@ def p_value(estimate, se, df) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         t = np.abs(estimate / np.where(ok, se, 1.0))
     exact = np.isfinite(df) & (df > 0) & (se == 0) & np.isfinite(estimate)
-    return np.where(ok, 2 * stdtr(np.where(ok, df, 1.0), -t), np.where(exact, (estimate == 0).astype(float), np.nan))
+    return np.where(
+        ok,
+        2 * stdtr(np.where(ok, df, 1.0), -t),
+        np.where(exact, (estimate == 0).astype(float), np.nan),
+    )
 
 
 def holm(p) -> np.ndarray:
@@ -76,7 +80,7 @@ def bh(p) -> np.ndarray:
 # test at 5% on its own). The verdicts of claims say which one they were decided at.
 ADJUSTMENTS = {"holm": holm, "bh": bh, "none": lambda p: np.asarray(p, dtype=float)}
 DEFAULT_ADJUSTMENT = "holm"
-ALPHA = 1 - LEVEL   # the error rate a verdict is decided at, after the adjustment
+ALPHA = 1 - LEVEL  # the error rate a verdict is decided at, after the adjustment
 
 
 def adjust(p, method: str = DEFAULT_ADJUSTMENT) -> np.ndarray:
@@ -104,7 +108,7 @@ def mean_se(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.nansum(values, axis=-1) / np.where(n > 0, n, np.nan)
         dev = np.where(np.isfinite(values), values - mean[..., None], 0.0)
-        var = (dev ** 2).sum(axis=-1) / np.where(n > 1, n - 1, np.nan)
+        var = (dev**2).sum(axis=-1) / np.where(n > 1, n - 1, np.nan)
         return mean, np.sqrt(var / n), n
 
 
@@ -143,9 +147,9 @@ def welch(a, b) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     samples of unequal size and variance (Welch 1947)."""
     ma, sa, na = mean_se(a)
     mb, sb, nb = mean_se(b)
-    va, vb = sa ** 2, sb ** 2  # squared standard errors: s^2 / n
+    va, vb = sa**2, sb**2  # squared standard errors: s^2 / n
     with np.errstate(invalid="ignore", divide="ignore"):
-        df = (va + vb) ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1))
+        df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
     return ma - mb, np.sqrt(va + vb), df
 
 
@@ -162,14 +166,15 @@ def verdict(lo, hi, expected_sign) -> np.ndarray:
 @dataclass(frozen=True, kw_only=True)
 class Difference:
     """first - second, with its interval at `level` and the minimum detectable difference."""
-    method: str      # "paired" (by seed) or "welch"
+
+    method: str  # "paired" (by seed) or "welch"
     estimate: float
     se: float
     df: float
     lo: float
     hi: float
     detectable: float
-    p: float = float("nan")   # two-sided p-value of first - second = 0 (p_value)
+    p: float = float("nan")  # two-sided p-value of first - second = 0 (p_value)
     level: float = LEVEL
     power: float = POWER
 
@@ -188,10 +193,20 @@ def compare(a: dict[int, float], b: dict[int, float]) -> Difference:
     """Two groups' per-seed values (seed -> value): paired by seed when both hold the same seeds,
     Welch's interval otherwise. NaN interval below 2 seeds a side."""
     seeds = sorted(a.keys() | b.keys())
-    est, se, df, same = differences([a.get(s, np.nan) for s in seeds], [b.get(s, np.nan) for s in seeds])
+    est, se, df, same = differences(
+        [a.get(s, np.nan) for s in seeds], [b.get(s, np.nan) for s in seeds]
+    )
     lo, hi = interval(est, se, df)
-    return Difference(method="paired" if same else "welch", estimate=float(est), se=float(se), df=float(df),
-                      lo=float(lo), hi=float(hi), detectable=float(detectable(se, df)), p=float(p_value(est, se, df)))
+    return Difference(
+        method="paired" if same else "welch",
+        estimate=float(est),
+        se=float(se),
+        df=float(df),
+        lo=float(lo),
+        hi=float(hi),
+        detectable=float(detectable(se, df)),
+        p=float(p_value(est, se, df)),
+    )
 
 
 def _widened(values: np.ndarray) -> np.ndarray:
@@ -209,10 +224,10 @@ def bootstrap_means(values, draws: int, rng: np.random.Generator) -> np.ndarray:
     no spread to resample: it stays fixed."""
     values = _widened(np.atleast_2d(np.asarray(values, dtype=float)))
     k, m = values.shape
-    n = np.isfinite(values).sum(axis=1)                                    # (K,)
-    picks = (rng.random((draws, k, m)) * n[:, None]).astype(np.intp)      # (draws, K, m), each < n
+    n = np.isfinite(values).sum(axis=1)  # (K,)
+    picks = (rng.random((draws, k, m)) * n[:, None]).astype(np.intp)  # (draws, K, m), each < n
     drawn = values[np.arange(k)[None, :, None], picks]
-    used = np.arange(m)[None, None, :] < n[None, :, None]                  # the first n draws of a row
+    used = np.arange(m)[None, None, :] < n[None, :, None]  # the first n draws of a row
     return np.where(used, drawn, 0.0).sum(axis=2) / n
 
 
@@ -222,7 +237,9 @@ def bootstrap_range(values) -> tuple[np.ndarray, np.ndarray]:
     return np.nanmin(values, axis=1), np.nanmax(values, axis=1)
 
 
-def percentile_interval(draws: np.ndarray, level: float = LEVEL, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def percentile_interval(
+    draws: np.ndarray, level: float = LEVEL, axis: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """The percentile bootstrap interval: the (1 - level)/2 and (1 + level)/2 quantiles of the draws."""
     lo, hi = np.nanquantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=axis)
     return lo, hi

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from benchmark.store import ResultsError, location, results, read_study_info
+from benchmark.store import ResultsError, location, read_study_info, results
 
 
 class LeaderboardError(Exception):
@@ -33,13 +33,21 @@ def find_studies(paths: Sequence[str | os.PathLike], names: Sequence[str] = ()) 
         try:
             if not location.is_dir(root):
                 raise NoResults(f"no results: {root} does not exist")
-            studies = [root] if location.is_dir(results.trials_dir(root)) else [
-                location.join(root, n) for n in sorted(location.folders(root))
-                if location.is_dir(results.trials_dir(location.join(root, n)))]
+            studies = (
+                [root]
+                if location.is_dir(results.trials_dir(root))
+                else [
+                    location.join(root, n)
+                    for n in sorted(location.folders(root))
+                    if location.is_dir(results.trials_dir(location.join(root, n)))
+                ]
+            )
         except OSError as err:
             raise LeaderboardError(f"{root}: {location.reason(err)}") from err
         if not studies:
-            raise NoResults(f"no results: {root} holds no study (expected {root}/<study>/trials/*.parquet)")
+            raise NoResults(
+                f"no results: {root} holds no study (expected {root}/<study>/trials/*.parquet)"
+            )
         for study in studies:
             found[_label(study, found)] = study
     if names:
@@ -60,7 +68,9 @@ def _label(study: str, taken: dict[str, str]) -> str:
     return name if name not in taken else f"{location.basename(location.parent(study))}/{name}"
 
 
-def read_studies(studies: Mapping[str, str], skipped: dict[str, list[str]] | None = None) -> pd.DataFrame:
+def read_studies(
+    studies: Mapping[str, str], skipped: dict[str, list[str]] | None = None
+) -> pd.DataFrame:
     """All trials of all studies; `study` is set to the study's label (its folder name). Damaged
     trial files are skipped: listed per study label in `skipped`, or, with no dict, warned of
     (ResultsWarning)."""
@@ -70,8 +80,9 @@ def read_studies(studies: Mapping[str, str], skipped: dict[str, list[str]] | Non
         try:
             table = results.read_table(folder, lost)
         except (ResultsError, OSError) as err:
-            raise LeaderboardError(str(err) if isinstance(err, ResultsError)
-                                   else f"{folder}: {location.reason(err)}") from err
+            raise LeaderboardError(
+                str(err) if isinstance(err, ResultsError) else f"{folder}: {location.reason(err)}"
+            ) from err
         if lost:
             skipped[label] = lost
         if table.num_rows:
@@ -79,13 +90,16 @@ def read_studies(studies: Mapping[str, str], skipped: dict[str, list[str]] | Non
             frame["study"] = label
             frames.append(frame)
     if not frames:
-        raise NoResults(f"no results: no finished trial in {', '.join(map(str, studies.values()))}"
-                        + (f" ({sum(map(len, skipped.values()))} damaged files skipped)" if skipped else ""))
+        raise NoResults(
+            f"no results: no finished trial in {', '.join(map(str, studies.values()))}"
+            + (f" ({sum(map(len, skipped.values()))} damaged files skipped)" if skipped else "")
+        )
     return pd.concat(frames, ignore_index=True)
 
 
-def skipped_notes(studies: Mapping[str, str], skipped: Mapping[str, list[str]],
-                  declared: Mapping[str, dict]) -> list[str]:
+def skipped_notes(
+    studies: Mapping[str, str], skipped: Mapping[str, list[str]], declared: Mapping[str, dict]
+) -> list[str]:
     """One note per study with skipped files: how many, and the command that trains them again
     (a resumed search redoes the trials whose rows it cannot read)."""
     notes = []
@@ -93,11 +107,17 @@ def skipped_notes(studies: Mapping[str, str], skipped: Mapping[str, list[str]],
         folder = studies[label]
         space = declared.get(label, {}).get("space_file") or "SPACE.yaml"
         named = declared.get(label, {}).get("space")
-        notes.append(f"{label}: {len(files)} unreadable trial file{'s' * (len(files) != 1)} skipped "
-                     f"({', '.join(location.basename(f) for f in files[:3])}{', ...' if len(files) > 3 else ''}); "
-                     f"redo with: shapebench search {space} --name {location.basename(folder)} "
-                     f"--results {location.parent(folder)} --resume"
-                     + (f" (SPACE.yaml: the file of space '{named}')" if named and space == "SPACE.yaml" else ""))
+        notes.append(
+            f"{label}: {len(files)} unreadable trial file{'s' * (len(files) != 1)} skipped "
+            f"({', '.join(location.basename(f) for f in files[:3])}{', ...' if len(files) > 3 else ''}); "
+            f"redo with: shapebench search {space} --name {location.basename(folder)} "
+            f"--results {location.parent(folder)} --resume"
+            + (
+                f" (SPACE.yaml: the file of space '{named}')"
+                if named and space == "SPACE.yaml"
+                else ""
+            )
+        )
     return notes
 
 

@@ -27,8 +27,13 @@ _SUFFIXES = np.array(["", "K", "M", "B", "T"])
 def counts(values: np.ndarray) -> list[str]:
     """135.7M, 1.075B, 786K: counts as papers print them (4 significant digits at most)."""
     step = np.searchsorted(_STEPS, np.abs(values), side="right")
-    scaled = (values / _SCALES[step]).tolist()  # Python floats format several times faster than numpy's
-    return [f"{v:.4g}{u}" if math.isfinite(v) else MISSING for v, u in zip(scaled, _SUFFIXES[step].tolist())]
+    scaled = (
+        values / _SCALES[step]
+    ).tolist()  # Python floats format several times faster than numpy's
+    return [
+        f"{v:.4g}{u}" if math.isfinite(v) else MISSING
+        for v, u in zip(scaled, _SUFFIXES[step].tolist())
+    ]
 
 
 def count(value: float) -> str:
@@ -36,7 +41,9 @@ def count(value: float) -> str:
 
 
 def decimals(digits: int) -> Callable[[np.ndarray], list[str]]:
-    return lambda values: [f"{v:.{digits}f}" if math.isfinite(v) else MISSING for v in values.tolist()]
+    return lambda values: [
+        f"{v:.{digits}f}" if math.isfinite(v) else MISSING for v in values.tolist()
+    ]
 
 
 def integers(values: np.ndarray) -> list[str]:
@@ -51,7 +58,9 @@ def _as_float(values) -> np.ndarray:
     return pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=float)
 
 
-def numeric(frame: pd.DataFrame, col: str, header: str, fmt: Callable, tex: str | None = None) -> Column:
+def numeric(
+    frame: pd.DataFrame, col: str, header: str, fmt: Callable, tex: str | None = None
+) -> Column:
     keys = _as_float(frame[col])
     # Format each distinct value once: seeds repeat params, shapes and seed numbers many times over.
     distinct, position = np.unique(keys, return_inverse=True)
@@ -68,8 +77,12 @@ def mean_se(frame: pd.DataFrame, col: str, header: str, digits: int = 2) -> Colu
     """`14.40 ± 0.03` over seeds; a single seed has no error bar."""
     means = _as_float(frame[col])
     ses = _as_float(frame[f"{col}_se"]) if f"{col}_se" in frame else np.full(len(frame), np.nan)
-    cells = [(f"{m:.{digits}f}" + (f" ± {s:.{digits}f}" if math.isfinite(s) else "")) if math.isfinite(m) else MISSING
-             for m, s in zip(means.tolist(), ses.tolist())]
+    cells = [
+        (f"{m:.{digits}f}" + (f" ± {s:.{digits}f}" if math.isfinite(s) else ""))
+        if math.isfinite(m)
+        else MISSING
+        for m, s in zip(means.tolist(), ses.tolist())
+    ]
     return Column(header=header, cells=cells, keys=means)
 
 
@@ -78,22 +91,39 @@ def mean_se(frame: pd.DataFrame, col: str, header: str, digits: int = 2) -> Colu
 # Column headings as short as the papers' (Hyperloop Table 1, hourglass Table 3), for the wide
 # ranked tables; any other metric is headed by its registry label (heading()).
 SHORT = {
-    "params_total": "Params", "params_non_embedding": "Non-emb. params",
-    "params_non_embedding_head": "Non-emb. + head params", "val_ppl": "PPL",
-    "val_ppl_int4": "PPL (INT4)", "val_loss": "Loss", "tokens_per_s": "Tok/s",
-    "flops_per_token_train": "Train FLOPs/tok", "flops_per_token_infer": "Infer FLOPs/tok",
-    "int4_bytes": "INT4 size (B)", "peak_mem_bytes": "Peak mem (B)", "wall_s": "Wall (s)",
-    "params_attention": "Attn params", "params_ffn": "FFN params",
+    "params_total": "Params",
+    "params_non_embedding": "Non-emb. params",
+    "params_non_embedding_head": "Non-emb. + head params",
+    "val_ppl": "PPL",
+    "val_ppl_int4": "PPL (INT4)",
+    "val_loss": "Loss",
+    "tokens_per_s": "Tok/s",
+    "flops_per_token_train": "Train FLOPs/tok",
+    "flops_per_token_infer": "Infer FLOPs/tok",
+    "int4_bytes": "INT4 size (B)",
+    "peak_mem_bytes": "Peak mem (B)",
+    "wall_s": "Wall (s)",
+    "params_attention": "Attn params",
+    "params_ffn": "FFN params",
 }
 # Quality metrics vary over seeds, so they carry an error bar (a loss in nats needs 4 decimals to
 # tell candidates apart, as does a relative increase such as INT4's +0.022, a perplexity 2); the rest
 # are properties of the architecture.
-WITH_SE = {m.column: 4 if m.unit in ("nats/token", "fraction") else 2 for m in METRICS if m.kind == "quality"}
+WITH_SE = {
+    m.column: 4 if m.unit in ("nats/token", "fraction") else 2
+    for m in METRICS
+    if m.kind == "quality"
+}
 # Shown after the objectives when the study has them, in this order: perplexity, the papers'
 # number, beside a loss objective.
 OPTIONAL = ("val_ppl", "val_ppl_int4", "tokens_per_s", "params_attention", "params_ffn")
-SHAPE = (("d_model", "d_model", r"$d_\mathrm{model}$"), ("d_h", "d_h", "$d_h$"), ("K", "K", "$K$"),
-         ("L", "L", "$L$"), ("depth", "Unrolled", None))
+SHAPE = (
+    ("d_model", "d_model", r"$d_\mathrm{model}$"),
+    ("d_h", "d_h", "$d_h$"),
+    ("K", "K", "$K$"),
+    ("L", "L", "$L$"),
+    ("depth", "Unrolled", None),
+)
 
 
 def heading(col: str) -> str:
@@ -123,26 +153,42 @@ def leaderboard(board: Board, top: int | None = None) -> list[Table]:
     variants = _has_variants(cands)
     tables = []
     for (band, cohort), rows in cands.groupby(["band", "cohort"], sort=True, dropna=False):
-        shown = f"top {top} of {len(rows)}" if top is not None and top < len(rows) else f"{len(rows)}"
+        shown = (
+            f"top {top} of {len(rows)}" if top is not None and top < len(rows) else f"{len(rows)}"
+        )
         ties = tied(rows, board.metric.column)  # over the whole band, before --top cuts it
         rows = rows if top is None else rows[rows["rank"] <= top]
         rows = rows.assign(_tie=ties).sort_values("rank", kind="stable")
-        columns = [rank_column(rows),
-                   *([text(rows, "study", "Study")] if several else []),
-                   text(rows, "family", "Family"), text(rows, "structure", "Structure"),
-                   *([text(rows, "variant", "Variant")] if variants else []),
-                   *(metric_column(rows, m) for m in metrics if m not in absent),
-                   *(numeric(rows, c, h, integers, tex) for c, h, tex in SHAPE),
-                   numeric(rows, "n_seeds", "Seeds", integers),
-                   # a tuned study's (leaderboard/tuning.py): how far the loss moves over the grid
-                   *([numeric(rows, "lr_sensitivity", "LR sensitivity", decimals(3))] if "lr_sensitivity" in rows
-                     else []),
-                   Column(header="Pareto", cells=_marks(rows))]
+        columns = [
+            rank_column(rows),
+            *([text(rows, "study", "Study")] if several else []),
+            text(rows, "family", "Family"),
+            text(rows, "structure", "Structure"),
+            *([text(rows, "variant", "Variant")] if variants else []),
+            *(metric_column(rows, m) for m in metrics if m not in absent),
+            *(numeric(rows, c, h, integers, tex) for c, h, tex in SHAPE),
+            numeric(rows, "n_seeds", "Seeds", integers),
+            # a tuned study's (leaderboard/tuning.py): how far the loss moves over the grid
+            *(
+                [numeric(rows, "lr_sensitivity", "LR sensitivity", decimals(3))]
+                if "lr_sensitivity" in rows
+                else []
+            ),
+            Column(header="Pareto", cells=_marks(rows)),
+        ]
         title = f"Budget {count(band)}" + (f" ({cohort})" if cohort else "")
-        tables.append(Table(title=title, columns=columns, notes=notes, caption=(
-            f"{shown} candidates ranked by {board.metric.describe()}, mean ± s.e. over seeds; "
-            f"★ on its study's {' / '.join(objs)} frontier, ☆ on its family's only"
-            + (f"; {TIE_NOTE}" if rows["_tie"].any() else ""))))
+        tables.append(
+            Table(
+                title=title,
+                columns=columns,
+                notes=notes,
+                caption=(
+                    f"{shown} candidates ranked by {board.metric.describe()}, mean ± s.e. over seeds; "
+                    f"★ on its study's {' / '.join(objs)} frontier, ☆ on its family's only"
+                    + (f"; {TIE_NOTE}" if rows["_tie"].any() else "")
+                ),
+            )
+        )
     return tables
 
 
@@ -150,8 +196,17 @@ def at_a_glance(board: Board, table: Table) -> Table:
     """A ranked table cut to what a reader compares first, narrow enough for a laptop's window: the
     rank, the model, the objectives, perplexity, seeds and the frontier marks (the page shows the
     whole table below it)."""
-    keep = {"#", "Study", "Family", "Structure", "Variant", *(heading(o.column) for o in board.objectives),
-            heading("val_ppl"), "Seeds", "Pareto"}
+    keep = {
+        "#",
+        "Study",
+        "Family",
+        "Structure",
+        "Variant",
+        *(heading(o.column) for o in board.objectives),
+        heading("val_ppl"),
+        "Seeds",
+        "Pareto",
+    }
     return replace(table, columns=[c for c in table.columns if c.header in keep])
 
 
@@ -165,8 +220,16 @@ def tied(rows: pd.DataFrame, metric: str) -> pd.Series:
     two means can differ significantly while their intervals still touch."""
     ordered = rows.sort_values("rank", kind="stable")
     mean = ordered[metric].to_numpy(float)
-    se = ordered[f"{metric}_se"].to_numpy(float) if f"{metric}_se" in ordered else np.full(len(ordered), np.nan)
-    n = ordered[f"{metric}_n"].to_numpy(float) if f"{metric}_n" in ordered else np.full(len(ordered), np.nan)
+    se = (
+        ordered[f"{metric}_se"].to_numpy(float)
+        if f"{metric}_se" in ordered
+        else np.full(len(ordered), np.nan)
+    )
+    n = (
+        ordered[f"{metric}_n"].to_numpy(float)
+        if f"{metric}_n" in ordered
+        else np.full(len(ordered), np.nan)
+    )
     lo, hi = stats.interval(mean, se, n - 1)
     overlap = (lo[1:] <= hi[:-1]) & (hi[1:] >= lo[:-1])  # NaN compares False: no interval, no tie
     tie = np.zeros(len(ordered), dtype=bool)
@@ -178,7 +241,9 @@ def tied(rows: pd.DataFrame, metric: str) -> pd.Series:
 def rank_column(rows: pd.DataFrame) -> Column:
     """`#`: the rank in the band, `=2` where it ties a neighbour (`_tie`, from tied())."""
     ranks = rows["rank"].to_numpy(dtype=float)
-    cells = [f"={r:.0f}" if t else f"{r:.0f}" for r, t in zip(ranks.tolist(), rows["_tie"].tolist())]
+    cells = [
+        f"={r:.0f}" if t else f"{r:.0f}" for r, t in zip(ranks.tolist(), rows["_tie"].tolist())
+    ]
     return Column(header="#", cells=cells, keys=ranks)
 
 
@@ -193,24 +258,38 @@ def _marks(rows: pd.DataFrame) -> list[str]:
 
 def objectives_line(board: Board) -> str:
     """What the board ranks by, in the registry's names and labels (the page and Markdown say it)."""
-    return (f"Objectives {' vs '.join(o.describe() for o in board.objectives)}; ranked by "
-            f"{board.metric.metric.label} within each budget band, among the studies counted and trained alike; "
-            f"mean ± standard error over seeds.")
+    return (
+        f"Objectives {' vs '.join(o.describe() for o in board.objectives)}; ranked by "
+        f"{board.metric.metric.label} within each budget band, among the studies counted and trained alike; "
+        f"mean ± standard error over seeds."
+    )
 
 
 # --- around the board ---------------------------------------------------------------------------
 
+
 def provenance(board: Board) -> Table:
     """Where each study's numbers come from (modded-nanogpt habit: every result names its code)."""
-    rows = [_provenance_row(study, trials) for study, trials in board.trials.groupby("study", sort=False)]
+    rows = [
+        _provenance_row(study, trials)
+        for study, trials in board.trials.groupby("study", sort=False)
+    ]
     frame = pd.DataFrame(rows)
-    return Table(title="Studies", columns=[
-        text(frame, "study", "Study"), numeric(frame, "trials", "Trials", integers),
-        text(frame, "status", "Status"), numeric(frame, "candidates", "Candidates", integers),
-        text(frame, "seeds", "Seeds"), text(frame, "code_version", "Code"),
-        text(frame, "dataset_id", "Dataset"), text(frame, "tokenizer_id", "Tokenizer"),
-        text(frame, "started", "First start"), text(frame, "finished", "Last finish"),
-    ])
+    return Table(
+        title="Studies",
+        columns=[
+            text(frame, "study", "Study"),
+            numeric(frame, "trials", "Trials", integers),
+            text(frame, "status", "Status"),
+            numeric(frame, "candidates", "Candidates", integers),
+            text(frame, "seeds", "Seeds"),
+            text(frame, "code_version", "Code"),
+            text(frame, "dataset_id", "Dataset"),
+            text(frame, "tokenizer_id", "Tokenizer"),
+            text(frame, "started", "First start"),
+            text(frame, "finished", "Last finish"),
+        ],
+    )
 
 
 def _seeds(seeds) -> str:
@@ -233,12 +312,16 @@ def _provenance_row(study: str, trials: pd.DataFrame) -> dict:
 
     seeds = sorted(pd.unique(trials["seed"].dropna())) if "seed" in trials else []
     return {
-        "study": study, "trials": len(trials),
+        "study": study,
+        "trials": len(trials),
         "status": ", ".join(f"{n} {s}" for s, n in trials["status"].value_counts().items()),
-        "candidates": trials["candidate"].nunique(), "seeds": _seeds(seeds),
-        "code_version": distinct("code_version"), "dataset_id": distinct("dataset_id"),
+        "candidates": trials["candidate"].nunique(),
+        "seeds": _seeds(seeds),
+        "code_version": distinct("code_version"),
+        "dataset_id": distinct("dataset_id"),
         "tokenizer_id": distinct("tokenizer_id"),
-        "started": when("started_at", lambda s: s.min()), "finished": when("finished_at", lambda s: s.max()),
+        "started": when("started_at", lambda s: s.min()),
+        "finished": when("finished_at", lambda s: s.max()),
     }
 
 
@@ -249,25 +332,43 @@ def hypervolumes(board: Board) -> Table:
     primary = hv["objectives"] == hv["objectives"].iloc[0]
     frame = hv[primary | (hv["family"] == "all")]
     refs = [", ".join(counts(np.array(ref))) for ref in frame["reference"]]
-    return Table(title="Hypervolume", columns=[
-        text(frame, "objectives", "Objectives"), text(frame, "study", "Study"), text(frame, "family", "Family"),
-        numeric(frame, "points", "Frontier points", integers),
-        numeric(frame, "hypervolume", "Hypervolume", general),
-        Column(header="Reference point", cells=refs),
-    ], caption="reference: the user's --ref, else 1.1 × the worst value of each objective over all studies")
+    return Table(
+        title="Hypervolume",
+        columns=[
+            text(frame, "objectives", "Objectives"),
+            text(frame, "study", "Study"),
+            text(frame, "family", "Family"),
+            numeric(frame, "points", "Frontier points", integers),
+            numeric(frame, "hypervolume", "Hypervolume", general),
+            Column(header="Reference point", cells=refs),
+        ],
+        caption="reference: the user's --ref, else 1.1 × the worst value of each objective over all studies",
+    )
 
 
 def trials(board: Board) -> Table:
     """Every trial read, any status: the page's one-row-per-trial table."""
     t = board.trials
     objs = [o.column for o in board.objectives]
-    shown = dict.fromkeys(["params_total", *objs, "val_ppl", "val_ppl_int4", "tokens_per_s", "seed", "wall_s"])
-    return Table(title=f"All trials ({len(t)})", columns=[
-        *([text(t, "study", "Study")] if len(board.studies) > 1 else []),
-        text(t, "trial_id", "Trial"), text(t, "status", "Status"), text(t, "family", "Family"),
-        text(t, "structure", "Structure"), *([text(t, "variant", "Variant")] if _has_variants(t) else []),
-        *(numeric(t, c, "Seed" if c == "seed" else heading(c), _trial_format(c)) for c in shown if c in t),
-    ])
+    shown = dict.fromkeys(
+        ["params_total", *objs, "val_ppl", "val_ppl_int4", "tokens_per_s", "seed", "wall_s"]
+    )
+    return Table(
+        title=f"All trials ({len(t)})",
+        columns=[
+            *([text(t, "study", "Study")] if len(board.studies) > 1 else []),
+            text(t, "trial_id", "Trial"),
+            text(t, "status", "Status"),
+            text(t, "family", "Family"),
+            text(t, "structure", "Structure"),
+            *([text(t, "variant", "Variant")] if _has_variants(t) else []),
+            *(
+                numeric(t, c, "Seed" if c == "seed" else heading(c), _trial_format(c))
+                for c in shown
+                if c in t
+            ),
+        ],
+    )
 
 
 def _trial_format(col: str) -> Callable:
@@ -281,17 +382,22 @@ def diagnostics(board: Board) -> Table:
     cands = board.candidates
     cols = [c for c in DIAGNOSTICS if c in cands and cands[c].notna().any()]
     rows = cands[cands[cols].notna().any(axis=1)] if cols else cands.iloc[:0]
-    return Table(title=f"Hyper-connection diagnostics ({len(rows)})", columns=[
-        *([text(rows, "study", "Study")] if len(board.studies) > 1 else []),
-        text(rows, "family", "Family"), text(rows, "structure", "Structure"),
-        *([text(rows, "variant", "Variant")] if _has_variants(rows) else []),
-        # a ladder's rungs share family and structure: the budget tells its rows apart
-        *([numeric(rows, "band", "Budget", counts)] if rows["band"].nunique() > 1 else []),
-        *(numeric(rows, c, heading(c), decimals(4)) for c in cols),
-        numeric(rows, "n_seeds", "Seeds", integers),
-    ], caption="after training, on held-out text, mean over seeds: mean pairwise cosine of the streams "
-               "after the last connection (1: copies), mean |H_res − I| per entry, mean loop-embedding "
-               "norm, fraction of sigmoid gate values below 0.01 or above 0.99")
+    return Table(
+        title=f"Hyper-connection diagnostics ({len(rows)})",
+        columns=[
+            *([text(rows, "study", "Study")] if len(board.studies) > 1 else []),
+            text(rows, "family", "Family"),
+            text(rows, "structure", "Structure"),
+            *([text(rows, "variant", "Variant")] if _has_variants(rows) else []),
+            # a ladder's rungs share family and structure: the budget tells its rows apart
+            *([numeric(rows, "band", "Budget", counts)] if rows["band"].nunique() > 1 else []),
+            *(numeric(rows, c, heading(c), decimals(4)) for c in cols),
+            numeric(rows, "n_seeds", "Seeds", integers),
+        ],
+        caption="after training, on held-out text, mean over seeds: mean pairwise cosine of the streams "
+        "after the last connection (1: copies), mean |H_res − I| per entry, mean loop-embedding "
+        "norm, fraction of sigmoid gate values below 0.01 or above 0.99",
+    )
 
 
 def excluded(board: Board) -> Table:
@@ -299,31 +405,51 @@ def excluded(board: Board) -> Table:
     frame = board.excluded
     shown = ("study",) * (len(board.studies) > 1) + ("trial_id", "family", "structure", "seed")
     cols = [c for c in shown if c in frame]
-    return Table(title=f"Trials kept off the frontiers ({len(frame)})", columns=[
-        *(text(frame, c, c.replace("_", " ").capitalize()) for c in cols),
-        text(frame, "reason", "Reason"), text(frame, "error", "Error"),
-    ])
+    return Table(
+        title=f"Trials kept off the frontiers ({len(frame)})",
+        columns=[
+            *(text(frame, c, c.replace("_", " ").capitalize()) for c in cols),
+            text(frame, "reason", "Reason"),
+            text(frame, "error", "Error"),
+        ],
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
 class Document:
     """The tables every output shows, built once per run."""
+
     ranked: list[Table]  # one per budget band
     studies: Table
     hypervolume: Table
     excluded: Table
-    diagnostics: Table   # empty without hyper-connections
+    diagnostics: Table  # empty without hyper-connections
     scaling: Table | None = None  # scaling fits over budget ladders (scaling.table)
-    claims: Table | None = None   # claims checked (claims.table), with --claims
+    claims: Table | None = None  # claims checked (claims.table), with --claims
     verdicts: Table | None = None  # the same in brief (claims.verdicts), with --claims
-    decision: tuple[Table, Table] | None = None  # decision accuracy over ladders: summary, pairs (decision.tables)
+    decision: tuple[Table, Table] | None = (
+        None  # decision accuracy over ladders: summary, pairs (decision.tables)
+    )
     stability: Table | None = None  # the claims' unstable runs (claims/stability.py), with --claims
-    tuning: Table | None = None     # each tuned candidate's choice and budget (leaderboard/tuning.py)
+    tuning: Table | None = None  # each tuned candidate's choice and budget (leaderboard/tuning.py)
 
 
-def document(board: Board, top: int | None = None, scaling: Table | None = None,
-             claims: Table | None = None, decision: tuple[Table, Table] | None = None,
-             verdicts: Table | None = None) -> Document:
-    return Document(ranked=leaderboard(board, top), studies=provenance(board), hypervolume=hypervolumes(board),
-                    excluded=excluded(board), diagnostics=diagnostics(board), scaling=scaling, claims=claims,
-                    decision=decision, verdicts=verdicts)
+def document(
+    board: Board,
+    top: int | None = None,
+    scaling: Table | None = None,
+    claims: Table | None = None,
+    decision: tuple[Table, Table] | None = None,
+    verdicts: Table | None = None,
+) -> Document:
+    return Document(
+        ranked=leaderboard(board, top),
+        studies=provenance(board),
+        hypervolume=hypervolumes(board),
+        excluded=excluded(board),
+        diagnostics=diagnostics(board),
+        scaling=scaling,
+        claims=claims,
+        decision=decision,
+        verdicts=verdicts,
+    )

@@ -20,7 +20,7 @@ import pandas as pd
 from benchmark.leaderboard.formats import Column, Table
 from benchmark.store import PHASES
 
-TUNE = PHASES[0]   # a tuning run's phase
+TUNE = PHASES[0]  # a tuning run's phase
 
 COLUMNS = ("lr_sensitivity", "tuning_runs", "tuned")
 METRIC = "val_loss"
@@ -45,7 +45,9 @@ def sensitivity(runs: pd.DataFrame, vocab: int | None) -> float:
     """One candidate's tuning runs -> its learning-rate sensitivity (nats)."""
     cap = math.log(vocab) if vocab else math.inf
     ok = (runs["status"] == "ok") & np.isfinite(runs[METRIC].to_numpy(float))
-    per_point = runs.assign(_v=runs[METRIC].where(ok, cap)).groupby("tuned")["_v"].mean().clip(upper=cap)
+    per_point = (
+        runs.assign(_v=runs[METRIC].where(ok, cap)).groupby("tuned")["_v"].mean().clip(upper=cap)
+    )
     return float((per_point - per_point.min()).mean()) if len(per_point) else math.nan
 
 
@@ -61,13 +63,26 @@ def with_tuning(cands: pd.DataFrame, trials: pd.DataFrame, tuning: pd.DataFrame)
     if tuning.empty or "tuned" not in trials:
         return cands
     runs = tuning.assign(spec=tuning["spec"].map(_canonical))
-    found = pd.DataFrame([{"study": study, "spec": spec, "tuning_runs": len(group),
-                           "lr_sensitivity": sensitivity(group, json_field(spec, "vocab_size"))}
-                          for (study, spec), group in runs.groupby(["study", "spec"], sort=False)]
-                         ).set_index(["study", "spec"])
-    chosen = trials.dropna(subset=["tuned"]).groupby(["study", "candidate"])["tuned"].agg(lambda t: " | ".join(sorted(set(t))))
+    found = pd.DataFrame(
+        [
+            {
+                "study": study,
+                "spec": spec,
+                "tuning_runs": len(group),
+                "lr_sensitivity": sensitivity(group, json_field(spec, "vocab_size")),
+            }
+            for (study, spec), group in runs.groupby(["study", "spec"], sort=False)
+        ]
+    ).set_index(["study", "spec"])
+    chosen = (
+        trials.dropna(subset=["tuned"])
+        .groupby(["study", "candidate"])["tuned"]
+        .agg(lambda t: " | ".join(sorted(set(t))))
+    )
     out = cands.merge(found, left_on=["study", "spec"], right_index=True, how="left")
-    return out.merge(chosen.rename("tuned"), left_on=["study", "candidate"], right_index=True, how="left")
+    return out.merge(
+        chosen.rename("tuned"), left_on=["study", "candidate"], right_index=True, how="left"
+    )
 
 
 def table(board) -> Table | None:
@@ -77,17 +92,32 @@ def table(board) -> Table | None:
         return None
     c = c[c["tuning_runs"].notna()].sort_values(["study", "family", "structure"], kind="stable")
     grid = {s: info for s, info in board.tuning.groupby("study")["tuned"].nunique().items()}
-    cols = [Column(header="Study", cells=c["study"].astype(str).tolist()),
-            Column(header="Family", cells=c["family"].astype(str).tolist()),
-            Column(header="Structure", cells=c["structure"].astype(str).tolist()),
-            Column(header="Chosen setting", cells=c["tuned"].fillna("—").astype(str).tolist()),
-            Column(header="Tuning runs", cells=[f"{int(n)} ({grid.get(s, 0)} points)" for n, s in
-                                                 zip(c["tuning_runs"], c["study"])]),
-            Column(header="LR sensitivity (nats)", cells=[f"{v:.3f}" if math.isfinite(v) else "—"
-                                                           for v in c["lr_sensitivity"].astype(float)],
-                   keys=c["lr_sensitivity"].to_numpy(float))]
-    return Table(title="Tuning", columns=cols, caption=(
-        "each candidate trained every point of its study's `tune:` grid on the tuning seeds (the same runs "
-        "for every candidate), chose the point best on the mean over them, and trained its final seeds, which "
-        "every rank and verdict reads, at that point; LR sensitivity: the mean over the grid of each point's "
-        "loss above the best point's, a diverged point counted at ln(vocabulary) (Wortsman et al. 2023)"))
+    cols = [
+        Column(header="Study", cells=c["study"].astype(str).tolist()),
+        Column(header="Family", cells=c["family"].astype(str).tolist()),
+        Column(header="Structure", cells=c["structure"].astype(str).tolist()),
+        Column(header="Chosen setting", cells=c["tuned"].fillna("—").astype(str).tolist()),
+        Column(
+            header="Tuning runs",
+            cells=[
+                f"{int(n)} ({grid.get(s, 0)} points)" for n, s in zip(c["tuning_runs"], c["study"])
+            ],
+        ),
+        Column(
+            header="LR sensitivity (nats)",
+            cells=[
+                f"{v:.3f}" if math.isfinite(v) else "—" for v in c["lr_sensitivity"].astype(float)
+            ],
+            keys=c["lr_sensitivity"].to_numpy(float),
+        ),
+    ]
+    return Table(
+        title="Tuning",
+        columns=cols,
+        caption=(
+            "each candidate trained every point of its study's `tune:` grid on the tuning seeds (the same runs "
+            "for every candidate), chose the point best on the mean over them, and trained its final seeds, which "
+            "every rank and verdict reads, at that point; LR sensitivity: the mean over the grid of each point's "
+            "loss above the best point's, a diverged point counted at ln(vocabulary) (Wortsman et al. 2023)"
+        ),
+    )

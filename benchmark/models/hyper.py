@@ -41,12 +41,18 @@ SINKHORN_FLOOR = 1e-30  # smallest row or column sum Sinkhorn divides by (see si
 STREAM_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
-def resolve_stream_dtype(setting: str, device_type: str, autocast_dtype: torch.dtype | None) -> torch.dtype:
+def resolve_stream_dtype(
+    setting: str, device_type: str, autocast_dtype: torch.dtype | None
+) -> torch.dtype:
     """The streams' storage dtype for `hyper.stream_dtype`: `auto` is mHC's recipe (eq. 10-19:
     bf16 streams, gates, Sinkhorn and accumulations in fp32) where the steps run under bf16
     autocast on CUDA, and fp32 elsewhere, the precision of the plain model's residual stream."""
     if setting == "auto":
-        return torch.bfloat16 if device_type == "cuda" and autocast_dtype == torch.bfloat16 else torch.float32
+        return (
+            torch.bfloat16
+            if device_type == "cuda" and autocast_dtype == torch.bfloat16
+            else torch.float32
+        )
     return STREAM_DTYPES[setting]
 
 
@@ -56,7 +62,9 @@ def stream_record(hyper, device_type: str, precision: str) -> dict[str, str]:
     the row's `precision` column."""
     if hyper is None:
         return {}
-    dtype = resolve_stream_dtype(hyper.stream_dtype, device_type, torch.bfloat16 if precision == "bf16" else None)
+    dtype = resolve_stream_dtype(
+        hyper.stream_dtype, device_type, torch.bfloat16 if precision == "bf16" else None
+    )
     return {"stream_dtype": next(name for name, d in STREAM_DTYPES.items() if d == dtype)}
 
 
@@ -106,10 +114,11 @@ def sinkhorn(logits: torch.Tensor, iters: int) -> torch.Tensor:
     if fused(logits):
         # The Triton kernels import triton: they load only where they run (fused).
         from benchmark.models.kernels import sinkhorn as fused_sinkhorn
+
         return fused_sinkhorn.sinkhorn(logits.float(), iters, SINKHORN_FLOOR)
     with float32_region(logits.device.type):
-        m = torch.softmax(logits.float(), dim=-2)                       # columns sum to 1
-        m = m / m.sum(-1, keepdim=True).clamp_min(SINKHORN_FLOOR)       # rows sum to 1
+        m = torch.softmax(logits.float(), dim=-2)  # columns sum to 1
+        m = m / m.sum(-1, keepdim=True).clamp_min(SINKHORN_FLOOR)  # rows sum to 1
         for _ in range(iters - 1):
             m = m / m.sum(-2, keepdim=True).clamp_min(SINKHORN_FLOOR)
             m = m / m.sum(-1, keepdim=True).clamp_min(SINKHORN_FLOOR)
@@ -123,6 +132,7 @@ def normed_linear(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Te
     a normalised copy of the streams written and read back, forward and backward."""
     if fused(x):
         from benchmark.models.kernels import hc
+
         return hc.normed_linear(x, weight, eps)
     dt = compute_dtype(x.dtype)
     # The projection too, not only what follows it, in float32 under autocast (mHC eq. 14-15: phi
@@ -151,16 +161,19 @@ class Connection(nn.Module):
         # pass over the streams, where a batched matmul of B*T tiny products is slow on a GPU.
         return weigh(pre, Y), post, res
 
-    def write(self, Y: torch.Tensor, out: torch.Tensor, post: torch.Tensor, res: torch.Tensor | None) -> torch.Tensor:
+    def write(
+        self, Y: torch.Tensor, out: torch.Tensor, post: torch.Tensor, res: torch.Tensor | None
+    ) -> torch.Tensor:
         """Y' = H_res Y + H_post ⊗ out, summed in float32 and stored in the streams' dtype
         (resolve_stream_dtype; the first connection's Y is the embedding's float32 copy)."""
         device = Y.device.type
         autocast = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         stored = resolve_stream_dtype(self.stream_dtype, device, autocast)
-        if stored == torch.float32:   # fp32 or wider: float64 streams (gradcheck) stay float64
+        if stored == torch.float32:  # fp32 or wider: float64 streams (gradcheck) stay float64
             stored = compute_dtype(Y.dtype)
         if fused(Y):
             from benchmark.models.kernels import hc
+
             return hc.write(Y, out, post, res, stored)
         dt = compute_dtype(Y.dtype)
         with float32_region(device):
@@ -170,7 +183,9 @@ class Connection(nn.Module):
             res = res.to(dt)
             if torch.compiler.is_compiling():
                 return StreamWrite.apply(Y, out, post, res).to(stored)
-            mixed = Y * res.unsqueeze(-1) if res.dim() == Y.dim() - 1 else res @ Y.to(dt)  # diagonal | (.., n, n) @ (.., n, d)
+            mixed = (
+                Y * res.unsqueeze(-1) if res.dim() == Y.dim() - 1 else res @ Y.to(dt)
+            )  # diagonal | (.., n, n) @ (.., n, d)
             return (mixed + post.unsqueeze(-1) * out.unsqueeze(-2)).to(stored)
 
 
@@ -189,22 +204,22 @@ class StreamWrite(torch.autograd.Function):
     @staticmethod
     def forward(ctx, Y, out, post, res):
         ctx.save_for_backward(Y, out, post, res)
-        if res.dim() == Y.dim() - 1:                                        # diagonal
+        if res.dim() == Y.dim() - 1:  # diagonal
             mixed = Y * res.unsqueeze(-1)
         else:
-            mixed = (res.unsqueeze(-1) * Y.unsqueeze(-3)).sum(-2)           # Σ_j H_res[i, j] Y_j
+            mixed = (res.unsqueeze(-1) * Y.unsqueeze(-3)).sum(-2)  # Σ_j H_res[i, j] Y_j
         return mixed + post.unsqueeze(-1) * out.unsqueeze(-2)
 
     @staticmethod
     def backward(ctx, g):
         Y, out, post, res = ctx.saved_tensors
-        d_post = (g * out.unsqueeze(-2)).sum(-1)                            # (B, T, n)
-        d_out = (g * post.unsqueeze(-1)).sum(-2)                            # (B, T, d)
+        d_post = (g * out.unsqueeze(-2)).sum(-1)  # (B, T, n)
+        d_out = (g * post.unsqueeze(-1)).sum(-2)  # (B, T, d)
         if res.dim() == Y.dim() - 1:
             return g * res.unsqueeze(-1), d_out, d_post, (g * Y).sum(-1)
-        d_Y = (res.unsqueeze(-1) * g.unsqueeze(-2)).sum(-3)                 # Σ_i H_res[i, j] G_i
+        d_Y = (res.unsqueeze(-1) * g.unsqueeze(-2)).sum(-3)  # Σ_i H_res[i, j] G_i
         # d H_res[i, j] = <G_i, Y_j>: one (B, T, n) sum over Y's streams j per row i
-        d_res = torch.stack([(Y * g[..., i:i + 1, :]).sum(-1) for i in range(Y.shape[-2])], -2)
+        d_res = torch.stack([(Y * g[..., i : i + 1, :]).sum(-1) for i in range(Y.shape[-2])], -2)
         return d_Y, d_out, d_post, d_res
 
 
@@ -226,8 +241,17 @@ class SigmoidGate(Connection):
     never separate.
     """
 
-    def __init__(self, d: int, n: int, mixing: str, sinkhorn_iters: int = 20, *, index: int = 0,
-                 init: str = "home", read: str = "delta"):
+    def __init__(
+        self,
+        d: int,
+        n: int,
+        mixing: str,
+        sinkhorn_iters: int = 20,
+        *,
+        index: int = 0,
+        init: str = "home",
+        read: str = "delta",
+    ):
         super().__init__()
         self.n, self.mixing, self.iters = n, mixing, sinkhorn_iters
         n_res = {"identity": 0, "diagonal": n, "sinkhorn": n * n}[mixing]
@@ -248,10 +272,16 @@ class SigmoidGate(Connection):
         B, T, n, d = Y.shape
         # The projection (normed_linear) and the gates (sigmoid, Sinkhorn's 20 normalisations)
         # run in float32 under autocast too, whatever the streams' storage (mHC eq. 14-19).
-        proj = normed_linear(Y.reshape(B, T, n * d), self.weight, self.eps)   # W z: (B, T, 2n + n_res)
+        proj = normed_linear(
+            Y.reshape(B, T, n * d), self.weight, self.eps
+        )  # W z: (B, T, 2n + n_res)
         pre = self.alpha[0] * proj[..., :n] + self.bias[:n]
-        post = self.alpha[1] * proj[..., n:2 * n] + self.bias[n:2 * n]
-        res = self.alpha[2] * proj[..., 2 * n:] + self.bias[2 * n:] if self.mixing != "identity" else None
+        post = self.alpha[1] * proj[..., n : 2 * n] + self.bias[n : 2 * n]
+        res = (
+            self.alpha[2] * proj[..., 2 * n :] + self.bias[2 * n :]
+            if self.mixing != "identity"
+            else None
+        )
         return pre, post, res
 
     def forward(self, Y: torch.Tensor):
@@ -260,7 +290,7 @@ class SigmoidGate(Connection):
         if res is None:
             return pre, post, None
         if self.mixing == "diagonal":
-            return pre, post, torch.sigmoid(res)                            # (B, T, n)
+            return pre, post, torch.sigmoid(res)  # (B, T, n)
         return pre, post, sinkhorn(res.unflatten(-1, (self.n, self.n)), self.iters)  # (B, T, n, n)
 
 
@@ -272,7 +302,9 @@ class ZhuGate(Connection):
     A_m = e_{k mod n}, A_r = I. `init: symmetric` reads the mean, A_m = 1/n (still a Pre-Norm
     residual at initialisation, but every stream alike: the collapsed ablation)."""
 
-    def __init__(self, d: int, n: int, index: int, dynamic: bool, tanh: bool = True, init: str = "home"):
+    def __init__(
+        self, d: int, n: int, index: int, dynamic: bool, tanh: bool = True, init: str = "home"
+    ):
         super().__init__()
         self.n = n
         am = torch.full((n,), 1.0 / n)
@@ -284,7 +316,9 @@ class ZhuGate(Connection):
         self.static_ar = nn.Parameter(torch.eye(n))
         self.dynamic, self.tanh = dynamic, tanh
         if dynamic:
-            self.eps = NORM_EPS  # norm(H): OLMo's norm has no parameters (HC App. B), applied in forward
+            self.eps = (
+                NORM_EPS  # norm(H): OLMo's norm has no parameters (HC App. B), applied in forward
+            )
             # rows: W_β | W_m | W_r (n), stored (out, in) as nn.Linear stores its weight: with the
             # transposed (d, n + 2) layout F.linear's forward and gradient matmuls took slow paths
             # on a CPU (benchmarks/2026-11-27-measurements-from-comments.md, "The gates' layout").
@@ -295,13 +329,13 @@ class ZhuGate(Connection):
     def forward(self, Y: torch.Tensor):
         if not self.dynamic:
             return self.static_am, self.static_beta, self.static_ar.t()
-        dyn = normed_linear(Y, self.weight, self.eps)               # (B, T, n, n + 2), float32
+        dyn = normed_linear(Y, self.weight, self.eps)  # (B, T, n, n + 2), float32
         if self.tanh:
             dyn = torch.tanh(dyn)
-        beta = self.scale[1] * dyn[..., 0] + self.static_beta       # (B, T, n)
-        am = self.scale[0] * dyn[..., 1] + self.static_am           # (B, T, n)
-        ar = self.scale[0] * dyn[..., 2:] + self.static_ar          # (B, T, n, n), row i from h_i
-        return am, beta, ar.transpose(-1, -2)                       # H' = A_r^T H   (eq. 4)
+        beta = self.scale[1] * dyn[..., 0] + self.static_beta  # (B, T, n)
+        am = self.scale[0] * dyn[..., 1] + self.static_am  # (B, T, n)
+        ar = self.scale[0] * dyn[..., 2:] + self.static_ar  # (B, T, n, n), row i from h_i
+        return am, beta, ar.transpose(-1, -2)  # H' = A_r^T H   (eq. 4)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         w = state_dict.get(prefix + "weight")
@@ -315,8 +349,15 @@ def make_gate(hyper, d: int, index: int) -> nn.Module:
     if hyper.mixing in ("static", "dynamic"):
         gate = ZhuGate(d, hyper.streams, index, hyper.mixing == "dynamic", hyper.tanh, hyper.init)
     else:
-        gate = SigmoidGate(d, hyper.streams, hyper.mixing, hyper.sinkhorn_iters, index=index,
-                           init=hyper.init, read=hyper.read)
+        gate = SigmoidGate(
+            d,
+            hyper.streams,
+            hyper.mixing,
+            hyper.sinkhorn_iters,
+            index=index,
+            init=hyper.init,
+            read=hyper.read,
+        )
     gate.stream_dtype = hyper.stream_dtype
     return gate
 
@@ -334,12 +375,18 @@ def weigh(pre: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     float32 for bf16 streams (compute_dtype)."""
     if fused(Y):
         from benchmark.models.kernels import hc
+
         return hc.read(Y, pre)
     return (pre.unsqueeze(-1).to(compute_dtype(Y.dtype)) * Y).sum(-2)
 
 
-def hyper_connect(gate: "Connection", Y: torch.Tensor, span, extra: torch.Tensor | None = None,
-                  gates: tuple | None = None) -> torch.Tensor:
+def hyper_connect(
+    gate: "Connection",
+    Y: torch.Tensor,
+    span,
+    extra: torch.Tensor | None = None,
+    gates: tuple | None = None,
+) -> torch.Tensor:
     """Y' = H_res Y + H_post ⊗ (F(u) + extra), u = H_pre Y. `span` maps u (B, T, d) to F(u), what
     the span contributes (see the module docstring); `extra` is Hyperloop's loop embedding e_l.
     `gates`, (H_pre, H_post, H_res) computed already, saves calling the gate (and its hooks)."""

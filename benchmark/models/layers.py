@@ -25,8 +25,11 @@ def float32_region(device_type: str):
     nothing still enters a compiled graph, and a graph with one is not kept in torch's
     AOTAutograd cache ("Unsupported call_function target _enter_autocast"), so every trial
     re-traced the fp32 head and the gates even with a warm compile cache."""
-    return torch.autocast(device_type=device_type, enabled=False) if torch.is_autocast_enabled(device_type) \
+    return (
+        torch.autocast(device_type=device_type, enabled=False)
+        if torch.is_autocast_enabled(device_type)
         else contextlib.nullcontext()
+    )
 
 
 class RMSNorm(nn.Module):
@@ -59,8 +62,13 @@ class Proj(nn.Module):
     def forward(self, x: torch.Tensor, loop: int | torch.Tensor | None = None) -> torch.Tensor:
         y = F.linear(x, self.weight)
         if self.lora_A is not None and loop is not None:
-            if isinstance(loop, torch.Tensor):  # a gather in the graph (indexing by it would read it out)
-                A, B = (p.index_select(0, loop.reshape(1)).squeeze(0) for p in (self.lora_A, self.lora_B))
+            if isinstance(
+                loop, torch.Tensor
+            ):  # a gather in the graph (indexing by it would read it out)
+                A, B = (
+                    p.index_select(0, loop.reshape(1)).squeeze(0)
+                    for p in (self.lora_A, self.lora_B)
+                )
             else:
                 i = min(loop, self.lora_A.shape[0] - 1)
                 A, B = self.lora_A[i], self.lora_B[i]
@@ -89,8 +97,8 @@ class Rotary(nn.Module):
 
     def compute(self, seq_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         t = torch.arange(seq_len, device=device, dtype=torch.float32)
-        freqs = torch.outer(t, self.inv_freq.to(device))      # (T, hd/2)
-        emb = torch.cat([freqs, freqs], dim=-1)                # (T, hd)
+        freqs = torch.outer(t, self.inv_freq.to(device))  # (T, hd/2)
+        emb = torch.cat([freqs, freqs], dim=-1)  # (T, hd)
         return emb.cos(), emb.sin()
 
 
@@ -117,13 +125,14 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         h = self.norm(x)
         q = self.q(h, loop).view(B, T, self.n_heads, self.hd).transpose(1, 2)  # (B, nh, T, hd)
-        k = self.k(h, loop).view(B, T, self.n_kv, self.hd).transpose(1, 2)     # (B, nkv, T, hd)
+        k = self.k(h, loop).view(B, T, self.n_kv, self.hd).transpose(1, 2)  # (B, nkv, T, hd)
         v = self.v(h, loop).view(B, T, self.n_kv, self.hd).transpose(1, 2)
         cos, sin = rope
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                           enable_gqa=self.n_kv != self.n_heads)
-        y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.hd)          # (B, T, nh*hd)
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=self.n_kv != self.n_heads
+        )
+        y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.hd)  # (B, T, nh*hd)
         return self.o(y, loop)
 
 
@@ -150,7 +159,9 @@ class FeedForward(nn.Module):
         super().__init__()
         f = spec.ffn
         self.blocks = nn.ModuleList(
-            SwiGLU(spec.d_model, f.width, spec.norm_eps, lora_rank, lora_loops) for _ in range(f.depth))
+            SwiGLU(spec.d_model, f.width, spec.norm_eps, lora_rank, lora_loops)
+            for _ in range(f.depth)
+        )
 
     def forward(self, x: torch.Tensor, loop: int | None = None) -> torch.Tensor:
         for block in self.blocks:  # h_{i+1} = h_i + MLP_i(h_i)   (eq. 3)

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from benchmark.arch import with_counts, ArchSpec, hyper_spans
+from benchmark.arch import ArchSpec, hyper_spans, with_counts
 from benchmark.models.hyper import hyper_connect, make_gate
 from benchmark.models.layers import INIT_STD, Block, Proj, RMSNorm, Rotary
 
@@ -65,13 +65,17 @@ class LanguageModel(nn.Module):
                 nn.init.normal_(mlp.w2.weight, std=out_std)
 
     # ---- the forward pass ---------------------------------------------------------------
-    def forward(self, idx: torch.Tensor, loops: int | None = None, trace: list | None = None) -> torch.Tensor:
+    def forward(
+        self, idx: torch.Tensor, loops: int | None = None, trace: list | None = None
+    ) -> torch.Tensor:
         """idx (B, T) token ids -> logits (B, T, vocab). `loops` overrides the training loop count
         (test-time scaling). If `trace` is a list, the residual state after every unrolled layer is
         appended to it as (name, tensor): (B, T, d), or (B, T, n, d) inside hyper-connections."""
         return self._logits(self.features(idx, loops, trace))
 
-    def features(self, idx: torch.Tensor, loops: int | None = None, trace: list | None = None) -> torch.Tensor:
+    def features(
+        self, idx: torch.Tensor, loops: int | None = None, trace: list | None = None
+    ) -> torch.Tensor:
         """The last layer's output (B, T, d), before the final norm and the head (`_logits`): the
         training step compiles the head with its loss as one region (trial/step.py)."""
         spec = self.spec
@@ -79,8 +83,8 @@ class LanguageModel(nn.Module):
         if r < 1:
             raise ValueError(f"loops must be >= 1, got {r}")
         rope = self.rotary(idx.shape[1], idx.device)
-        x = self.tok_emb(idx)                                        # (B, T, d)
-        if spec.hyper is not None and not spec.looped:               # mHC / HC: the whole stack
+        x = self.tok_emb(idx)  # (B, T, d)
+        if spec.hyper is not None and not spec.looped:  # mHC / HC: the whole stack
             return self._hyper_region(x, self._all_layers(), rope, trace)
         x = self._run(self.begin, x, rope, "begin", trace)
         if spec.layers.middle:
@@ -98,16 +102,22 @@ class LanguageModel(nn.Module):
         too: their adapter's index comes in as a tensor (_loop)."""
         blocks = [*self.begin, *self.middle, *self.end]
         connected = []  # layers whose sublayers the hyper-connections call one by one
-        if self.spec.hyper is not None and any(sub is not None for _, _, sub in hyper_spans(self.spec)):
+        if self.spec.hyper is not None and any(
+            sub is not None for _, _, sub in hyper_spans(self.spec)
+        ):
             connected = list(self.middle) if self.spec.looped else blocks
         units = [(sub, "branch") for block in connected for sub in block.sublayers]
-        units += [(block, "forward") for block in blocks if block not in connected]  # modules compare by identity
-        return units + [(gate, method) for gate in (self.hyper or []) for method in ("read", "write")]
+        units += [
+            (block, "forward") for block in blocks if block not in connected
+        ]  # modules compare by identity
+        return units + [
+            (gate, method) for gate in (self.hyper or []) for method in ("read", "write")
+        ]
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         x = self.final_norm(x)
         w = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(x, w)                                        # (B, T, vocab)
+        return F.linear(x, w)  # (B, T, vocab)
 
     def _loop(self, loop: int | None):
         """A loop index as the layers take it. A LoRA model's middle layers get their adapter's
@@ -129,7 +139,11 @@ class LanguageModel(nn.Module):
     def _middle(self, x: torch.Tensor, r: int, rope, trace) -> torch.Tensor:
         inj = self.spec.injection
         if inj == "hyper":
-            layers = [(block, self._loop(loop), i) for loop in range(r) for i, block in enumerate(self.middle)]
+            layers = [
+                (block, self._loop(loop), i)
+                for loop in range(r)
+                for i, block in enumerate(self.middle)
+            ]
             return self._hyper_region(x, layers, rope, trace)
         if inj == "concat":
             e, x = x, self._depth_state(x)
@@ -157,7 +171,11 @@ class LanguageModel(nn.Module):
             # drawn on the CPU so that a checkpoint scores the same on every device (CPU and CUDA
             # generators give different numbers: a trained Depth model's logits differed by 0.46)
             gen = torch.Generator().manual_seed(0)
-            noise = torch.randn(e.shape[-2:], generator=gen, dtype=torch.float32).to(e.device).expand(e.shape)
+            noise = (
+                torch.randn(e.shape[-2:], generator=gen, dtype=torch.float32)
+                .to(e.device)
+                .expand(e.shape)
+            )
         return (noise * DEPTH_STATE_STD).to(e.dtype)
 
     # ---- hyper-connections --------------------------------------------------------------
@@ -168,7 +186,11 @@ class LanguageModel(nn.Module):
     def _gate_index(self, first: int, k: int, sub: int | None) -> int:
         """Which gate serves the connection that starts at unrolled layer `first`. Gates belong
         to positions of the training unroll; loops beyond it reuse the last loop's gates."""
-        trained = self.spec.layers.middle * self.spec.loops if self.spec.looped else self.spec.layers.unique
+        trained = (
+            self.spec.layers.middle * self.spec.loops
+            if self.spec.looped
+            else self.spec.layers.unique
+        )
         m = self.spec.layers.middle
         if first >= trained:
             first = trained - m + (first - trained) % m
@@ -180,7 +202,7 @@ class LanguageModel(nn.Module):
         r = len(layers) // m if self.spec.looped else 1
         for first, k, sub in hyper_spans(self.spec, r):
             gate = self.hyper[self._gate_index(first, k, sub)]
-            span = layers[first:first + k]
+            span = layers[first : first + k]
             extra = None
             if self.loop_emb is not None:
                 extra = self.loop_emb[min(first // m, self.spec.loops - 1)]
@@ -194,15 +216,16 @@ class LanguageModel(nn.Module):
     @staticmethod
     def _span_fn(span, sub, rope, read: str):
         """F of Hyperloop eq. 3 for one connection (hyper.py's docstring)."""
-        if sub is not None:                      # one sublayer: its branch (mHC's F)
+        if sub is not None:  # one sublayer: its branch (mHC's F)
             block, loop, _ = span[0]
             return lambda u: block.sublayers[sub].branch(u, rope, loop)
 
-        def run(u):                              # whole layers keep their own residuals
+        def run(u):  # whole layers keep their own residuals
             h = u
             for block, loop, _ in span:
                 h = block(h, rope, loop)
             return span_output(read, h, u)
+
         return run
 
 
@@ -221,7 +244,7 @@ def weight_decays(name: str, p: torch.Tensor) -> bool:
     if component == "loop_embedding":
         return False
     if component == "hyper":
-        return name.endswith(".weight")          # SigmoidGate.weight, ZhuGate.weight: W (dynamic)
+        return name.endswith(".weight")  # SigmoidGate.weight, ZhuGate.weight: W (dynamic)
     return p.dim() >= 2
 
 
@@ -233,8 +256,20 @@ def build_model(spec: ArchSpec | dict) -> LanguageModel:
 def param_components(model: LanguageModel) -> dict[str, int]:
     """Parameter count per component (docs/architectures.md "Counting"), read off the built model (tests compare it with
     the analytic `count_params`)."""
-    counts = dict.fromkeys(("embedding", "head", "attention", "ffn", "norm", "hyper",
-                            "loop_embedding", "lora", "injection"), 0)
+    counts = dict.fromkeys(
+        (
+            "embedding",
+            "head",
+            "attention",
+            "ffn",
+            "norm",
+            "hyper",
+            "loop_embedding",
+            "lora",
+            "injection",
+        ),
+        0,
+    )
     for name, p in model.named_parameters():
         counts[_component(name)] += p.numel()
     return with_counts(counts, sum(p.numel() for p in model.parameters()))
@@ -245,8 +280,13 @@ def _component(name: str) -> str:
         return "lora"
     if name.endswith("norm.weight") or name == "final_norm.weight":
         return "norm"
-    for prefix, comp in (("tok_emb.", "embedding"), ("lm_head.", "head"), ("hyper.", "hyper"),
-                         ("loop_emb", "loop_embedding"), ("inject.", "injection")):
+    for prefix, comp in (
+        ("tok_emb.", "embedding"),
+        ("lm_head.", "head"),
+        ("hyper.", "hyper"),
+        ("loop_emb", "loop_embedding"),
+        ("inject.", "injection"),
+    ):
         if name.startswith(prefix):
             return comp
     if ".attn." in name:

@@ -47,6 +47,18 @@ from benchmark.perf.timing import (
     probe_shape,
 )
 
-__all__ = ["HYPER_TARGETS", "MIN_ROUNDS", "Measurement", "comparison_groups", "estimates",
-           "measure", "measure_together", "paired_ratio", "probe_shape", "probe_speed", "reference_spec",
-           "run_models", "run_scale"]
+__all__ = [
+    "HYPER_TARGETS",
+    "MIN_ROUNDS",
+    "Measurement",
+    "comparison_groups",
+    "estimates",
+    "measure",
+    "measure_together",
+    "paired_ratio",
+    "probe_shape",
+    "probe_speed",
+    "reference_spec",
+    "run_models",
+    "run_scale",
+]

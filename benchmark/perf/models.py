@@ -9,11 +9,11 @@ import math
 import time
 from pathlib import Path
 
-from benchmark.arch import count_flops, count_params, ArchSpec
+from benchmark.arch import ArchSpec, count_flops, count_params
+from benchmark.console import console as wide_console
 from benchmark.perf import timing
 from benchmark.perf.timing import MIN_ROUNDS, Measurement, measure_together
 from benchmark.store import speeds
-from benchmark.console import console as wide_console
 
 # A dtype whose matmuls are this many times slower than fp32 is not benchmarked (a training step
 # in it would take minutes on such a CPU).
@@ -38,7 +38,11 @@ def reference_spec(family: str) -> ArchSpec:
 
 # The goals for the hyper-connection families: time per token over their baselines (the mHC
 # paper's fused kernel costs 6.7% at n = 4).
-HYPER_TARGETS = (("hyperloop", "looped", 0.03), ("mhc", "transformer", 0.10), ("hc", "transformer", 0.10))
+HYPER_TARGETS = (
+    ("hyperloop", "looped", 0.03),
+    ("mhc", "transformer", 0.10),
+    ("hc", "transformer", 0.10),
+)
 
 
 def comparison_groups(families: list[str]) -> list[list[str]]:
@@ -50,7 +54,9 @@ def comparison_groups(families: list[str]) -> list[list[str]]:
         if any(fam in g for g in groups):
             continue
         baseline = next((b for a, b, _ in HYPER_TARGETS if a == fam and b in families), fam)
-        groups.append([baseline] + [a for a, b, _ in HYPER_TARGETS if b == baseline and a in families])
+        groups.append(
+            [baseline] + [a for a, b, _ in HYPER_TARGETS if b == baseline and a in families]
+        )
     return groups
 
 
@@ -70,20 +76,33 @@ def run_models(families: list[str], steps: int, minutes: float | None = None) ->
     console = wide_console()
     peak = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
     slow_bf16 = peak["bf16"] < peak["fp32"] / SLOW_BF16
-    console.print(f"matmul peak here: fp32 {peak['fp32'] / 1e9:.0f} GFLOP/s, bf16 {peak['bf16'] / 1e9:.0f} GFLOP/s "
-                  f"({torch.get_num_threads()} threads, {default_device()}); default path: "
-                  f"{ExecPolicy().autocast_dtype(default_device()) or 'fp32'} (precision: auto), compiled by regions")
+    console.print(
+        f"matmul peak here: fp32 {peak['fp32'] / 1e9:.0f} GFLOP/s, bf16 {peak['bf16'] / 1e9:.0f} GFLOP/s "
+        f"({torch.get_num_threads()} threads, {default_device()}); default path: "
+        f"{ExecPolicy().autocast_dtype(default_device()) or 'fp32'} (precision: auto), compiled by regions"
+    )
     default, eager = ExecPolicy(), ExecPolicy(precision="fp32", compile=False)
     chosen = default.autocast_dtype(default_device())
     auto = "bf16" if chosen is not None else "fp32"  # the whole-model row in the chosen precision
-    compared = [("compiled fp32", ExecPolicy(precision="fp32", compile=True)),
-                (f"compiled {auto}, whole model", ExecPolicy(precision=auto, compile=True, compile_scope="model"))]
+    compared = [
+        ("compiled fp32", ExecPolicy(precision="fp32", compile=True)),
+        (
+            f"compiled {auto}, whole model",
+            ExecPolicy(precision=auto, compile=True, compile_scope="model"),
+        ),
+    ]
     if not slow_bf16:
         compared.append(("compiled bf16", ExecPolicy(precision="bf16", compile=True)))
     else:  # a step would take minutes: say so rather than never finish
-        console.print(f"compiled bf16 skipped: bf16 matmul here is {peak['fp32'] / peak['bf16']:.0f}x slower than fp32")
+        console.print(
+            f"compiled bf16 skipped: bf16 matmul here is {peak['fp32'] / peak['bf16']:.0f}x slower than fp32"
+        )
     # the path `auto` chose is the default row: measuring it twice would compare it with itself
-    same = [name for name, p in compared if p.compile_scope == "regions" and p.autocast_dtype(default_device()) == chosen]
+    same = [
+        name
+        for name, p in compared
+        if p.compile_scope == "regions" and p.autocast_dtype(default_device()) == chosen
+    ]
     compared = [(name, p) for name, p in compared if name not in same]
     if same:
         console.print(f"default = {same[0]} here")
@@ -91,19 +110,30 @@ def run_models(families: list[str], steps: int, minutes: float | None = None) ->
     # the first family also runs the other precisions, to show what `auto` chose against; in a
     # group the default paths come first, side by side, as the targets compare them
     groups = comparison_groups(families)
-    plans = [[(fam, name, policy) for name, policy in [("default", default), ("eager fp32", eager)] + compared
-              for fam in group if name in ("default", "eager fp32") or fam == families[0]]
-             for group in groups]
+    plans = [
+        [
+            (fam, name, policy)
+            for name, policy in [("default", default), ("eager fp32", eager)] + compared
+            for fam in group
+            if name in ("default", "eager fp32") or fam == families[0]
+        ]
+        for group in groups
+    ]
     targeted = [len(group) > 1 for group in groups]  # a group joins only a baseline and its targets
     # With a time budget, after MIN_ROUNDS rounds a group times only the paths that a ratio reads
     # from its rounds (the default paths) or that the precision comparison reads (the first
     # family's): the other families' eager steps are the slowest paths, and nothing reads them.
-    read = [[i for i, (fam, name, _) in enumerate(paths) if name == "default" or fam == families[0]]
-            for paths in plans]
+    read = [
+        [i for i, (fam, name, _) in enumerate(paths) if name == "default" or fam == families[0]]
+        for paths in plans
+    ]
     # A round's time, forecast by its FLOPs, so the compared groups get about as many rounds each
     # (by path counts alone, Looped and Hyperloop, whose steps are 1.5x the Transformer's, got 20
     # rounds where the Transformer's group got 32, and their 3% target is the finest).
-    cost = [sum(count_flops(reference_spec(plans[i][k][0]), SEQ_LEN)["train"] for k in read[i]) for i in range(len(plans))]
+    cost = [
+        sum(count_flops(reference_spec(plans[i][k][0]), SEQ_LEN)["train"] for k in read[i])
+        for i in range(len(plans))
+    ]
     # groups without a target first, with the fewest rounds; then those with one share the rest
     order = sorted(range(len(plans)), key=lambda i: targeted[i])
     for k, i in enumerate(order):
@@ -114,26 +144,57 @@ def run_models(families: list[str], steps: int, minutes: float | None = None) ->
             allowed = f" for {until - now:.0f} s" if share else f", {MIN_ROUNDS} rounds"
             if share and len(focus) < len(paths):
                 allowed += f" ({len(focus)} of them after {MIN_ROUNDS} rounds)"
-        console.print(f"[dim]{', '.join(dict.fromkeys(f for f, _, _ in paths))}: {len(paths)} paths, "
-                      f"steps interleaved{allowed} ...[/dim]")
-        measured = measure_together([(reference_spec(fam), policy) for fam, _, policy in paths], steps=steps,
-                                    seq_len=SEQ_LEN, batch_size=BATCH, until=until, focus=focus)
+        console.print(
+            f"[dim]{', '.join(dict.fromkeys(f for f, _, _ in paths))}: {len(paths)} paths, "
+            f"steps interleaved{allowed} ...[/dim]"
+        )
+        measured = measure_together(
+            [(reference_spec(fam), policy) for fam, _, policy in paths],
+            steps=steps,
+            seq_len=SEQ_LEN,
+            batch_size=BATCH,
+            until=until,
+            focus=focus,
+        )
         for (fam, name, _), m in zip(paths, measured):
             results[(fam, name)] = m
-    results = dict(sorted(results.items(), key=lambda kv: families.index(kv[0][0])))  # the families' order
+    results = dict(
+        sorted(results.items(), key=lambda kv: families.index(kv[0][0]))
+    )  # the families' order
     for fam, name in results:
         rows.append((fam, reference_spec(fam).structure(), name, results[(fam, name)]))
     table = Table(title=f"Training speed at the reference size (seq {SEQ_LEN}, batch {BATCH})")
-    for col in ("family", "structure", "params (non-emb)", "path", "first step s", "step s",
-                "tokens/s", "GFLOP/s", "/ fp32 peak", "/ bf16 peak"):
+    for col in (
+        "family",
+        "structure",
+        "params (non-emb)",
+        "path",
+        "first step s",
+        "step s",
+        "tokens/s",
+        "GFLOP/s",
+        "/ fp32 peak",
+        "/ bf16 peak",
+    ):
         table.add_column(col, justify="right")
     for fam, structure, name, m in rows:
         p = count_params(reference_spec(fam))["non_embedding"]
-        table.add_row(fam, structure, f"{p / 1e6:.2f}M", name, f"{m.first_step_s:.1f}", f"{m.step_s:.3f}",
-                      f"{m.tokens_per_s:,.0f}", f"{m.flops_per_s / 1e9:.1f}",
-                      f"{m.flops_per_s / peak['fp32']:.0%}", "-" if slow_bf16 else f"{m.flops_per_s / peak['bf16']:.0%}")
+        table.add_row(
+            fam,
+            structure,
+            f"{p / 1e6:.2f}M",
+            name,
+            f"{m.first_step_s:.1f}",
+            f"{m.step_s:.3f}",
+            f"{m.tokens_per_s:,.0f}",
+            f"{m.flops_per_s / 1e9:.1f}",
+            f"{m.flops_per_s / peak['fp32']:.0%}",
+            "-" if slow_bf16 else f"{m.flops_per_s / peak['bf16']:.0%}",
+        )
     console.print(table)
-    summary = _ratios(results, across_runs(results, timing.speeds_file(), model_code(), time.time()))
+    summary = _ratios(
+        results, across_runs(results, timing.speeds_file(), model_code(), time.time())
+    )
     for line in summary:
         console.print(line)
     return results
@@ -159,7 +220,9 @@ def _judged(lo: float, hi: float, limit: float, unresolved: str) -> str:
     at or under `limit`, `missed` with all of it over, else `unresolved`."""
     from benchmark.leaderboard.stats import VERDICTS, verdict
 
-    return dict(zip(VERDICTS, ("met", "missed", unresolved)))[str(verdict(lo - limit, hi - limit, expected_sign=-1))]
+    return dict(zip(VERDICTS, ("met", "missed", unresolved)))[
+        str(verdict(lo - limit, hi - limit, expected_sign=-1))
+    ]
 
 
 def paired_line(label: str, a: Measurement, b: Measurement, limit: float) -> str | None:
@@ -170,36 +233,49 @@ def paired_line(label: str, a: Measurement, b: Measurement, limit: float) -> str
     est, lo, hi, rounds = paired_ratio(a, b)
     if rounds < MIN_ROUNDS:
         return None
-    return (f"{label}: {est:+.1%} time per token, {LEVEL:.0%} interval {lo:+.1%} to {hi:+.1%} over {rounds} "
-            f"paired rounds (target <= {limit:.0%}: {_judged(lo, hi, limit, 'not resolved at this noise')})")
+    return (
+        f"{label}: {est:+.1%} time per token, {LEVEL:.0%} interval {lo:+.1%} to {hi:+.1%} over {rounds} "
+        f"paired rounds (target <= {limit:.0%}: {_judged(lo, hi, limit, 'not resolved at this noise')})"
+    )
 
 
 def _ratios(results, between: list[str] = ()) -> list[str]:
     """The comparisons the model-zoo issue asks for, as time-per-token ratios: from the paired
     rounds where there are enough (the table's medians, taken path by path, can sit outside the
     paired interval), else the medians' ratio; then `between`, the same over runs (across_runs)."""
+
     def t(fam, path="default"):
         return 1 / results[(fam, path)].tokens_per_s if (fam, path) in results else None
+
     lines = []
     for a, b, limit in HYPER_TARGETS:
         if t(a) and t(b):
-            line = paired_line(f"{a} vs {b}", results[(a, "default")], results[(b, "default")], limit)
+            line = paired_line(
+                f"{a} vs {b}", results[(a, "default")], results[(b, "default")], limit
+            )
             if line is None:  # too few rounds for an interval: the medians' ratio alone
                 over = t(a) / t(b) - 1
                 found = "met" if over <= limit else "missed"
                 line = f"{a} vs {b}: {over:+.1%} time per token (target <= {limit:.0%}: {found})"
             lines.append(line)
     if any("paired rounds" in line for line in lines):
-        lines.append("(each interval is this run's rounds; on a shared CPU a run at another time can read outside it)")
+        lines.append(
+            "(each interval is this run's rounds; on a shared CPU a run at another time can read outside it)"
+        )
     lines += between
     for fam in sorted({f for f, _ in results}):
         if t(fam) and t(fam, "eager fp32"):
-            lines.append(f"{fam}: default path {t(fam, 'eager fp32') / t(fam):.2f}x faster than eager fp32")
+            lines.append(
+                f"{fam}: default path {t(fam, 'eager fp32') / t(fam):.2f}x faster than eager fp32"
+            )
     paths = {p: t(f, p) for f, p in results if f == next(iter(results))[0]}
     if len(paths) > 2:
         best = min(paths, key=paths.get)
-        lines.append("precision here: " + ", ".join(f"{p} {paths[best] / v:.0%} of the best" for p, v in paths.items())
-                     + f" (best: {best})")
+        lines.append(
+            "precision here: "
+            + ", ".join(f"{p} {paths[best] / v:.0%} of the best" for p, v in paths.items())
+            + f" (best: {best})"
+        )
     return lines
 
 
@@ -219,6 +295,7 @@ def across_runs(results, path, code: str, now: float) -> list[str]:
     run's interval says how steady its rounds were, not how the ratio moves with a shared CPU's
     hours (paired_ratio): that needs runs at different times, and their spread is this interval."""
     from benchmark.leaderboard.stats import LEVEL, interval, mean_se
+
     lines = []
     for a, b, limit in HYPER_TARGETS:
         if (a, "default") not in results or (b, "default") not in results:
@@ -230,18 +307,28 @@ def across_runs(results, path, code: str, now: float) -> list[str]:
         if joins:
             speeds.record_ratio(path, f"{a}/{b}", code, math.log1p(est), rounds, now)
         else:  # the verdict of the runs kept is still printed
-            lines.append(f"{a} vs {b}: this run's {rounds} paired rounds are too few to join the runs between which "
-                         f"targets are judged (at least {RUN_ROUNDS}: give it more time)")
-        runs = [r for r in speeds.ratio_runs(path, f"{a}/{b}", code) if r[2] >= RUN_ROUNDS]  # and those kept before
+            lines.append(
+                f"{a} vs {b}: this run's {rounds} paired rounds are too few to join the runs between which "
+                f"targets are judged (at least {RUN_ROUNDS}: give it more time)"
+            )
+        runs = [
+            r for r in speeds.ratio_runs(path, f"{a}/{b}", code) if r[2] >= RUN_ROUNDS
+        ]  # and those kept before
         if len(runs) < MIN_RUNS:
             if joins:
-                lines.append(f"{a} vs {b}: {len(runs)} run(s) of this code here so far; from {MIN_RUNS}, an interval "
-                             "between runs")
+                lines.append(
+                    f"{a} vs {b}: {len(runs)} run(s) of this code here so far; from {MIN_RUNS}, an interval "
+                    "between runs"
+                )
             continue
         mean, se, n = (float(v) for v in mean_se([r for _, r, _ in runs]))
         lo, hi = (math.expm1(float(v)) for v in interval(mean, se, n - 1))
         found = _judged(lo, hi, limit, "not resolved")
-        span = " to ".join(time.strftime("%Y-%m-%d %H:%M", time.gmtime(w)) for w in (runs[0][0], runs[-1][0]))
-        lines.append(f"{a} vs {b} over the last {len(runs)} runs of this code here ({span} UTC): {math.expm1(mean):+.1%}, "
-                     f"{LEVEL:.0%} interval {lo:+.1%} to {hi:+.1%} between runs (target <= {limit:.0%}: {found})")
+        span = " to ".join(
+            time.strftime("%Y-%m-%d %H:%M", time.gmtime(w)) for w in (runs[0][0], runs[-1][0])
+        )
+        lines.append(
+            f"{a} vs {b} over the last {len(runs)} runs of this code here ({span} UTC): {math.expm1(mean):+.1%}, "
+            f"{LEVEL:.0%} interval {lo:+.1%} to {hi:+.1%} between runs (target <= {limit:.0%}: {found})"
+        )
     return lines

@@ -28,13 +28,18 @@ PROBE_S = 20.0
 # with the micro-batch once its matmuls are large); one whose single sequence is beyond it is
 # probed at probe_shape's small size, so that a 113M candidate on a CPU takes seconds, not minutes.
 STEP_AT_PEAK_S = 0.25
+
+
 def estimates(plan, cfg):
     """family -> Speed for `--plan`: what finished trials measured here under the trials' policy
     (store/speeds.py), else a probe of the plan's first candidate trained as its trial will be
     under `cfg`, the trials' TrainConfig."""
     first = plan.candidates[0].spec if plan.candidates else None
-    return speeds.estimator(speeds_file(), speeds.policy_key(cfg.precision, cfg.compile),
-                            lambda: probe_speed(first, cfg))
+    return speeds.estimator(
+        speeds_file(),
+        speeds.policy_key(cfg.precision, cfg.compile),
+        lambda: probe_speed(first, cfg),
+    )
 
 
 def probe_key(spec: ArchSpec, cfg) -> str:
@@ -65,9 +70,17 @@ def run_probe(spec: ArchSpec, cfg) -> tuple[float, float]:
     prepare_device(device)
     peak = matmul_peak(policy.autocast_dtype(device) or torch.float32, budget_s=0.5, device=device)
     seq_len = cfg.seq_len
-    batch = min(cfg.batch_size, int(STEP_AT_PEAK_S * peak / (count_flops(spec, seq_len)["train"] * seq_len)))
+    batch = min(
+        cfg.batch_size, int(STEP_AT_PEAK_S * peak / (count_flops(spec, seq_len)["train"] * seq_len))
+    )
     if batch < 1:  # one sequence is too long a step: the small model, in the trial's policy
         spec, seq_len, batch = probe_shape(device.type)
-    m = measure_together([(spec, policy)], steps=1000, warmup=1, seq_len=seq_len, batch_size=batch,
-                         until=time.perf_counter() + PROBE_S)[0]
+    m = measure_together(
+        [(spec, policy)],
+        steps=1000,
+        warmup=1,
+        seq_len=seq_len,
+        batch_size=batch,
+        until=time.perf_counter() + PROBE_S,
+    )[0]
     return m.flops_per_s, max(0.0, m.first_step_s - m.step_s)

@@ -10,25 +10,36 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmark.arch import count_flops, ArchSpec
-from benchmark.store import speeds
-from benchmark.recipe import TrainConfig
+from benchmark.arch import ArchSpec, count_flops
 from benchmark.data import cache_root
+from benchmark.recipe import TrainConfig
 from benchmark.space import SEARCH_START_S
+from benchmark.store import speeds
 
 
 @dataclass(frozen=True)
 class Measurement:
-    step_s: float          # median seconds per step after warm-up
-    first_step_s: float    # includes compilation
+    step_s: float  # median seconds per step after warm-up
+    first_step_s: float  # includes compilation
     tokens_per_s: float
-    flops_per_s: float     # achieved training FLOP/s (count_flops' train FLOPs per token x tokens/s)
-    peak_mem_bytes: int = 0  # the path's own peak (CUDA allocator; on a CPU the process's resident memory)
-    step_times: tuple[float, ...] = ()  # the timed steps, one per round of measure_together (paired_ratio)
+    flops_per_s: float  # achieved training FLOP/s (count_flops' train FLOPs per token x tokens/s)
+    peak_mem_bytes: int = (
+        0  # the path's own peak (CUDA allocator; on a CPU the process's resident memory)
+    )
+    step_times: tuple[
+        float, ...
+    ] = ()  # the timed steps, one per round of measure_together (paired_ratio)
 
 
-def measure(spec: ArchSpec, policy, steps: int = 8, warmup: int = 2,
-            seq_len: int = 256, batch_size: int = 16, seed: int = 0) -> Measurement:
+def measure(
+    spec: ArchSpec,
+    policy,
+    steps: int = 8,
+    warmup: int = 2,
+    seq_len: int = 256,
+    batch_size: int = 16,
+    seed: int = 0,
+) -> Measurement:
     """One training path's speed: `steps` timed steps after `warmup` (the first includes compiling)."""
     return measure_together([(spec, policy)], steps, warmup, seq_len, batch_size, seed)[0]
 
@@ -36,9 +47,16 @@ def measure(spec: ArchSpec, policy, steps: int = 8, warmup: int = 2,
 MIN_ROUNDS = 3  # the fewest rounds a time budget leaves a group: a paired interval needs three
 
 
-def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmup: int = 2,
-                     seq_len: int = 256, batch_size: int = 16, seed: int = 0,
-                     until: float | None = None, focus: Collection[int] | None = None) -> list[Measurement]:
+def measure_together(
+    paths: list[tuple[ArchSpec, object]],
+    steps: int = 8,
+    warmup: int = 2,
+    seq_len: int = 256,
+    batch_size: int = 16,
+    seed: int = 0,
+    until: float | None = None,
+    focus: Collection[int] | None = None,
+) -> list[Measurement]:
     """Several (spec, policy) paths measured side by side: each is built and warmed up in turn, then the
     timed steps go round the paths, one step each per round, so that a slow stretch of a shared CPU
     slows every path alike (measured one after another, two families' ratio moved by tens of points
@@ -73,7 +91,9 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
     def build(spec, policy, fresh: bool):
         torch.manual_seed(seed)
         model = build_model(spec).to(device).train()
-        opt = make_optimizer(model, TrainConfig(lr=1e-4))  # the trial's optimiser (fused AdamW on CUDA)
+        opt = make_optimizer(
+            model, TrainConfig(lr=1e-4)
+        )  # the trial's optimiser (fused AdamW on CUDA)
         return TrainStep(model, opt, policy, device, fresh=fresh)
 
     peaks: list[int] = []
@@ -96,9 +116,12 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
                     break
                 # every other round in reverse (ABBA): a machine that speeds up or slows down
                 # through a round weighs on the first and last paths alike over two rounds
-                going = [(step, ts) for i, (step, ts) in enumerate(zip(built, times))
-                         if focus is None or r < MIN_ROUNDS or i in focus]
-                for step, ts in going[::1 if r % 2 == 0 else -1]:
+                going = [
+                    (step, ts)
+                    for i, (step, ts) in enumerate(zip(built, times))
+                    if focus is None or r < MIN_ROUNDS or i in focus
+                ]
+                for step, ts in going[:: 1 if r % 2 == 0 else -1]:
                     ts.append(timed(step))
                 last = time.perf_counter() - start
         finally:
@@ -111,8 +134,16 @@ def measure_together(paths: list[tuple[ArchSpec, object]], steps: int = 8, warmu
     for (spec, _), ts, peak in zip(paths, times, peaks):
         step_s = statistics.median(ts[warmup:])
         tps = batch_size * seq_len / step_s
-        out.append(Measurement(step_s, ts[0], tps, tps * count_flops(spec, seq_len)["train"], peak,
-                               tuple(ts[warmup:])))
+        out.append(
+            Measurement(
+                step_s,
+                ts[0],
+                tps,
+                tps * count_flops(spec, seq_len)["train"],
+                peak,
+                tuple(ts[warmup:]),
+            )
+        )
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -129,9 +160,15 @@ def probe_shape(device_type: str) -> tuple[ArchSpec, int, int]:
     like a real one (~100M parameters, 8 x 1024 tokens): a tiny model there measures kernel
     launches, not the GPU, and would put 113M estimates off by an order of magnitude."""
     if device_type == "cuda":
-        spec = ArchSpec.from_dict({"d_model": 768, "n_heads": 12, "layers": {"n": 12}, "vocab_size": 8192})
+        spec = ArchSpec.from_dict(
+            {"d_model": 768, "n_heads": 12, "layers": {"n": 12}, "vocab_size": 8192}
+        )
         return spec, 1024, 8
-    return ArchSpec.from_dict({"d_model": 128, "n_heads": 4, "layers": {"n": 4}, "vocab_size": 4096}), 128, 8
+    return (
+        ArchSpec.from_dict({"d_model": 128, "n_heads": 4, "layers": {"n": 4}, "vocab_size": 4096}),
+        128,
+        8,
+    )
 
 
 def search_times() -> tuple[float, float, int]:

@@ -7,7 +7,14 @@ import from here; the modules behind it, lowest first:
     settings   TrainConfig and QuantizeConfig: the training and quantisation settings, their rules
 """
 
-from benchmark.recipe.amounts import Tokens, fmt_count, fmt_fraction, parse_amount, parse_tokens, parse_tolerance
+from benchmark.recipe.amounts import (
+    Tokens,
+    fmt_count,
+    fmt_fraction,
+    parse_amount,
+    parse_tokens,
+    parse_tolerance,
+)
 from benchmark.recipe.settings import (
     DEFAULTS,
     PRECISIONS,

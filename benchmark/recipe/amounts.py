@@ -34,7 +34,9 @@ def parse_tolerance(value: Any) -> float:
     try:
         tol = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
-        raise ValueError(f"expected a percentage like 0.5% or a fraction like 0.005, got {value!r}") from None
+        raise ValueError(
+            f"expected a percentage like 0.5% or a fraction like 0.005, got {value!r}"
+        ) from None
     if isinstance(value, bool) or not 0 < tol < 1:
         raise ValueError(f"must be between 0% and 100% (exclusive), got {value!r}")
     return tol
@@ -80,4 +82,6 @@ def parse_tokens(value: Any) -> Tokens:
     try:
         return Tokens(absolute=parse_amount(value))
     except ValueError:
-        raise ValueError(f"expected 20x (tokens per parameter) or an amount like 5M, got {value!r}") from None
+        raise ValueError(
+            f"expected 20x (tokens per parameter) or an amount like 5M, got {value!r}"
+        ) from None

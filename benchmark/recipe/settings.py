@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from benchmark.arch import did_you_mean, keys, setting, COUNTS
+from benchmark.arch import COUNTS, did_you_mean, keys, setting
 from benchmark.recipe.amounts import parse_amount, parse_tokens
 
 SCHEDULES = ("cosine", "wsd")
@@ -33,7 +33,9 @@ class QuantizeConfigError(TrainConfigError):
     section = "quantize"
 
 
-def _checked(known: Mapping[str, Any], raw: Mapping[str, Any], error: type[TrainConfigError]) -> dict[str, Any]:
+def _checked(
+    known: Mapping[str, Any], raw: Mapping[str, Any], error: type[TrainConfigError]
+) -> dict[str, Any]:
     """Each setting of `raw` by its field's rule; `error` for the first unknown key or broken rule,
     in the order of `raw`."""
     out = {}
@@ -49,28 +51,38 @@ def _checked(known: Mapping[str, Any], raw: Mapping[str, Any], error: type[Train
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    tokens: str | int = setting("20x", parse=parse_tokens)   # absolute ("5M", 5_000_000) or per parameter ("20x")
-    tokens_per: str = setting("total", choices=TOKENS_PER)   # which parameter count "Nx" multiplies
+    tokens: str | int = setting(
+        "20x", parse=parse_tokens
+    )  # absolute ("5M", 5_000_000) or per parameter ("20x")
+    tokens_per: str = setting("total", choices=TOKENS_PER)  # which parameter count "Nx" multiplies
     seq_len: int = setting(256, at_least=1)
-    batch_size: int = setting(16, at_least=1)                # sequences per micro-batch
-    grad_accum: int = setting(1, at_least=1)                 # micro-batches per optimiser step (a batch of
-                                                             # 256 x 2048 tokens, Hyperloop App. A, on one GPU)
-    lr: float = setting(6e-4, above=0)                       # peak learning rate
-    min_lr: float | None = setting(None, at_least=0)         # end of the decay; default lr / 10 (Hyperloop App. A: 4e-4 -> 4e-5)
-    schedule: str = setting("cosine", choices=SCHEDULES)     # wsd: warmup-stable-decay (AbbIE §3.2)
-    warmup: float = setting(0.05, at_least=0)                # fraction of the steps (< 1) or a number of steps (>= 1)
-    decay: float = setting(0.2, at_least=0, at_most=1)       # wsd: fraction of the steps in the final decay (AbbIE §3.2)
+    batch_size: int = setting(16, at_least=1)  # sequences per micro-batch
+    grad_accum: int = setting(1, at_least=1)  # micro-batches per optimiser step (a batch of
+    # 256 x 2048 tokens, Hyperloop App. A, on one GPU)
+    lr: float = setting(6e-4, above=0)  # peak learning rate
+    min_lr: float | None = setting(
+        None, at_least=0
+    )  # end of the decay; default lr / 10 (Hyperloop App. A: 4e-4 -> 4e-5)
+    schedule: str = setting("cosine", choices=SCHEDULES)  # wsd: warmup-stable-decay (AbbIE §3.2)
+    warmup: float = setting(
+        0.05, at_least=0
+    )  # fraction of the steps (< 1) or a number of steps (>= 1)
+    decay: float = setting(
+        0.2, at_least=0, at_most=1
+    )  # wsd: fraction of the steps in the final decay (AbbIE §3.2)
     weight_decay: float = setting(0.1, at_least=0)
     beta1: float = setting(0.9, at_least=0, at_most=1)
     beta2: float = setting(0.95, at_least=0, at_most=1)
-    grad_clip: float = setting(1.0, at_least=0)              # max gradient norm; 0 turns clipping off
-    eval_every: int = setting(0, at_least=0)                 # steps between evaluations; 0: val_points of them
-    val_points: int = setting(3, at_least=0)                 # evaluations spread over the run (eval_every 0), besides the last
+    grad_clip: float = setting(1.0, at_least=0)  # max gradient norm; 0 turns clipping off
+    eval_every: int = setting(0, at_least=0)  # steps between evaluations; 0: val_points of them
+    val_points: int = setting(
+        3, at_least=0
+    )  # evaluations spread over the run (eval_every 0), besides the last
     eval_tokens: int | str = setting(65_536, parse=parse_amount)  # held-out tokens per source
     precision: str = setting("auto", choices=PRECISIONS)
     compile: bool = True
     seed: int = setting(0, at_least=0)
-    device: str = "auto"                                     # auto, cpu, cuda, cuda:1, ...
+    device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
 
     def __post_init__(self):
         checked = self.checked(vars(self))
@@ -109,7 +121,9 @@ class TrainConfig:
             return False
         if self.eval_every:
             return done % self.eval_every == 0
-        return any(done == round(total * k / (self.val_points + 1)) for k in range(1, self.val_points + 1))
+        return any(
+            done == round(total * k / (self.val_points + 1)) for k in range(1, self.val_points + 1)
+        )
 
     def decay_steps(self, total: int) -> int:
         """`wsd`: the steps of the final decay."""

@@ -5,10 +5,17 @@ its sampler, the rows a search writes, the live view. Names load on first use, s
 import importlib
 
 _EXPORTS = {
-    "SearchOptions": "driver", "SearchSummary": "driver", "run_search": "driver", "check_declared": "driver",
+    "SearchOptions": "driver",
+    "SearchSummary": "driver",
+    "run_search": "driver",
+    "check_declared": "driver",
     "SearchHalted": "halt",
-    "ray_processes": "ray_session", "temp_dir": "ray_session",
-    "OPTUNA_DB": "study", "SAMPLERS": "study", "StudyError": "study", "storage_url": "study",
+    "ray_processes": "ray_session",
+    "temp_dir": "ray_session",
+    "OPTUNA_DB": "study",
+    "SAMPLERS": "study",
+    "StudyError": "study",
+    "storage_url": "study",
     "STORAGE_WAIT_S": "storage",
 }
 __all__ = list(_EXPORTS)

@@ -23,14 +23,22 @@ from benchmark.search import rows
 from benchmark.search.context import TrialContext
 from benchmark.search.halt import Halt
 from benchmark.search.live import LiveView
-from benchmark.store import StoreFull
 from benchmark.search.ray_session import free_resources
+from benchmark.store import StoreFull
 from benchmark.trial import release_workers
 
 
 class SearchCallback(Callback):
-    def __init__(self, view: LiveView, ctx: TrialContext, pending_timeout_s: float | None = None,
-                 asks: str = "", searcher=None, poll=None, beat=None):
+    def __init__(
+        self,
+        view: LiveView,
+        ctx: TrialContext,
+        pending_timeout_s: float | None = None,
+        asks: str = "",
+        searcher=None,
+        poll=None,
+        beat=None,
+    ):
         self.view, self.ctx, self.searcher, self.poll, self.beat = view, ctx, searcher, poll, beat
         self.metric = view.metric
         self.pending_timeout_s, self.asks = pending_timeout_s, asks
@@ -52,9 +60,14 @@ class SearchCallback(Callback):
             return
         waited = time.monotonic() - self._progress
         if waited > self.pending_timeout_s and self.halt is None:
-            self.stop(Halt("resources", f"no trial has started for {waited:.0f} s: each asks for {self.asks}, "
-                                      f"and the cluster has {free_resources()}. Lower --cpus-per-trial / "
-                                      "--gpus-per-trial, or add a node that has them"))
+            self.stop(
+                Halt(
+                    "resources",
+                    f"no trial has started for {waited:.0f} s: each asks for {self.asks}, "
+                    f"and the cluster has {free_resources()}. Lower --cpus-per-trial / "
+                    "--gpus-per-trial, or add a node that has them",
+                )
+            )
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.view.trial_started(trial.trial_id)
@@ -63,7 +76,9 @@ class SearchCallback(Callback):
         value = result.get(self.metric)
         if value is not None and math.isfinite(value):
             spec = trial.config.get("spec") or {}
-            self.view.trial_result(value, f"{trial.config.get('family')} {spec.get('d_model', '')}d")
+            self.view.trial_result(
+                value, f"{trial.config.get('family')} {spec.get('d_model', '')}d"
+            )
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._done(trial, error=False)
@@ -83,17 +98,27 @@ class SearchCallback(Callback):
     def _done(self, trial, error: bool) -> None:
         self._release(trial)
         last = trial.last_result or {}
-        self.view.forget(f"t{int(trial.config['optuna_trial']):04d}")  # its rows' names (TrialContext.trial_id)
+        self.view.forget(
+            f"t{int(trial.config['optuna_trial']):04d}"
+        )  # its rows' names (TrialContext.trial_id)
         if last.get("store_full"):
             self.stop(Halt("store_full", last["store_full"]))
         if last.get("row_written"):
-            self.view.trial_done(trial.trial_id, last.get("status", "ok"), float(last.get("trial_wall_s") or 0.0))
+            self.view.trial_done(
+                trial.trial_id, last.get("status", "ok"), float(last.get("trial_wall_s") or 0.0)
+            )
             return
         status = "failed" if error else "pruned"
         number = int(trial.config["optuna_trial"])
         try:
-            if not (status == "failed" and rows.trial_rows(self.ctx.study_dir, number)):  # else: written by the trial
-                reason = None if status == "pruned" else str(getattr(trial, "error_msg", None) or "the trial's worker died")
+            if not (
+                status == "failed" and rows.trial_rows(self.ctx.study_dir, number)
+            ):  # else: written by the trial
+                reason = (
+                    None
+                    if status == "pruned"
+                    else str(getattr(trial, "error_msg", None) or "the trial's worker died")
+                )
                 rows.write(self.ctx, rows.unfinished(self.ctx, trial.config, last, status, reason))
         except StoreFull as e:
             self.stop(Halt("store_full", str(e)))

@@ -27,10 +27,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from benchmark.data import DataConfig
-from benchmark.search import SAMPLERS, STORAGE_WAIT_S, loggers
 from benchmark.arch.counting import COUNTS
+from benchmark.data import DataConfig
 from benchmark.recipe import PRECISIONS, TrainConfig, parse_tokens
+from benchmark.search import SAMPLERS, STORAGE_WAIT_S, loggers
 from benchmark.search.gate import LIMIT_HOURS, too_big
 from benchmark.space.language import SearchSpace, SpaceError, load_space, parse_budgets
 from benchmark.space.source import Override, parse_set
@@ -39,19 +39,39 @@ from benchmark.store.results import ResultsError, check_study_name
 
 PLAN, SEARCH = "shapebench plan", "shapebench search"  # the commands, as their messages begin
 DEFAULT_SPACE = Path(__file__).resolve().parents[2] / "search_spaces" / "default.yaml"
-SEARCH_ONLY = ("name", "results", "resume", "address", "seeds", "time_budget", "concurrency", "sampler", "storage", "rerun",
-               "storage_wait", "cpus_per_trial", "gpus_per_trial", "workers_per_trial", "parallel", "yes", "pending_timeout",
-               "spec", "checkpoint")  # search-only flags
+SEARCH_ONLY = (
+    "name",
+    "results",
+    "resume",
+    "address",
+    "seeds",
+    "time_budget",
+    "concurrency",
+    "sampler",
+    "storage",
+    "rerun",
+    "storage_wait",
+    "cpus_per_trial",
+    "gpus_per_trial",
+    "workers_per_trial",
+    "parallel",
+    "yes",
+    "pending_timeout",
+    "spec",
+    "checkpoint",
+)  # search-only flags
 
 
 def _checked(parse):
     """An argparse type that reports the parser's own message."""
+
     def convert(text: str) -> str:
         try:
             parse(text)
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
         return text
+
     return convert
 
 
@@ -63,77 +83,159 @@ def _positive(text: str) -> int:
 
 def _space_flags(p: argparse.ArgumentParser) -> None:
     """The flags a plan and its search share: which space, at what budget, trained how."""
-    p.add_argument("space", nargs="?", default=None, help=f"search-space YAML (default: {DEFAULT_SPACE.name})")
-    p.add_argument("--budget", type=_checked(parse_budgets), help="parameter budget, e.g. 113M, 1.2B, 500K, "
-                   "or a ladder: 1M,2M,4M (every candidate at every budget)")
-    p.add_argument("--count", choices=COUNTS, help="what the budget counts (default: the space's `count`)")
-    p.add_argument("--trials", type=_positive, help="candidates to sample (default: the space's `trials`)")
-    p.add_argument("--tokens", type=_checked(parse_tokens), help="training tokens: 20x (per parameter) or 5M")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="set a key of the space over the file, "
-                   "VALUE as YAML (repeatable): --set training.seq_len=128 --set 'axes.family=[transformer, looped]'")
+    p.add_argument(
+        "space", nargs="?", default=None, help=f"search-space YAML (default: {DEFAULT_SPACE.name})"
+    )
+    p.add_argument(
+        "--budget",
+        type=_checked(parse_budgets),
+        help="parameter budget, e.g. 113M, 1.2B, 500K, "
+        "or a ladder: 1M,2M,4M (every candidate at every budget)",
+    )
+    p.add_argument(
+        "--count", choices=COUNTS, help="what the budget counts (default: the space's `count`)"
+    )
+    p.add_argument(
+        "--trials", type=_positive, help="candidates to sample (default: the space's `trials`)"
+    )
+    p.add_argument(
+        "--tokens", type=_checked(parse_tokens), help="training tokens: 20x (per parameter) or 5M"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="set a key of the space over the file, "
+        "VALUE as YAML (repeatable): --set training.seq_len=128 --set 'axes.family=[transformer, looped]'",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for sampling candidates (default 0)")
     loggers.add_flags(p)
-    p.add_argument("--data", default=DataConfig.source, help="corpus: embedded, embedded:wiki,bible, hf:NAME, or "
-                   "files (default: %(default)s)")
-    p.add_argument("--tokenizer", default=DataConfig.tokenizer, help="bpe, bpe:VOCAB, gpt2 or hf:NAME "
-                   "(default: %(default)s; bpe = 8192)")
-    p.add_argument("--precision", choices=PRECISIONS, help="autocast policy (default: the space's "
-                   f"training.precision, else {TrainConfig.precision})")
+    p.add_argument(
+        "--data",
+        default=DataConfig.source,
+        help="corpus: embedded, embedded:wiki,bible, hf:NAME, or files (default: %(default)s)",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=DataConfig.tokenizer,
+        help="bpe, bpe:VOCAB, gpt2 or hf:NAME (default: %(default)s; bpe = 8192)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="autocast policy (default: the space's "
+        f"training.precision, else {TrainConfig.precision})",
+    )
     p.add_argument("--no-compile", action="store_true", help="train eagerly (no torch.compile)")
 
 
 def _search_flags(p: argparse.ArgumentParser, hidden: bool) -> None:
     """The flags only a search uses (SEARCH_ONLY). A plan takes them `hidden`, to refuse them in
     one line of its own rather than argparse's usage message."""
+
     def add(*names, help: str, **kw) -> None:
         p.add_argument(*names, help=argparse.SUPPRESS if hidden else help, **kw)
 
     add("--name", type=_checked(check_study_name), help="study name (default: the space's name)")
-    add("--results", help="where rows go: a folder (local or NFS) or a URI such as s3://bucket/results "
-        f"(pyarrow.fs; default: {RESULTS_ROOT}/)")
-    add("--storage", help="Optuna storage URL shared by several drivers, e.g. postgresql://... "
-        "(default: SQLite in the study folder)")
-    add("--storage-wait", type=_checked(parse_duration), help="how long the study's database may be away "
-        f"(a restart, a failover) before the search stops, resumable (default {STORAGE_WAIT_S:g} s)")
+    add(
+        "--results",
+        help="where rows go: a folder (local or NFS) or a URI such as s3://bucket/results "
+        f"(pyarrow.fs; default: {RESULTS_ROOT}/)",
+    )
+    add(
+        "--storage",
+        help="Optuna storage URL shared by several drivers, e.g. postgresql://... "
+        "(default: SQLite in the study folder)",
+    )
+    add(
+        "--storage-wait",
+        type=_checked(parse_duration),
+        help="how long the study's database may be away "
+        f"(a restart, a failover) before the search stops, resumable (default {STORAGE_WAIT_S:g} s)",
+    )
     add("--resume", action="store_true", help="continue an interrupted study")
-    add("--rerun", action="append", metavar="COLUMN=VALUE", help="train anew the finished candidates whose rows match")
+    add(
+        "--rerun",
+        action="append",
+        metavar="COLUMN=VALUE",
+        help="train anew the finished candidates whose rows match",
+    )
     add("--address", help="Ray cluster address, e.g. auto")
-    add("--seeds", type=_positive, help="train every chosen candidate with N seeds (default: the space's "
-        "`seeds`, else 1)")
+    add(
+        "--seeds",
+        type=_positive,
+        help="train every chosen candidate with N seeds (default: the space's `seeds`, else 1)",
+    )
     add("--time-budget", type=_checked(parse_duration), help="cap the whole search, e.g. 30m, 2h")
-    add("--sampler", choices=SAMPLERS, help="Optuna sampler (default: auto, or the one a resumed study ran "
-        "with; docs/search-spaces.md#samplers)")
+    add(
+        "--sampler",
+        choices=SAMPLERS,
+        help="Optuna sampler (default: auto, or the one a resumed study ran "
+        "with; docs/search-spaces.md#samplers)",
+    )
     add("--concurrency", type=_positive, help="trials at once (default: as many as the nodes hold)")
-    add("--cpus-per-trial", type=_amount, help="CPUs per trial (default: the largest node's CPUs, shared by "
-        "the trials it runs at once)")
-    add("--gpus-per-trial", type=_amount, help="GPUs per trial, fractions share a GPU, e.g. 0.25 (default: 1 "
+    add(
+        "--cpus-per-trial",
+        type=_amount,
+        help="CPUs per trial (default: the largest node's CPUs, shared by "
+        "the trials it runs at once)",
+    )
+    add(
+        "--gpus-per-trial",
+        type=_amount,
+        help="GPUs per trial, fractions share a GPU, e.g. 0.25 (default: 1 "
         "when the cluster has GPUs); 2 or more runs each trial data-parallel on that many GPUs of one node "
-        "(docs/clusters.md)")
-    add("--workers-per-trial", type=_positive, help="run each trial as a Ray Train job of N workers (default: "
-        "--gpus-per-trial when 2 or more; on CPUs, gloo workers sharing --cpus-per-trial)")
-    add("--parallel", choices=("auto", "ddp", "fsdp"), help="how a trial of several workers shares the model: "
-        "ddp, fsdp (FSDP2), or auto: fsdp when its training state would not fit one GPU")
-    add("--pending-timeout", type=_checked(parse_duration), help="stop, naming what is missing, when no "
-        "trial can start for this long (default 10m)")
-    add("--yes", action="store_true", help=f"run a search estimated at more than {LIMIT_HOURS} h without asking")
+        "(docs/clusters.md)",
+    )
+    add(
+        "--workers-per-trial",
+        type=_positive,
+        help="run each trial as a Ray Train job of N workers (default: "
+        "--gpus-per-trial when 2 or more; on CPUs, gloo workers sharing --cpus-per-trial)",
+    )
+    add(
+        "--parallel",
+        choices=("auto", "ddp", "fsdp"),
+        help="how a trial of several workers shares the model: "
+        "ddp, fsdp (FSDP2), or auto: fsdp when its training state would not fit one GPU",
+    )
+    add(
+        "--pending-timeout",
+        type=_checked(parse_duration),
+        help="stop, naming what is missing, when no trial can start for this long (default 10m)",
+    )
+    add(
+        "--yes",
+        action="store_true",
+        help=f"run a search estimated at more than {LIMIT_HOURS} h without asking",
+    )
     add("--spec", help="train and evaluate one architecture (YAML) instead of a search")
     add("--checkpoint", help="with --spec: save the trained model here (safetensors + spec.json)")
 
 
 def build_plan_parser(prog: str = PLAN) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Resolve and print the candidates a search would "
-                                "train; train nothing.")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Resolve and print the candidates a search would train; train nothing.",
+    )
     _space_flags(p)
     p.add_argument("--json", action="store_true", help="one JSON object per candidate on stdout")
-    p.add_argument("--claims", metavar="FILE", help="then each claim of FILE on this space's study, its arms and "
-                   "the keys they differ in (as the board's --claims plans them)")
+    p.add_argument(
+        "--claims",
+        metavar="FILE",
+        help="then each claim of FILE on this space's study, its arms and "
+        "the keys they differ in (as the board's --claims plans them)",
+    )
     _search_flags(p, hidden=True)
     return p
 
 
 def build_search_parser(prog: str = SEARCH) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Run or resume an architecture search at a fixed "
-                                "parameter budget, or train one architecture (--spec).")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run or resume an architecture search at a fixed "
+        "parameter budget, or train one architecture (--spec).",
+    )
     _space_flags(p)
     _search_flags(p, hidden=False)
     # A plan's own flags, hidden: --claims is refused in one line; --json changes nothing here.
@@ -165,7 +267,9 @@ def parse_duration(text: str) -> float:
 def plan_main(argv: list[str] | None = None, prog: str = PLAN) -> int:
     """`shapebench plan`: exit 0, or 2 with one line for a space, a flag or a search-only flag."""
     args = build_plan_parser(prog).parse_args(argv)
-    given = [f"--{f.replace('_', '-')}" for f in SEARCH_ONLY if getattr(args, f) not in (None, False)]
+    given = [
+        f"--{f.replace('_', '-')}" for f in SEARCH_ONLY if getattr(args, f) not in (None, False)
+    ]
     if given:
         verb = "applies" if len(given) == 1 else "apply"
         print(f"{PLAN}: {', '.join(given)} {verb} only to a search, not to a plan", file=sys.stderr)
@@ -186,7 +290,10 @@ def search_main(argv: list[str] | None = None, prog: str = SEARCH) -> int:
     """`shapebench search`: the exit codes of the module docstring."""
     args = build_search_parser(prog).parse_args(argv)
     if args.spec and args.set:
-        print(f"{SEARCH}: --set sets a key of a search space, not of --spec (edit the spec file)", file=sys.stderr)
+        print(
+            f"{SEARCH}: --set sets a key of a search space, not of --spec (edit the spec file)",
+            file=sys.stderr,
+        )
         return 2
     if args.spec:
         return _run_single(args)
@@ -198,15 +305,23 @@ def search_main(argv: list[str] | None = None, prog: str = SEARCH) -> int:
 
 
 def _run_single(args: argparse.Namespace) -> int:
-    from benchmark.trial.single import run_single  # torch and the trial: only a --spec run pays for them
+    from benchmark.trial.single import (
+        run_single,  # torch and the trial: only a --spec run pays for them
+    )
 
     try:
         data = _data(args)
     except ValueError as e:
         print(f"{SEARCH}: {e}", file=sys.stderr)
         return 2
-    return run_single(args.spec, tokens=args.tokens, seed=args.seed, policy=_policy(args), data=data,
-                      checkpoint=args.checkpoint)
+    return run_single(
+        args.spec,
+        tokens=args.tokens,
+        seed=args.seed,
+        policy=_policy(args),
+        data=data,
+        checkpoint=args.checkpoint,
+    )
 
 
 def _load(args: argparse.Namespace) -> SearchSpace:
@@ -220,8 +335,11 @@ SHORT_FOR = {"budget": "budget", "count": "count", "trials": "trials", "tokens":
 def overrides(args: argparse.Namespace) -> list[Override]:
     """The `--set`s in the order given, then the flags that are short for one (so they win)."""
     out = [parse_set(text) for text in args.set or ()]
-    return out + [Override.flag(flag, key, getattr(args, flag))
-                  for flag, key in SHORT_FOR.items() if getattr(args, flag) is not None]
+    return out + [
+        Override.flag(flag, key, getattr(args, flag))
+        for flag, key in SHORT_FOR.items()
+        if getattr(args, flag) is not None
+    ]
 
 
 def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
@@ -230,20 +348,31 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
     from benchmark.space.plan import records, render
 
     plan = _plan(space, args)
-    rows, search = records(plan, probe.estimates(plan, _trial_config(space, args))), timing.search_times()
+    rows, search = (
+        records(plan, probe.estimates(plan, _trial_config(space, args))),
+        timing.search_times(),
+    )
     render(plan, rows, wide_console(), search, as_json=args.json)
-    if args.claims:  # each claim of the file on this space's study: its arms, what differs, what is confounded
+    if (
+        args.claims
+    ):  # each claim of the file on this space's study: its arms, what differs, what is confounded
         from benchmark.leaderboard.claims.planned import for_plan
+
         return for_plan(args.claims, plan, sys.stderr if args.json else sys.stdout)
     return 0
 
 
 def _policy(args: argparse.Namespace) -> dict:
     """The flags' training settings, over the space's `training:`: only those given (its fp32 holds)."""
-    return {**({"precision": args.precision} if args.precision else {}), **({"compile": False} if args.no_compile else {})}
+    return {
+        **({"precision": args.precision} if args.precision else {}),
+        **({"compile": False} if args.no_compile else {}),
+    }
 
 
-def _trial_config(space: SearchSpace, args: argparse.Namespace) -> TrainConfig:  # as TrialContext makes it
+def _trial_config(
+    space: SearchSpace, args: argparse.Namespace
+) -> TrainConfig:  # as TrialContext makes it
     return TrainConfig.from_dict({**space.trial_training, **_policy(args)})
 
 
@@ -254,26 +383,49 @@ def _data(args: argparse.Namespace):
 
 def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
     """Run (or continue) the search: Ray Tune + OptunaSearch over `candidates.define_by_run(space)`."""
-    from benchmark.search import SearchHalted, StudyError, check_declared, run_search  # Ray, torch: a search only
+    from benchmark.search import (  # Ray, torch: a search only
+        SearchHalted,
+        StudyError,
+        check_declared,
+        run_search,
+    )
 
     console = Console(stderr=True)
     name = args.name or space.name
     try:
         if args.claims:
-            raise ValueError("--claims applies only to a plan (shapebench board --claims checks trained rows)")
+            raise ValueError(
+                "--claims applies only to a plan (shapebench board --claims checks trained rows)"
+            )
         opts = _options(space, args, name)
         if args.resume and not is_dir(opts.study_dir):
-            print(f"{SEARCH}: --resume: no study named {name!r} under {opts.results_dir}/", file=sys.stderr)
+            print(
+                f"{SEARCH}: --resume: no study named {name!r} under {opts.results_dir}/",
+                file=sys.stderr,
+            )
             return 2
         if args.resume:
             space = as_declared(space, args, opts.study_dir)
             opts = _options(space, args, name)
-        plan = _plan(space, args)  # before anything is trained: every candidate builds and its schedule fits
-        if not (args.yes or args.address or args.resume) and (stop := too_big(
-                plan, _trial_config(space, args), opts.seeds, name, args.space, args.budget)) is not None:
+        plan = _plan(
+            space, args
+        )  # before anything is trained: every candidate builds and its schedule fits
+        if (
+            not (args.yes or args.address or args.resume)
+            and (
+                stop := too_big(
+                    plan, _trial_config(space, args), opts.seeds, name, args.space, args.budget
+                )
+            )
+            is not None
+        ):
             return stop
-        check_results(opts.study_dir)  # before anything is trained: a path that cannot take rows is one line
-        check_declared(space, opts)    # a space edited since the study began: one line, before the header
+        check_results(
+            opts.study_dir
+        )  # before anything is trained: a path that cannot take rows is one line
+        check_declared(
+            space, opts
+        )  # a space edited since the study began: one line, before the header
     except (ResultsError, StudyError) as e:
         print(f"{SEARCH}: {name}: {e}", file=sys.stderr)
         return 2
@@ -283,18 +435,32 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"{SEARCH}: {e}", file=sys.stderr)
         return 2
-    console.print(f"[bold]{name}[/bold]: {space.description or space.name} -- {space.trials} trials, "
-                  f"budget {', '.join(map(str, space.budgets))} ({space.count}), tokens {space.training.get('tokens')}"
-                  + (f"; set on the command line: {escape(' '.join(space.overrides))}" if space.overrides else ""))
+    console.print(
+        f"[bold]{name}[/bold]: {space.description or space.name} -- {space.trials} trials, "
+        f"budget {', '.join(map(str, space.budgets))} ({space.count}), tokens {space.training.get('tokens')}"
+        + (
+            f"; set on the command line: {escape(' '.join(space.overrides))}"
+            if space.overrides
+            else ""
+        )
+    )
     try:
         s = run_search(space, opts, console, policy=_policy(args))
-    except (StudyError, ResultsError) as e:  # a study that cannot go on as asked, a results path that cannot be used
+    except (
+        StudyError,
+        ResultsError,
+    ) as e:  # a study that cannot go on as asked, a results path that cannot be used
         print(f"{SEARCH}: {name}: {e}", file=sys.stderr)
         return 2
     except SearchHalted as e:  # one line: what failed, where, what to try, and how to go on
-        then = "finished rows are kept; once there is space: " if e.kind == "store_full" else "then: "
-        print(f"{SEARCH}: {name}: stopped: {e}" + (f"; {then}{_resume_command(args, name)}" if e.halt.resumable
-                                                        else ""), file=sys.stderr)
+        then = (
+            "finished rows are kept; once there is space: " if e.kind == "store_full" else "then: "
+        )
+        print(
+            f"{SEARCH}: {name}: stopped: {e}"
+            + (f"; {then}{_resume_command(args, name)}" if e.halt.resumable else ""),
+            file=sys.stderr,
+        )
         return e.halt.exit_code
     _print_summary(console, s)
     return 0
@@ -303,14 +469,30 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
 def _options(space: SearchSpace, args: argparse.Namespace, name: str):
     from benchmark.search import SearchOptions
 
-    return SearchOptions(name=name, results_dir=args.results or Path("results"), seed=args.seed,
-                         seeds=args.seeds or space.seeds, concurrency=args.concurrency, address=args.address,
-                         storage=args.storage, cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
-                         workers_per_trial=args.workers_per_trial, parallel=args.parallel or "auto", rerun=tuple(args.rerun or ()),
-                         data=_data(args), sampler=args.sampler, resume_command=_resume_command(args, name), **loggers.options(args),
-                         time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
-                         **{f"{flag}_s": parse_duration(text) for flag in ("pending_timeout", "storage_wait")
-                            if (text := getattr(args, flag))})
+    return SearchOptions(
+        name=name,
+        results_dir=args.results or Path("results"),
+        seed=args.seed,
+        seeds=args.seeds or space.seeds,
+        concurrency=args.concurrency,
+        address=args.address,
+        storage=args.storage,
+        cpus_per_trial=args.cpus_per_trial,
+        gpus_per_trial=args.gpus_per_trial,
+        workers_per_trial=args.workers_per_trial,
+        parallel=args.parallel or "auto",
+        rerun=tuple(args.rerun or ()),
+        data=_data(args),
+        sampler=args.sampler,
+        resume_command=_resume_command(args, name),
+        **loggers.options(args),
+        time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
+        **{
+            f"{flag}_s": parse_duration(text)
+            for flag in ("pending_timeout", "storage_wait")
+            if (text := getattr(args, flag))
+        },
+    )
 
 
 def _resume_command(args: argparse.Namespace, name: str) -> str:
@@ -320,9 +502,17 @@ def _resume_command(args: argparse.Namespace, name: str) -> str:
     (else the rest of the study trains on another corpus, or in another precision)."""
     parts = [SEARCH] + ([args.space] if args.space else [])
     parts += [f"--name {name}"] + ([f"--results {args.results}"] if args.results else [])
-    parts += [f"--{flag} {getattr(args, flag)}" for flag in (*SHORT_FOR, "seeds") if getattr(args, flag) is not None]
+    parts += [
+        f"--{flag} {getattr(args, flag)}"
+        for flag in (*SHORT_FOR, "seeds")
+        if getattr(args, flag) is not None
+    ]
     defaults = {"data": DataConfig.source, "tokenizer": DataConfig.tokenizer, "precision": None}
-    parts += [f"--{flag} {getattr(args, flag)}" for flag, default in defaults.items() if getattr(args, flag) != default]
+    parts += [
+        f"--{flag} {getattr(args, flag)}"
+        for flag, default in defaults.items()
+        if getattr(args, flag) != default
+    ]
     parts += ["--no-compile"] if args.no_compile else []
     parts += ([f"--storage {args.storage}"] if args.storage else []) + ["--resume"]
     return " ".join(parts)
@@ -333,15 +523,21 @@ def as_declared(space: SearchSpace, args: argparse.Namespace, study_dir) -> Sear
     when none are given; different ones are refused, as a study is one experiment."""
     from benchmark.store.study import read_study_info
 
-    recorded = [t for t in read_study_info(study_dir).get("overrides") or () if t.startswith("--set ")]
+    recorded = [
+        t for t in read_study_info(study_dir).get("overrides") or () if t.startswith("--set ")
+    ]
     given = [o for o in space.source.overrides if o.given.startswith("--set ")]
     if [o.given for o in given] == recorded:
         return space
     if given:
-        raise ValueError(f"--resume: this study was run with {' '.join(recorded) or 'no --set'}; resume it with "
-                         "the same --set, or none to set them again (or start a new study with --name)")
+        raise ValueError(
+            f"--resume: this study was run with {' '.join(recorded) or 'no --set'}; resume it with "
+            "the same --set, or none to set them again (or start a new study with --name)"
+        )
     path = Path(args.space) if args.space else DEFAULT_SPACE
-    return load_space(path, [parse_set(t.removeprefix("--set ")) for t in recorded] + overrides(args))
+    return load_space(
+        path, [parse_set(t.removeprefix("--set ")) for t in recorded] + overrides(args)
+    )
 
 
 def _plan(space: SearchSpace, args: argparse.Namespace):
@@ -350,7 +546,9 @@ def _plan(space: SearchSpace, args: argparse.Namespace):
 
     from benchmark.space.plan import make_plan
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "study created" chatter from a sampled plan
+    optuna.logging.set_verbosity(
+        optuna.logging.WARNING
+    )  # no "study created" chatter from a sampled plan
     return make_plan(space, seed=args.seed)
 
 
@@ -360,18 +558,28 @@ def _print_summary(console, s) -> None:
     for note in s.notes:
         console.print(f"note: {note}")
     if s.others:
-        console.print(f"note: ran beside {len(s.others)} other driver(s) of this study ({', '.join(s.others)}); "
-                      "the counts of this run are its own")
-    console.print(f"\n{s.rows} rows in {s.study_dir}/ ({', '.join(f'{k} {v}' for k, v in s.statuses.items())}); "
-                  f"{s.finished_before} trials were already done, {s.ran} ran now, {s.written} rows written now, "
-                  f"in {s.wall_s:.0f}s"
-                  + (f"; orchestration overhead {s.overhead_s:.2f}s per trial" if s.overhead_s is not None else ""))
+        console.print(
+            f"note: ran beside {len(s.others)} other driver(s) of this study ({', '.join(s.others)}); "
+            "the counts of this run are its own"
+        )
+    console.print(
+        f"\n{s.rows} rows in {s.study_dir}/ ({', '.join(f'{k} {v}' for k, v in s.statuses.items())}); "
+        f"{s.finished_before} trials were already done, {s.ran} ran now, {s.written} rows written now, "
+        f"in {s.wall_s:.0f}s"
+        + (
+            f"; orchestration overhead {s.overhead_s:.2f}s per trial"
+            if s.overhead_s is not None
+            else ""
+        )
+    )
     if s.best:
         b = s.best
         at = "" if b["objective"] == "val_loss" else f"{b['objective']} {b['value']:.4g}, "
-        console.print(f"best by {b['objective']}: {b['trial_id']} {b['family']} {b['structure']} "
-                      f"{int(b['params_total']):,} params, {at}val_loss {b['val_loss']:.4f} (ppl {b['val_ppl']:.2f})")
-    console.print(f'load it:  pandas.read_parquet("{s.study_dir}")\nboard:    shapebench board {s.study_dir}\n'
-                  f'study:    optuna-dashboard {storage_url(s.study_dir, s.storage)}   (sampler: {s.sampler})')
-
-
+        console.print(
+            f"best by {b['objective']}: {b['trial_id']} {b['family']} {b['structure']} "
+            f"{int(b['params_total']):,} params, {at}val_loss {b['val_loss']:.4f} (ppl {b['val_ppl']:.2f})"
+        )
+    console.print(
+        f'load it:  pandas.read_parquet("{s.study_dir}")\nboard:    shapebench board {s.study_dir}\n'
+        f"study:    optuna-dashboard {storage_url(s.study_dir, s.storage)}   (sampler: {s.sampler})"
+    )

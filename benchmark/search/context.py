@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from benchmark.recipe import TrainConfig, QuantizeConfig
+from benchmark.recipe import QuantizeConfig, TrainConfig
 from benchmark.store import is_uri
 
 if TYPE_CHECKING:  # the command line reads this package without loading the data stack
@@ -18,23 +18,25 @@ if TYPE_CHECKING:  # the command line reads this package without loading the dat
 @dataclass(frozen=True, kw_only=True)
 class TrialContext:
     study: str
-    study_dir: str                       # absolute path or URI: workers may run in another directory
-    fallback_dir: str | None = None      # rows go here when the results disk is full (rows.write)
+    study_dir: str  # absolute path or URI: workers may run in another directory
+    fallback_dir: str | None = None  # rows go here when the results disk is full (rows.write)
     data: DataConfig
-    training: Mapping[str, Any]          # the space's `training:` section (plus eval_every for ASHA)
+    training: Mapping[str, Any]  # the space's `training:` section (plus eval_every for ASHA)
     quantize: Mapping[str, Any] = field(default_factory=dict)  # the space's `quantize:` section
-    count: str                           # the budget's count rule: which column `params` is
-    objectives: tuple[str, ...]          # metric names, as declared (store/metrics.py)
+    count: str  # the budget's count rule: which column `params` is
+    objectives: tuple[str, ...]  # metric names, as declared (store/metrics.py)
     seed: int = 0
-    seeds: int = 1                       # every candidate is trained with seeds seed .. seed+seeds-1
+    seeds: int = 1  # every candidate is trained with seeds seed .. seed+seeds-1
     retries: int = 1
-    threads: int = 1                     # torch threads per trial
-    workers: Any = None                  # a Train job's workers (trial/distributed.py Workers); None: one process
+    threads: int = 1  # torch threads per trial
+    workers: Any = None  # a Train job's workers (trial/distributed.py Workers); None: one process
     checkpoints: bool = False
-    policy: Mapping[str, Any] = field(default_factory=dict)  # precision / compile / device overrides
-    progress: Any = None                 # the progress board's actor handle (search/progress.py)
-    tune: Any = None                     # the space's `tune:` (space/tuning.Tune): each candidate tuned first
-    report_curves: bool = False          # report each curve point to Tune (--tensorboard, --mlflow)
+    policy: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # precision / compile / device overrides
+    progress: Any = None  # the progress board's actor handle (search/progress.py)
+    tune: Any = None  # the space's `tune:` (space/tuning.Tune): each candidate tuned first
+    report_curves: bool = False  # report each curve point to Tune (--tensorboard, --mlflow)
 
     def trial_id(self, number: int, seed: int | None = None) -> str:
         """A trial's name in the results: its Optuna number, plus the seed when there are several."""
@@ -47,8 +49,15 @@ class TrialContext:
     def train_config(self, seed: int, setting: Mapping[str, Any] | None = None):
         """`setting`: training settings a `tune:` grid sets over the space's (a point of the grid)."""
         # as SearchSpace.trial_training: `tokens_per` defaults to the budget's count, the space may set it
-        return TrainConfig.from_dict({"tokens_per": self.count, **self.training, **(setting or {}), "seed": seed,
-                                      **self.policy})
+        return TrainConfig.from_dict(
+            {
+                "tokens_per": self.count,
+                **self.training,
+                **(setting or {}),
+                "seed": seed,
+                **self.policy,
+            }
+        )
 
     def quantize_config(self):
         return QuantizeConfig.from_dict(self.quantize)

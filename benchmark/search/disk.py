@@ -30,8 +30,10 @@ def check_space(space, opts, remaining: int, summary, console) -> None:
     """Warn, before training, when the results disk has less room than the search will write."""
     free = location.free_bytes(opts.study_dir)
     if free is not None and free < space_needed(space, opts, remaining):
-        note = (f"{opts.study_dir}: {space_line(space, opts, remaining)} (rows, study, Ray state"
-                f"{', checkpoints' if opts.checkpoints else ''})")
+        note = (
+            f"{opts.study_dir}: {space_line(space, opts, remaining)} (rows, study, Ray state"
+            f"{', checkpoints' if opts.checkpoints else ''})"
+        )
         summary.notes.append(note)
         if console is not None:
             console.print(f"[yellow]warning:[/yellow] {note}")

@@ -37,46 +37,71 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.data import DataConfig, cache_root, prepare
+from benchmark.recipe import parse_tokens
 from benchmark.search import disk, drivers, ray_session, resume
 from benchmark.search import study as studies
 from benchmark.search.context import TrialContext
-from benchmark.search.rows import best_row
 from benchmark.search.halt import Halt, SearchHalted
+from benchmark.search.progress import Poll, start_board
+from benchmark.search.rows import best_row
 from benchmark.search.storage import STORAGE_WAIT_S, StorageUnavailable
-from benchmark.store import (
-    location, metrics, finished_trials, read_study, trial_files, STUDY_FILE, read_study_info, write_study_info,
-    speeds, code_version
-)
 from benchmark.space import first_points, seeds_message
-from benchmark.search.progress import start_board, Poll
-from benchmark.recipe import parse_tokens
+from benchmark.store import (
+    STUDY_FILE,
+    code_version,
+    finished_trials,
+    location,
+    metrics,
+    read_study,
+    read_study_info,
+    speeds,
+    trial_files,
+    write_study_info,
+)
+
 
 @dataclass(frozen=True, kw_only=True)
 class SearchOptions:
     name: str
-    results_dir: str | Path = Path(location.RESULTS_ROOT)   # a local or NFS folder, or a URI (s3://, gs://: pyarrow.fs)
+    results_dir: str | Path = Path(
+        location.RESULTS_ROOT
+    )  # a local or NFS folder, or a URI (s3://, gs://: pyarrow.fs)
     seed: int = 0
-    seeds: int = 1                   # train every chosen candidate with this many seeds
-    concurrency: int | None = None   # default: as many trials as the nodes hold (search/resources.py)
-    cpus_per_trial: float | None = None   # default: the largest node's CPUs, shared by its trials
-    gpus_per_trial: float | None = None   # default: 1 when a node has GPUs (fractions share a GPU); >= 2: workers
-    workers_per_trial: int | None = None  # a trial as a Ray Train job of this many workers (default: gpus if >= 2)
-    parallel: str = "auto"                # such a trial's wrapper: ddp, fsdp, or auto (trial/distributed.py)
-    address: str | None = None       # an existing Ray cluster ("auto", "HOST:PORT")
-    storage: str | None = None       # an Optuna RDB URL; default: SQLite beside the rows (study.storage_url)
-    storage_wait_s: float = STORAGE_WAIT_S  # how long its database may be away: a restart, a failover (storage.py)
+    seeds: int = 1  # train every chosen candidate with this many seeds
+    concurrency: int | None = (
+        None  # default: as many trials as the nodes hold (search/resources.py)
+    )
+    cpus_per_trial: float | None = None  # default: the largest node's CPUs, shared by its trials
+    gpus_per_trial: float | None = (
+        None  # default: 1 when a node has GPUs (fractions share a GPU); >= 2: workers
+    )
+    workers_per_trial: int | None = (
+        None  # a trial as a Ray Train job of this many workers (default: gpus if >= 2)
+    )
+    parallel: str = "auto"  # such a trial's wrapper: ddp, fsdp, or auto (trial/distributed.py)
+    address: str | None = None  # an existing Ray cluster ("auto", "HOST:PORT")
+    storage: str | None = (
+        None  # an Optuna RDB URL; default: SQLite beside the rows (study.storage_url)
+    )
+    storage_wait_s: float = (
+        STORAGE_WAIT_S  # how long its database may be away: a restart, a failover (storage.py)
+    )
     time_budget_s: float | None = None
-    retries: int = 1                 # an exception is retried this many times, then recorded as failed
-    node_retries: int = 3            # a trial whose worker or node is lost runs again elsewhere
-    pending_timeout_s: float = 600.0  # stop, saying what is missing, when no trial starts for this long
+    retries: int = 1  # an exception is retried this many times, then recorded as failed
+    node_retries: int = 3  # a trial whose worker or node is lost runs again elsewhere
+    pending_timeout_s: float = (
+        600.0  # stop, saying what is missing, when no trial starts for this long
+    )
     data: DataConfig = field(default_factory=DataConfig)
-    asha: bool = True                # successive halving over tokens when there is one objective
-    checkpoints: bool = False        # keep each trial's weights under <study>/_checkpoints
-    sampler: str | None = None       # None: the study's recorded sampler, else "auto" (study.py)
-    resume_command: str = ""         # how the user goes on after a stop, for the one line that says so
-    rerun: tuple[str, ...] = ()      # --rerun COLUMN=VALUE: the finished trials with a matching row train anew
-    tensorboard: bool = False        # every trial's curve to TensorBoard too (search/loggers.py)
-    mlflow: str | None = None        # ... and to MLflow: a folder (its SQLite store) or a tracking URI
+    asha: bool = True  # successive halving over tokens when there is one objective
+    checkpoints: bool = False  # keep each trial's weights under <study>/_checkpoints
+    sampler: str | None = None  # None: the study's recorded sampler, else "auto" (study.py)
+    resume_command: str = ""  # how the user goes on after a stop, for the one line that says so
+    rerun: tuple[
+        str, ...
+    ] = ()  # --rerun COLUMN=VALUE: the finished trials with a matching row train anew
+    tensorboard: bool = False  # every trial's curve to TensorBoard too (search/loggers.py)
+    mlflow: str | None = None  # ... and to MLflow: a folder (its SQLite store) or a tracking URI
 
     @property
     def study_dir(self) -> str:
@@ -87,22 +112,29 @@ class SearchOptions:
 class SearchSummary:
     """What one driver's search did: the study's totals, and what this driver ran and wrote (other
     drivers of the study count their own)."""
+
     study_dir: str
-    requested: int                         # the study's `trials:`
-    finished_before: int                   # trials with rows when this driver started
-    ran: int = 0                           # trials this driver ran to their end
-    rows: int = 0                          # rows in the study now, every driver's
+    requested: int  # the study's `trials:`
+    finished_before: int  # trials with rows when this driver started
+    ran: int = 0  # trials this driver ran to their end
+    rows: int = 0  # rows in the study now, every driver's
     statuses: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
     overhead_s: float | None = None
-    best: dict[str, Any] | None = None    # rows.best_row: the ok row best at `ranked_by`
-    ranked_by: tuple[str, str, str] = ("val_loss", "min", "total")   # first objective, direction, count
+    best: dict[str, Any] | None = None  # rows.best_row: the ok row best at `ranked_by`
+    ranked_by: tuple[str, str, str] = (
+        "val_loss",
+        "min",
+        "total",
+    )  # first objective, direction, count
     sampler: str | None = None
-    storage: str | None = None             # --storage, when the study is not in SQLite beside the rows
-    written: int = 0                       # row files this driver wrote
-    others: list[str] = field(default_factory=list)  # the other drivers running the study when it began
-    notes: list[str] = field(default_factory=list)   # set-aside or recovered rows, a low disk
-    progress_reads: int = 0                # reads of the trials' progress board that had news
+    storage: str | None = None  # --storage, when the study is not in SQLite beside the rows
+    written: int = 0  # row files this driver wrote
+    others: list[str] = field(
+        default_factory=list
+    )  # the other drivers running the study when it began
+    notes: list[str] = field(default_factory=list)  # set-aside or recovered rows, a low disk
+    progress_reads: int = 0  # reads of the trials' progress board that had news
     # For the next plan's estimate (_record_times): the driver's spans of its trials added up,
     # the data's preparation (once per node, then cached), and whether this search started its own
     # Ray on this machine and ran its trials there one at a time.
@@ -111,7 +143,9 @@ class SearchSummary:
     timed_here: bool = False
 
 
-def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] | None = None) -> SearchSummary:
+def run_search(
+    space, opts: SearchOptions, console=None, policy: dict[str, Any] | None = None
+) -> SearchSummary:
     """Run (or continue) a study until `space.trials` candidates have results. StudyError, with
     nothing written, for a space that is not the one the study declared or a study that cannot be
     shared as asked; SearchHalted when it stops early."""
@@ -134,11 +168,19 @@ def run_search(space, opts: SearchOptions, console=None, policy: dict[str, Any] 
 
 def check_declared(space, opts: SearchOptions) -> None:
     """StudyError, writing nothing, when `space` is not the space the study declared."""
-    studies.check_declared(space, opts.seeds, read_study_info(opts.study_dir), location.join(opts.study_dir, STUDY_FILE),
-                           opts.name, first_seed=opts.seed)
+    studies.check_declared(
+        space,
+        opts.seeds,
+        read_study_info(opts.study_dir),
+        location.join(opts.study_dir, STUDY_FILE),
+        opts.name,
+        first_seed=opts.seed,
+    )
     final = range(opts.seed, opts.seed + opts.seeds)
     if space.tune and (shared := space.tune.shared(final)):
-        raise studies.StudyError(f"{space.source.file}: tune.seeds: {seeds_message(shared, final)} (--seed, --seeds)")
+        raise studies.StudyError(
+            f"{space.source.file}: tune.seeds: {seeds_message(shared, final)} (--seed, --seeds)"
+        )
 
 
 def _storage_kind(opts: SearchOptions) -> str:
@@ -147,37 +189,63 @@ def _storage_kind(opts: SearchOptions) -> str:
 
 def _search(space, opts: SearchOptions, console, policy, registry, others, slot) -> SearchSummary:
     t0 = time.perf_counter()
-    notes, set_aside = resume.prepare_store(opts.study_dir, opts.storage, fallback_dir(opts), others, opts.rerun)
+    notes, set_aside = resume.prepare_store(
+        opts.study_dir, opts.storage, fallback_dir(opts), others, opts.rerun
+    )
     before = set(trial_files(opts.study_dir))
     done = studies.finished_numbers(finished_trials(opts.study_dir))
     names, modes = [n for n, _ in space.objectives], [m for _, m in space.objectives]
     study, storage = _open(space, opts, names, modes)
     resume.run_again(study, set_aside, done)
-    sampler = studies.resolve_sampler(opts.sampler, study.user_attrs.get("sampler"), space, len(names))
+    sampler = studies.resolve_sampler(
+        opts.sampler, study.user_attrs.get("sampler"), space, len(names)
+    )
     ctx = _context(space, opts, names, policy, asha=_asha(space, opts, names))
     resume.close_running(study, ctx, live={d.id for d in others})
-    summary = SearchSummary(study_dir=opts.study_dir, requested=space.trials, finished_before=len(done),
-                            ranked_by=(names[0], modes[0], space.count), sampler=sampler, storage=opts.storage, notes=notes,
-                            others=[d.describe() for d in others])
+    summary = SearchSummary(
+        study_dir=opts.study_dir,
+        requested=space.trials,
+        finished_before=len(done),
+        ranked_by=(names[0], modes[0], space.count),
+        sampler=sampler,
+        storage=opts.storage,
+        notes=notes,
+        others=[d.describe() for d in others],
+    )
     quota = studies.Quota(ctx.study_dir, space.trials)
     remaining = max(0, space.trials - quota.taken(study))
     if remaining == 0:
         return _finish(summary, opts, t0, before)
     asked: list[int] = []
-    run = _Run(space=space, opts=opts, console=console, driving=_Driving(registry, slot, quota, asked), study=study,
-               storage=storage, sampler=sampler, modes=modes, remaining=remaining)
+    run = _Run(
+        space=space,
+        opts=opts,
+        console=console,
+        driving=_Driving(registry, slot, quota, asked),
+        study=study,
+        storage=storage,
+        sampler=sampler,
+        modes=modes,
+        remaining=remaining,
+    )
     try:
         halt = _run(run, ctx, summary)
     except Exception as e:  # the study database or Ray's state could not be written: a full disk?
         if not location.disk_full(e):
             raise
-        halt = Halt("store_full", f"{opts.study_dir}: the disk is full ({e.__class__.__name__} writing the study)")
+        halt = Halt(
+            "store_full",
+            f"{opts.study_dir}: the disk is full ({e.__class__.__name__} writing the study)",
+        )
     finally:
         _mirror_quietly(opts)
     _finish(summary, opts, t0, before, asked)
     if halt:
-        raise SearchHalted(replace(halt, message=f"{halt.message}; {disk.space_line(space, opts, remaining)}")
-                           if halt.kind == "store_full" else halt)
+        raise SearchHalted(
+            replace(halt, message=f"{halt.message}; {disk.space_line(space, opts, remaining)}")
+            if halt.kind == "store_full"
+            else halt
+        )
     _record_times(summary)
     return summary
 
@@ -186,6 +254,7 @@ def _search(space, opts: SearchOptions, console, policy, registry, others, slot)
 class _Driving:
     """This driver's share of a study that several may run: its registry entry, its Ray slot,
     the study's quota, and the trial numbers it asks (filled in as it runs)."""
+
     registry: drivers.Registry
     slot: ray_session.Slot | None
     quota: studies.Quota
@@ -196,14 +265,15 @@ class _Driving:
 class _Run:
     """What _run and _tune carry through one driver's search: the space and its options, the
     Optuna study it asks and the trials it has left to ask."""
+
     space: Any
     opts: SearchOptions
     console: Any
     driving: _Driving
-    study: Any                       # the optuna.Study (study.open_study)
-    storage: Any                     # its storage, which Ray's searcher opens again
-    sampler: str                     # the sampler's name (study.resolve_sampler)
-    modes: list[str]                 # each objective's "min" or "max"
+    study: Any  # the optuna.Study (study.open_study)
+    storage: Any  # its storage, which Ray's searcher opens again
+    sampler: str  # the sampler's name (study.resolve_sampler)
+    modes: list[str]  # each objective's "min" or "max"
     remaining: int
 
 
@@ -223,8 +293,14 @@ def fallback_dir(opts: SearchOptions) -> str:
 
 
 def _open(space, opts: SearchOptions, names, modes):
-    return studies.open_study(studies.storage_url(opts.study_dir, opts.storage), opts.name, names,
-                              [f"{m}imize" for m in modes], first_points(space), wait_s=opts.storage_wait_s)
+    return studies.open_study(
+        studies.storage_url(opts.study_dir, opts.storage),
+        opts.name,
+        names,
+        [f"{m}imize" for m in modes],
+        first_points(space),
+        wait_s=opts.storage_wait_s,
+    )
 
 
 def _run(run: _Run, ctx: TrialContext, summary: SearchSummary) -> Halt | None:
@@ -244,36 +320,60 @@ def _run(run: _Run, ctx: TrialContext, summary: SearchSummary) -> Halt | None:
         except ray_session.RayStartError as e:
             return Halt("ray", str(e))
         try:
-            res = ray_session.trial_resources(opts.cpus_per_trial, opts.gpus_per_trial, opts.concurrency,
-                                              opts.workers_per_trial)
+            res = ray_session.trial_resources(
+                opts.cpus_per_trial, opts.gpus_per_trial, opts.concurrency, opts.workers_per_trial
+            )
         except ValueError as e:  # ResourcesError: no node can hold a trial
             return Halt("resources", str(e))
-        ctx = replace(ctx, threads=res.threads, workers=res.worker_group(opts.parallel), progress=start_board())
-        seed = opts.seed + len(study.trials)  # a restored sampler's random state is not in the storage
-        optuna_sampler = studies.make_sampler(run.sampler, seed, len(run.modes), res.concurrency > 1, space.trials)
-        watching = ray_session.watch_head(opts.address, driving.slot, lambda line: _say_stopped(opts, line), owned)
+        ctx = replace(
+            ctx,
+            threads=res.threads,
+            workers=res.worker_group(opts.parallel),
+            progress=start_board(),
+        )
+        seed = opts.seed + len(
+            study.trials
+        )  # a restored sampler's random state is not in the storage
+        optuna_sampler = studies.make_sampler(
+            run.sampler, seed, len(run.modes), res.concurrency > 1, space.trials
+        )
+        watching = ray_session.watch_head(
+            opts.address, driving.slot, lambda line: _say_stopped(opts, line), owned
+        )
         try:
             view, halt = _tune(run, ctx, optuna_sampler, res)
         except Exception as e:
             if not ray_session.lost(e):
                 raise
-            return Halt("ray", ray_session.failure(e, opts.address, driving.slot, "lost its head node"))
+            return Halt(
+                "ray", ray_session.failure(e, opts.address, driving.slot, "lost its head node")
+            )
         finally:
             watching.set()
-        summary.ran, summary.overhead_s, summary.progress_reads = view.finished, view.overhead_s(), view.progress_reads
-        summary.busy_s = sum(view.spans)
-        # A trial that Tune stopped at --time-budget, or a node retry's first attempt, has no
-        # span: its time would count as the search's own.
-        summary.timed_here = (owned and not opts.address and res.concurrency == 1 and not view.running
-                              and opts.time_budget_s is None)
+        alone = owned and not opts.address and res.concurrency == 1 and opts.time_budget_s is None
+        _account(summary, view, timed=alone)
     finally:
         ray_session.stop(owned)
     import optuna
 
-    if not halt or halt.kind not in ("store_full", "storage"):  # else trials stay RUNNING: --resume closes them
-        resume.close_running(optuna.load_study(study_name=opts.name, storage=run.storage), ctx,
-                              live={d.id for d in driving.registry.others()})
+    # after a full disk or a storage away, trials stay RUNNING: --resume closes them
+    if not halt or halt.kind not in ("store_full", "storage"):
+        resume.close_running(
+            optuna.load_study(study_name=opts.name, storage=run.storage),
+            ctx,
+            live={d.id for d in driving.registry.others()},
+        )
     return halt
+
+
+def _account(summary: SearchSummary, view, timed: bool) -> None:
+    """What the live view saw, into the summary. `timed`: the trials ran one at a time on a Ray
+    this search started, on this machine, without --time-budget."""
+    summary.ran, summary.overhead_s = view.finished, view.overhead_s()
+    summary.progress_reads, summary.busy_s = view.progress_reads, sum(view.spans)
+    # A trial that Tune stopped at --time-budget, or a node retry's first attempt, has no
+    # span: its time would count as the search's own.
+    summary.timed_here = timed and not view.running
 
 
 def _say_stopped(opts: SearchOptions, line: str) -> None:
@@ -294,24 +394,42 @@ def _record_times(summary: SearchSummary) -> None:
     time they took on this machine."""
     if not summary.timed_here or summary.overhead_s is None:  # None: no trial reported its wall
         return
-    speeds.record_search(speeds.path_in(cache_root()), summary.wall_s - summary.busy_s - summary.prepare_s,
-                         summary.overhead_s)
+    speeds.record_search(
+        speeds.path_in(cache_root()),
+        summary.wall_s - summary.busy_s - summary.prepare_s,
+        summary.overhead_s,
+    )
 
 
 def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -> TrialContext:
-    return TrialContext(study=opts.name, study_dir=location.absolute(opts.study_dir), fallback_dir=fallback_dir(opts),
-                        data=opts.data,
-                        training={**space.training, "eval_every": _eval_every(space) if asha else 0},
-                        quantize=space.quantize,
-                        count=space.count, objectives=tuple(names), seed=opts.seed, seeds=opts.seeds,
-                        retries=opts.retries, checkpoints=opts.checkpoints, policy=policy or {}, tune=space.tune,
-                        report_curves=opts.tensorboard or bool(opts.mlflow))
+    return TrialContext(
+        study=opts.name,
+        study_dir=location.absolute(opts.study_dir),
+        fallback_dir=fallback_dir(opts),
+        data=opts.data,
+        training={**space.training, "eval_every": _eval_every(space) if asha else 0},
+        quantize=space.quantize,
+        count=space.count,
+        objectives=tuple(names),
+        seed=opts.seed,
+        seeds=opts.seeds,
+        retries=opts.retries,
+        checkpoints=opts.checkpoints,
+        policy=policy or {},
+        tune=space.tune,
+        report_curves=opts.tensorboard or bool(opts.mlflow),
+    )
 
 
 def _asha(space, opts: SearchOptions, names: list[str]) -> bool:
     """Successive halving, unless the space says `pruner: none`, needs one objective that the trial
     reports while it trains."""
-    return opts.asha and space.pruner == "asha" and len(names) == 1 and metrics.BY_NAME[names[0]].intermediate
+    return (
+        opts.asha
+        and space.pruner == "asha"
+        and len(names) == 1
+        and metrics.BY_NAME[names[0]].intermediate
+    )
 
 
 def _tune(run: _Run, ctx: TrialContext, sampler, res):
@@ -320,7 +438,6 @@ def _tune(run: _Run, ctx: TrialContext, sampler, res):
     # Ray Tune and the modules built on it load only when a search runs: the checks before it
     # (and `--plan`) stay light.
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import ConcurrencyLimiter
 
     from benchmark.search import loggers
@@ -330,43 +447,92 @@ def _tune(run: _Run, ctx: TrialContext, sampler, res):
     from benchmark.search.trainable import trainable
 
     space, opts, modes, driving = run.space, run.opts, run.modes, run.driving
-    searcher = make_searcher(studies.Sample(space), ctx, sampler, modes, run.storage, driver=driving.registry.me.id,
-                             quota=driving.quota)
+    searcher = make_searcher(
+        studies.Sample(space),
+        ctx,
+        sampler,
+        modes,
+        run.storage,
+        driver=driving.registry.me.id,
+        quota=driving.quota,
+    )
     searcher.asked = driving.asked  # the driver's list: what this search asked, for its summary
-    scheduler = None
-    if ctx.training["eval_every"]:
-        total = _total_tokens_hint(space)
-        scheduler = ASHAScheduler(time_attr="tokens", metric=ctx.objectives[0], mode=modes[0], max_t=total,
-                                  grace_period=max(1, total // 8), reduction_factor=3)
-    view = LiveView(run.console, opts.name, run.remaining, ctx.objectives[0], maximize=modes[0] == "max",
-                    seeds=ctx.seeds, first_seed=ctx.seed)
-    callback = SearchCallback(view, ctx, opts.pending_timeout_s, asks=res.describe(), searcher=searcher,
-                              poll=Poll(ctx.progress), beat=driving.registry.beat)
+    scheduler = _asha(space, ctx, modes) if ctx.training["eval_every"] else None
+    view = LiveView(
+        run.console,
+        opts.name,
+        run.remaining,
+        ctx.objectives[0],
+        maximize=modes[0] == "max",
+        seeds=ctx.seeds,
+        first_seed=ctx.seed,
+    )
+    callback = SearchCallback(
+        view,
+        ctx,
+        opts.pending_timeout_s,
+        asks=res.describe(),
+        searcher=searcher,
+        poll=Poll(ctx.progress),
+        beat=driving.registry.beat,
+    )
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(trainable, ctx=ctx), res.bundle()),
-        tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(searcher, max_concurrent=res.concurrency),
-                                    scheduler=scheduler, num_samples=run.remaining,
-                                    # a Train job's trial ends only with its actor: a stopped one would block reuse
-                                    reuse_actors=ctx.workers is None,
-                                    time_budget_s=opts.time_budget_s),
+        tune_config=tune.TuneConfig(
+            search_alg=ConcurrencyLimiter(searcher, max_concurrent=res.concurrency),
+            scheduler=scheduler,
+            num_samples=run.remaining,
+            # a Train job's trial ends only with its actor: a stopped one would block reuse
+            reuse_actors=ctx.workers is None,
+            time_budget_s=opts.time_budget_s,
+        ),
         # Ray Tune keeps its state beside the rows (through pyarrow.fs for a URI, as the rows)
-        run_config=tune.RunConfig(name="_ray", storage_path=ctx.study_dir, verbose=0, stop=StopAll(callback),
-                                  callbacks=[callback, *loggers.callbacks(opts.tensorboard, opts.mlflow, opts.name)],
-                                  log_to_file=False,
-                                  failure_config=tune.FailureConfig(max_failures=opts.node_retries)),
+        run_config=tune.RunConfig(
+            name="_ray",
+            storage_path=ctx.study_dir,
+            verbose=0,
+            stop=StopAll(callback),
+            callbacks=[callback, *loggers.callbacks(opts.tensorboard, opts.mlflow, opts.name)],
+            log_to_file=False,
+            failure_config=tune.FailureConfig(max_failures=opts.node_retries),
+        ),
     )
     with view, ray_session.quiet_full_disk():
         tuner.fit()
     return view, callback.halt or searcher.halt
 
 
+def _asha(space, ctx: TrialContext, modes):
+    """ASHA's successive halving over training tokens, on the first objective."""
+    from ray.tune.schedulers import ASHAScheduler  # Ray only when a search runs (as _tune)
+
+    total = _total_tokens_hint(space)
+    return ASHAScheduler(
+        time_attr="tokens",
+        metric=ctx.objectives[0],
+        mode=modes[0],
+        max_t=total,
+        grace_period=max(1, total // 8),
+        reduction_factor=3,
+    )
+
+
 def study_info(space, opts: SearchOptions, sampler: str, data) -> dict[str, Any]:
     """What the study declared and ran on: Optuna study attributes and <study>/_study.json."""
-    return {"space": space.name, "space_file": space.source.file, "description": space.description,
-            "trials": space.trials, "sampler": sampler, "seeds": opts.seeds, "seed": opts.seed,
-            "code_version": code_version(), "dataset_id": data.dataset_id,
-            "tokenizer_id": data.tokenizer.tokenizer_id, "overrides": list(space.overrides),
-            **studies.declaration(space)}
+    return {
+        "space": space.name,
+        "space_file": space.source.file,
+        "description": space.description,
+        "trials": space.trials,
+        "sampler": sampler,
+        "seeds": opts.seeds,
+        "seed": opts.seed,
+        "code_version": code_version(),
+        "dataset_id": data.dataset_id,
+        "tokenizer_id": data.tokenizer.tokenizer_id,
+        "overrides": list(space.overrides),
+        **studies.declaration(space),
+    }
 
 
 def _total_tokens_hint(space) -> int:
@@ -381,10 +547,13 @@ def _eval_every(space) -> int:
     return max(1, tokens // per_step // 8)
 
 
-def _finish(summary: SearchSummary, opts: SearchOptions, t0: float, before: set[str],
-            asked: list[int] = ()) -> SearchSummary:
+def _finish(
+    summary: SearchSummary, opts: SearchOptions, t0: float, before: set[str], asked: list[int] = ()
+) -> SearchSummary:
     mine = set(asked)
-    summary.written = sum(1 for f in set(trial_files(opts.study_dir)) - before if studies.trial_number(f) in mine)
+    summary.written = sum(
+        1 for f in set(trial_files(opts.study_dir)) - before if studies.trial_number(f) in mine
+    )
     df = read_study(opts.study_dir)
     summary.rows = len(df)
     summary.statuses = df["status"].value_counts().to_dict() if len(df) else {}

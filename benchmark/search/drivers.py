@@ -16,12 +16,12 @@ import socket
 import time
 from dataclasses import dataclass
 
-from benchmark.store import location
 from benchmark.search.study import StudyError
+from benchmark.store import location
 
 FOLDER = "_drivers"
-BEAT_S = 30.0     # how often a running driver refreshes its file
-GRACE_S = 180.0   # a driver on another machine is dead once its file is this old
+BEAT_S = 30.0  # how often a running driver refreshes its file
+GRACE_S = 180.0  # a driver on another machine is dead once its file is this old
 
 
 def _started(pid: int) -> str | None:
@@ -30,7 +30,7 @@ def _started(pid: int) -> str | None:
         stat = open(f"/proc/{pid}/stat", "rb").read()
     except OSError:
         return None
-    return stat[stat.rindex(b")") + 2:].split()[19].decode()
+    return stat[stat.rindex(b")") + 2 :].split()[19].decode()
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Driver:
     host: str
     pid: int
     started: str | None
-    storage: str        # "rdb", "sqlite" (beside the rows) or "sqlite-copy" (a URI's study, copied)
+    storage: str  # "rdb", "sqlite" (beside the rows) or "sqlite-copy" (a URI's study, copied)
 
     @property
     def id(self) -> str:
@@ -89,7 +89,9 @@ class Registry:
         """Write (or refresh, at most every BEAT_S) this driver's file."""
         now = time.time()
         if force or now - self._last >= BEAT_S:
-            location.write_bytes(self._path, json.dumps({"driver": self.me.__dict__, "beat": now}).encode())
+            location.write_bytes(
+                self._path, json.dumps({"driver": self.me.__dict__, "beat": now}).encode()
+            )
             self._last = now
 
     def end(self) -> None:
@@ -108,9 +110,19 @@ def check_shared(registry: Registry, others: list[Driver], on_uri: bool) -> None
     (--storage), or SQLite beside rows on this machine's disk (SQLite's file locks serialise its
     writers there, not across machines). StudyError, one line, otherwise."""
     me = registry.me
-    unsafe = [d for d in others if "sqlite-copy" in (d.storage, me.storage) or (d.storage != "rdb" and d.host != me.host)]
+    unsafe = [
+        d
+        for d in others
+        if "sqlite-copy" in (d.storage, me.storage) or (d.storage != "rdb" and d.host != me.host)
+    ]
     if unsafe:
-        why = ("each driver of a study on a URI keeps its own SQLite copy of the Optuna study, and the last to "
-               "end would overwrite the other's" if on_uri else "SQLite is not safe to share between machines")
-        raise StudyError(f"another driver is running this study ({unsafe[0].describe()}): {why}; wait for it to "
-                         "end, or run every driver with --storage postgresql://... (pip install -e '.[postgres]')")
+        why = (
+            "each driver of a study on a URI keeps its own SQLite copy of the Optuna study, and the last to "
+            "end would overwrite the other's"
+            if on_uri
+            else "SQLite is not safe to share between machines"
+        )
+        raise StudyError(
+            f"another driver is running this study ({unsafe[0].describe()}): {why}; wait for it to "
+            "end, or run every driver with --storage postgresql://... (pip install -e '.[postgres]')"
+        )

@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys
 
 from benchmark.perf import probe
-from benchmark.space.plan import Plan, records
 from benchmark.recipe import TrainConfig
+from benchmark.space.plan import Plan, records
 
 # A search estimated to take longer than this on one machine is a cluster job: it asks first.
 LIMIT_HOURS = 24
@@ -17,8 +17,9 @@ LIMIT_HOURS = 24
 ASSUMED_GPU_FLOPS = 400e12
 
 
-def too_big(plan: Plan, cfg: TrainConfig, seeds: int, name: str, space_arg: str | None,
-            budget: str | None) -> int | None:
+def too_big(
+    plan: Plan, cfg: TrainConfig, seeds: int, name: str, space_arg: str | None, budget: str | None
+) -> int | None:
     """Estimate first, ask before hours of training: None to go on, else the exit code. `cfg`: the
     trials' training settings (their precision and compilation, which the estimate trains with);
     `space_arg` and `budget` as given on the command line (None: not given), for the cluster command."""
@@ -28,14 +29,25 @@ def too_big(plan: Plan, cfg: TrainConfig, seeds: int, name: str, space_arg: str 
     hours = sum(r["est_seconds"] for r in recs) * seeds / 3600
     if hours <= LIMIT_HOURS:
         return None
-    gpu_hours = sum(r["flops_per_token_train"] * r["tokens"] for r in recs) * seeds / ASSUMED_GPU_FLOPS / 3600
-    print(f"shapebench search: {name}: {len(recs)} trials estimated at {hours:,.0f} machine-hours on this machine "
-          f"({flops / 1e9:.0f} GFLOP/s measured here), about {gpu_hours:,.1f} GPU-hours at an assumed "
-          f"{ASSUMED_GPU_FLOPS / 1e12:.0f} TFLOP/s per GPU. This is a cluster job (docs/clusters.md):\n"
-          f"  ray start --head --port 6379 --num-cpus 0   (each worker: ray start --address HEAD_IP:6379)\n"
-          f"  shapebench search {f'{space_arg} ' if space_arg else ''}--budget {budget or ','.join(map(str, space.budgets))}"
-          f" --address auto --results s3://BUCKET/results "
-          f"--gpus-per-trial 1\nAdd --yes to run it here anyway.", file=sys.stderr)
-    if sys.stdin.isatty() and input("Run it on this machine anyway? [y/N] ").strip().lower() in ("y", "yes"):
+    gpu_hours = (
+        sum(r["flops_per_token_train"] * r["tokens"] for r in recs)
+        * seeds
+        / ASSUMED_GPU_FLOPS
+        / 3600
+    )
+    print(
+        f"shapebench search: {name}: {len(recs)} trials estimated at {hours:,.0f} machine-hours on this machine "
+        f"({flops / 1e9:.0f} GFLOP/s measured here), about {gpu_hours:,.1f} GPU-hours at an assumed "
+        f"{ASSUMED_GPU_FLOPS / 1e12:.0f} TFLOP/s per GPU. This is a cluster job (docs/clusters.md):\n"
+        f"  ray start --head --port 6379 --num-cpus 0   (each worker: ray start --address HEAD_IP:6379)\n"
+        f"  shapebench search {f'{space_arg} ' if space_arg else ''}--budget {budget or ','.join(map(str, space.budgets))}"
+        f" --address auto --results s3://BUCKET/results "
+        f"--gpus-per-trial 1\nAdd --yes to run it here anyway.",
+        file=sys.stderr,
+    )
+    if sys.stdin.isatty() and input("Run it on this machine anyway? [y/N] ").strip().lower() in (
+        "y",
+        "yes",
+    ):
         return None
     return 2

@@ -13,9 +13,9 @@ EXIT_CODES = {"store_full": 3, "ray": 3, "storage": 3, "resources": 2}
 
 @dataclass(frozen=True)
 class Halt:
-    kind: str      # "store_full": the results disk is full; "resources": no trial can start on the
-    message: str   # cluster; "ray": Ray could not start or lost its head node; "storage": the Optuna
-                   # study's database did not answer for --storage-wait (search/storage.py)
+    kind: str  # "store_full": the results disk is full; "resources": no trial can start on the
+    message: str  # cluster; "ray": Ray could not start or lost its head node; "storage": the Optuna
+    # study's database did not answer for --storage-wait (search/storage.py)
 
     def __post_init__(self):
         if self.kind not in EXIT_CODES:

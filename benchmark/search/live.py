@@ -10,24 +10,38 @@ import re
 import time
 
 PLAIN_EVERY_S = 30.0  # a log gets a status line this often
-STALE_S = 120.0       # a trial that has posted nothing for this long is not shown as running
+STALE_S = 120.0  # a trial that has posted nothing for this long is not shown as running
 
 
 class LiveView:
-    def __init__(self, console, study: str, total: int, metric: str, maximize: bool = False,
-                 seeds: int = 1, first_seed: int = 0):
-        self.console, self.study, self.total, self.metric, self.maximize = console, study, total, metric, maximize
+    def __init__(
+        self,
+        console,
+        study: str,
+        total: int,
+        metric: str,
+        maximize: bool = False,
+        seeds: int = 1,
+        first_seed: int = 0,
+    ):
+        self.console, self.study, self.total, self.metric, self.maximize = (
+            console,
+            study,
+            total,
+            metric,
+            maximize,
+        )
         self.seeds, self.first_seed = seeds, first_seed  # a trial's seed runs, one after another
-        self.running: dict[str, float] = {}      # trial -> start time
+        self.running: dict[str, float] = {}  # trial -> start time
         self.statuses: dict[str, int] = {}
         self.finished = 0
-        self.spans: list[float] = []             # start -> complete, as the driver saw it
-        self.around: list[float] = []            # span - wall inside run_trial, per trial that reported it
+        self.spans: list[float] = []  # start -> complete, as the driver saw it
+        self.around: list[float] = []  # span - wall inside run_trial, per trial that reported it
         self.best: tuple[float, str] | None = None
         self.started = time.perf_counter()
         self._live = None
-        self.trials: dict[str, dict] = {}        # trial -> its latest progress, with tokens/s
-        self.ended: dict[str, float] = {}        # trial-name prefix -> when it ended
+        self.trials: dict[str, dict] = {}  # trial -> its latest progress, with tokens/s
+        self.ended: dict[str, float] = {}  # trial-name prefix -> when it ended
         self.progress_reads = 0
         self._printed = time.perf_counter()
 
@@ -64,8 +78,11 @@ class LiveView:
     def active(self) -> list[tuple[str, dict]]:
         """Trials still training that posted lately, by name."""
         now = time.time()
-        return sorted((k, v) for k, v in self.trials.items()
-                      if v["step"] < v["total"] and now - v["time"] < STALE_S and not self._ended(k, v))
+        return sorted(
+            (k, v)
+            for k, v in self.trials.items()
+            if v["step"] < v["total"] and now - v["time"] < STALE_S and not self._ended(k, v)
+        )
 
     def finishing(self) -> list[tuple[str, dict]]:
         """Seed runs whose training is done and whose trial goes on with its evaluations and
@@ -76,8 +93,13 @@ class LiveView:
         for k, v in self.trials.items():
             trial = seed_run(k)[0]
             latest[trial] = max(latest.get(trial, 0.0), v["time"])
-        return sorted((k, v) for k, v in self.trials.items()
-                      if v["step"] >= v["total"] and not self._ended(k, v) and v["time"] >= latest[seed_run(k)[0]])
+        return sorted(
+            (k, v)
+            for k, v in self.trials.items()
+            if v["step"] >= v["total"]
+            and not self._ended(k, v)
+            and v["time"] >= latest[seed_run(k)[0]]
+        )
 
     def shown(self) -> list[tuple[str, dict]]:
         """The seed runs the view lists: training, then finishing."""
@@ -101,7 +123,9 @@ class LiveView:
         if self.console is not None and self.console.is_terminal:
             from rich.live import Live
 
-            self._live = Live(self.render(), console=self.console, refresh_per_second=2, transient=False)
+            self._live = Live(
+                self.render(), console=self.console, refresh_per_second=2, transient=False
+            )
             self._live.__enter__()
         return self
 
@@ -118,13 +142,18 @@ class LiveView:
         t = Table.grid(padding=(0, 2))
         counts = " ".join(f"{k} {v}" for k, v in sorted(self.statuses.items())) or "-"
         t.add_row("[bold]study[/bold]", self.study)
-        t.add_row("trials", f"{self.finished}/{self.total} done, {len(self.running)} running ({counts})")
+        t.add_row(
+            "trials", f"{self.finished}/{self.total} done, {len(self.running)} running ({counts})"
+        )
         if self.best:
             t.add_row(f"best {self.metric}", f"{self.best[0]:.4f}  {self.best[1]}")
         for key, info in self.shown():
             t.add_row(f"  {key}", trial_line(info))
         eta = self.eta_s()
-        t.add_row("elapsed / ETA", f"{_hms(time.perf_counter() - self.started)} / {_hms(eta) if eta is not None else '?'}")
+        t.add_row(
+            "elapsed / ETA",
+            f"{_hms(time.perf_counter() - self.started)} / {_hms(eta) if eta is not None else '?'}",
+        )
         return t
 
     def refresh(self):
@@ -137,8 +166,10 @@ class LiveView:
     def plain(self) -> str:
         """One line for a log: counts, elapsed / ETA, then each running trial."""
         eta = self.eta_s()
-        head = (f"[{_hms(time.perf_counter() - self.started)} / ETA {_hms(eta) if eta is not None else '?'}] {self.study}: "
-                f"{self.finished}/{self.total} done, {len(self.running)} running")
+        head = (
+            f"[{_hms(time.perf_counter() - self.started)} / ETA {_hms(eta) if eta is not None else '?'}] {self.study}: "
+            f"{self.finished}/{self.total} done, {len(self.running)} running"
+        )
         return "; ".join([head, *(f"{k} {trial_line(v)}" for k, v in self.shown())])
 
     def eta_s(self) -> float | None:
@@ -149,7 +180,9 @@ class LiveView:
         shown = self.shown()
         per_trial = sum(self.spans) / len(self.spans) if self.spans else None
         if per_trial is None:
-            per_trial = self.seeds * max((trial_total_s(v) or 0 for _, v in shown), default=0) or None
+            per_trial = (
+                self.seeds * max((trial_total_s(v) or 0 for _, v in shown), default=0) or None
+            )
         if per_trial is None:
             return None
         running = [self._left(k, v, per_trial) for k, v in shown]
@@ -209,8 +242,10 @@ def trial_line(info: dict) -> str:
     rate, eta = info.get("rate"), trial_eta(info)
     if info["step"] >= info["total"]:
         return f"{_count(info['tokens'])}/{_count(info['tokens_total'])} tokens, loss {info['loss']:.3f}, evaluating"
-    return (f"{_count(info['tokens'])}/{_count(info['tokens_total'])} tokens, loss {info['loss']:.3f}, "
-            f"{_count(rate) + ' tok/s' if rate else '? tok/s'}, ETA {_hms(eta) if eta is not None else '?'}")
+    return (
+        f"{_count(info['tokens'])}/{_count(info['tokens_total'])} tokens, loss {info['loss']:.3f}, "
+        f"{_count(rate) + ' tok/s' if rate else '? tok/s'}, ETA {_hms(eta) if eta is not None else '?'}"
+    )
 
 
 def _count(n: float) -> str:
@@ -222,4 +257,6 @@ def _count(n: float) -> str:
 
 def _hms(s: float) -> str:
     s = int(s)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    return (
+        f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    )

@@ -16,18 +16,29 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-TAGS = "curve"   # the reported results' key: a run's series are curve/<trial_id>/<column>
+TAGS = "curve"  # the reported results' key: a run's series are curve/<trial_id>/<column>
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tensorboard", action="store_true", help="also log every trial's curve as TensorBoard "
-                   "event files under <study>/_ray/ (Ray Tune's TBXLoggerCallback)")
-    p.add_argument("--mlflow", metavar="DIR", help="also log every trial's curve to MLflow: a local store in DIR "
-                   "(SQLite, DIR/mlflow.db), or a tracking URI (pip install -e '.[loggers]')")
+    p.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="also log every trial's curve as TensorBoard "
+        "event files under <study>/_ray/ (Ray Tune's TBXLoggerCallback)",
+    )
+    p.add_argument(
+        "--mlflow",
+        metavar="DIR",
+        help="also log every trial's curve to MLflow: a local store in DIR "
+        "(SQLite, DIR/mlflow.db), or a tracking URI (pip install -e '.[loggers]')",
+    )
 
 
 def options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"tensorboard": bool(getattr(args, "tensorboard", False)), "mlflow": getattr(args, "mlflow", None)}
+    return {
+        "tensorboard": bool(getattr(args, "tensorboard", False)),
+        "mlflow": getattr(args, "mlflow", None),
+    }
 
 
 def tracking_uri(where: str) -> str:
@@ -55,6 +66,9 @@ def callbacks(tensorboard: bool, mlflow: str | None, study: str) -> list:
     if mlflow:
         from ray.air.integrations.mlflow import MLflowLoggerCallback
 
-        out.append(MLflowLoggerCallback(tracking_uri=tracking_uri(mlflow), experiment_name=study,
-                                        tags={"study": study}))
+        out.append(
+            MLflowLoggerCallback(
+                tracking_uri=tracking_uri(mlflow), experiment_name=study, tags={"study": study}
+            )
+        )
     return out

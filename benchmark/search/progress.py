@@ -34,7 +34,9 @@ def start_board():
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    here = NodeAffinitySchedulingStrategy(
+        node_id=ray.get_runtime_context().get_node_id(), soft=False
+    )
     return ray.remote(num_cpus=0)(Board).options(scheduling_strategy=here).remote()
 
 
@@ -48,8 +50,18 @@ def reporter(board, key: str, tokens_per_step: int) -> Callable[[int, int, float
         now = time.time()
         if now - last[0] >= EVERY_S or step == total:
             last[0] = now
-            board.update.remote(key, {"step": step, "total": total, "loss": loss, "time": now,
-                                      "tokens": step * tokens_per_step, "tokens_total": total * tokens_per_step})
+            board.update.remote(
+                key,
+                {
+                    "step": step,
+                    "total": total,
+                    "loss": loss,
+                    "time": now,
+                    "tokens": step * tokens_per_step,
+                    "tokens_total": total * tokens_per_step,
+                },
+            )
+
     return on_step
 
 
@@ -65,7 +77,9 @@ class Poll:
         if self.board is None:
             return None
         if self.pending is None:
-            if time.monotonic() - self.asked >= self.every_s:  # Tune's loop turns many times a second
+            if (
+                time.monotonic() - self.asked >= self.every_s
+            ):  # Tune's loop turns many times a second
                 self.pending, self.asked = self.board.read.remote(), time.monotonic()
             return None
         ready, _ = ray.wait([self.pending], timeout=0)

@@ -26,12 +26,16 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmark.store.location import absolute, disk_full
 from benchmark.search.resources import nodes_of, per_trial
+from benchmark.store.location import absolute, disk_full
 
 # Quiet Ray by default: no experiment banner, no TensorBoard/CSV loggers, no dashboard.
-QUIET = {"RAY_AIR_NEW_OUTPUT": "0", "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1", "RAY_DEDUP_LOGS": "1",
-         "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1000"}
+QUIET = {
+    "RAY_AIR_NEW_OUTPUT": "0",
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+    "RAY_DEDUP_LOGS": "1",
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1000",
+}
 for _k, _v in QUIET.items():
     os.environ.setdefault(_k, _v)
 
@@ -50,6 +54,7 @@ def temp_dir(study_dir: Path) -> str:
 @dataclass
 class Slot:
     """A session folder this driver owns while `lock` (an open file holding the flock) is open."""
+
     folder: str
     lock: object
 
@@ -72,8 +77,11 @@ def claim(study_dir: Path) -> Slot:
     slot ended (a killed run's raylet and workers); a slot a live driver holds is left alone."""
     prefix = temp_dir(study_dir)
     ours = None
-    taken = {int(m.group(1)) for p in glob.glob(glob.escape(prefix) + ".*.lock")
-             if (m := re.search(r"\.(\d+)\.lock$", p))}
+    taken = {
+        int(m.group(1))
+        for p in glob.glob(glob.escape(prefix) + ".*.lock")
+        if (m := re.search(r"\.(\d+)\.lock$", p))
+    }
     for n in range(max(taken, default=-1) + 2):
         folder = f"{prefix}.{n}"
         lock = _try_lock(folder)
@@ -126,34 +134,58 @@ def start(address: str | None, slot: Slot | None) -> bool:
         if address and address != ray.get_runtime_context().gcs_address:
             import warnings
 
-            warnings.warn(f"--address {address}: this process is connected to a Ray already; the search runs "
-                          "on that one", stacklevel=2)
+            warnings.warn(
+                f"--address {address}: this process is connected to a Ray already; the search runs "
+                "on that one",
+                stacklevel=2,
+            )
         return False
     common = dict(log_to_driver=False, logging_level=logging.ERROR, configure_logging=True)
     try:
         if address:
             ray.init(address=address, **common)
         else:
-            ray.init(include_dashboard=False, num_cpus=os.cpu_count(), object_store_memory=256 * 1024 ** 2,
-                     _temp_dir=slot.folder, **common)
+            ray.init(
+                include_dashboard=False,
+                num_cpus=os.cpu_count(),
+                object_store_memory=256 * 1024**2,
+                _temp_dir=slot.folder,
+                **common,
+            )
     except Exception as e:  # noqa: BLE001  (Ray raises many kinds here; each becomes one line)
         ray.shutdown()
-        raise RayStartError(failure(e, address, slot, "could not start" if not address else
-                                    f"could not connect to {address}")) from None
+        raise RayStartError(
+            failure(
+                e,
+                address,
+                slot,
+                "could not start" if not address else f"could not connect to {address}",
+            )
+        ) from None
     return True
 
 
 def failure(error: BaseException, address: str | None, slot: Slot | None, what: str) -> str:
     """One line for a Ray that failed: what, Ray's own first line, its logs, what to try."""
-    first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
-    logs = (os.path.join(slot.folder, "session_latest", "logs") if slot and not address
-            else "/tmp/ray/session_latest/logs on the head node")
-    fix = ("check that the head node is up (`ray status`) and reachable from here" if address else
-           "check free memory and /dev/shm, and that no firewall blocks local ports")
+    first = next(
+        (line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__
+    )
+    logs = (
+        os.path.join(slot.folder, "session_latest", "logs")
+        if slot and not address
+        else "/tmp/ray/session_latest/logs on the head node"
+    )
+    fix = (
+        "check that the head node is up (`ray status`) and reachable from here"
+        if address
+        else "check free memory and /dev/shm, and that no firewall blocks local ports"
+    )
     return f"Ray {what}: {first[:300]} (Ray's logs: {logs}); {fix}"
 
 
-def watch_head(address: str | None, slot: Slot | None, say, owned: bool, every_s: float = 2.0, misses: int = 3):
+def watch_head(
+    address: str | None, slot: Slot | None, say, owned: bool, every_s: float = 2.0, misses: int = 3
+):
     """A daemon thread that ends this driver with exit code 3 and one line (`say(line)`) once
     Ray's head refuses connections `misses` times in a row. Ray's own client would wait 60 s for
     the head, then end the process with a raw message; the study stays resumable either way (the
@@ -180,8 +212,14 @@ def watch_head(address: str | None, slot: Slot | None, say, owned: bool, every_s
             except OSError:
                 continue  # slow or unreachable for a moment: not known to be gone
             if missed >= misses and not stopped.is_set():
-                say(failure(ConnectionError(f"the head node at {host}:{port} refuses connections"), address,
-                            slot, "lost its head node"))
+                say(
+                    failure(
+                        ConnectionError(f"the head node at {host}:{port} refuses connections"),
+                        address,
+                        slot,
+                        "lost its head node",
+                    )
+                )
                 os._exit(3)
 
     threading.Thread(target=watch, daemon=True, name="ray-head-watch").start()
@@ -192,7 +230,9 @@ def lost(error: BaseException) -> bool:
     """Whether an error out of Tune is Ray's own: its head (GCS) or this driver's connection gone."""
     from ray.exceptions import RayError
 
-    return isinstance(error, (RayError, ConnectionError)) or type(error).__module__.startswith("ray._raylet")
+    return isinstance(error, (RayError, ConnectionError)) or type(error).__module__.startswith(
+        "ray._raylet"
+    )
 
 
 class _FullDiskFilter:
@@ -207,8 +247,11 @@ class _FullDiskFilter:
 @contextlib.contextmanager
 def quiet_full_disk():
     """While Tune runs: its loggers that report a failed save say nothing of a full disk."""
-    names = ("ray.tune.execution.experiment_state", "ray.tune.execution.tune_controller",
-             "ray.train._internal.storage")
+    names = (
+        "ray.tune.execution.experiment_state",
+        "ray.tune.execution.tune_controller",
+        "ray.train._internal.storage",
+    )
     loggers, f = [logging.getLogger(n) for n in names], _FullDiskFilter()
     for lg in loggers:
         lg.addFilter(f)
@@ -219,7 +262,9 @@ def quiet_full_disk():
             lg.removeFilter(f)
 
 
-def trial_resources(cpus: float | None, gpus: float | None, concurrency: int | None, workers: int | None = None):
+def trial_resources(
+    cpus: float | None, gpus: float | None, concurrency: int | None, workers: int | None = None
+):
     """What each trial asks for, decided from the alive nodes (search/resources.py); raises
     ResourcesError within seconds when no node can hold one."""
     import ray
@@ -233,7 +278,9 @@ def free_resources() -> str:
 
     free = ray.available_resources()
     alive = sum(1 for n in ray.nodes() if n.get("Alive"))
-    return f"{free.get('CPU', 0):g} CPUs and {free.get('GPU', 0):g} GPUs free on {alive} alive nodes"
+    return (
+        f"{free.get('CPU', 0):g} CPUs and {free.get('GPU', 0):g} GPUs free on {alive} alive nodes"
+    )
 
 
 def stop(owned: bool) -> None:

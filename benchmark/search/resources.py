@@ -43,7 +43,7 @@ class TrialResources:
     cpus: float
     gpus: float
     concurrency: int
-    workers: int = 1          # > 1: a Ray Train job of this many workers, sharing cpus and gpus
+    workers: int = 1  # > 1: a Ray Train job of this many workers, sharing cpus and gpus
 
     @property
     def threads(self) -> int:
@@ -54,19 +54,29 @@ class TrialResources:
         """Ray Tune's `with_resources` request: the trial's own, or for a Train job none (its
         workers reserve theirs, `worker_group`; the job's controller takes no CPU either). Tune
         refuses a trial that asks for nothing: a token of memory (1 MiB) stands for it."""
-        return {"cpu": self.cpus, "gpu": self.gpus} if self.workers == 1 else {"cpu": 0, "memory": 2 ** 20}
+        return (
+            {"cpu": self.cpus, "gpu": self.gpus}
+            if self.workers == 1
+            else {"cpu": 0, "memory": 2**20}
+        )
 
     def worker_group(self, parallel: str = "auto"):
         """What each worker of a Train job asks for (trial/distributed.py Workers); None for one process."""
         if self.workers == 1:
             return None
 
-        return Workers(count=self.workers, cpus=self.cpus / self.workers, gpus=self.gpus / self.workers,
-                       parallel=parallel)
+        return Workers(
+            count=self.workers,
+            cpus=self.cpus / self.workers,
+            gpus=self.gpus / self.workers,
+            parallel=parallel,
+        )
 
     def describe(self) -> str:
         cpu = f"{_num(self.cpus)} CPU{'s' if self.cpus != 1 else ''}"
-        both = cpu + (f" and {_num(self.gpus)} GPU{'s' if self.gpus != 1 else ''}" if self.gpus else "")
+        both = cpu + (
+            f" and {_num(self.gpus)} GPU{'s' if self.gpus != 1 else ''}" if self.gpus else ""
+        )
         return both if self.workers == 1 else f"{both} in {self.workers} workers"
 
 
@@ -80,8 +90,13 @@ def nodes_of(ray_nodes: Iterable[Mapping[str, Any]]) -> list[Node]:
     return out
 
 
-def per_trial(nodes: list[Node], cpus: float | None = None, gpus: float | None = None,
-              concurrency: int | None = None, workers: int | None = None) -> TrialResources:
+def per_trial(
+    nodes: list[Node],
+    cpus: float | None = None,
+    gpus: float | None = None,
+    concurrency: int | None = None,
+    workers: int | None = None,
+) -> TrialResources:
     """A trial's CPUs and GPUs and how many run at once; ResourcesError when no node holds one.
     `gpus` >= 2 runs a trial as that many workers, one GPU each; `workers` sets the count (CPU
     workers when there are no GPUs); `cpus` is the whole trial's, shared by its workers."""
@@ -90,8 +105,10 @@ def per_trial(nodes: list[Node], cpus: float | None = None, gpus: float | None =
     if workers is None:
         workers = int(gpus) if gpus >= 2 else 1
     if workers > 1 and gpus and gpus != workers:
-        raise ResourcesError(f"GPU: a trial of {workers} workers takes one GPU each; --gpus-per-trial {_num(gpus)} "
-                             f"is not {workers} (set --gpus-per-trial {workers})")
+        raise ResourcesError(
+            f"GPU: a trial of {workers} workers takes one GPU each; --gpus-per-trial {_num(gpus)} "
+            f"is not {workers} (set --gpus-per-trial {workers})"
+        )
     if cpus is None:
         cpus = _default_cpus(nodes, gpus, concurrency)
     fits = [n for n in nodes if n.holds(cpus, gpus) > 0]
@@ -99,9 +116,13 @@ def per_trial(nodes: list[Node], cpus: float | None = None, gpus: float | None =
         raise ResourcesError(_missing(nodes, cpus, gpus))
     slots = sum(n.holds(cpus, gpus) for n in fits)
     if workers > 1 and cpus < workers:
-        raise ResourcesError(f"CPU: a trial of {workers} workers needs at least one CPU each; it has {_num(cpus)} "
-                             f"(raise --cpus-per-trial to {workers} or more)")
-    return TrialResources(cpus=cpus, gpus=gpus, concurrency=concurrency or max(1, slots), workers=workers)
+        raise ResourcesError(
+            f"CPU: a trial of {workers} workers needs at least one CPU each; it has {_num(cpus)} "
+            f"(raise --cpus-per-trial to {workers} or more)"
+        )
+    return TrialResources(
+        cpus=cpus, gpus=gpus, concurrency=concurrency or max(1, slots), workers=workers
+    )
 
 
 def _default_cpus(nodes: list[Node], gpus: float, concurrency: int | None) -> float:
@@ -130,8 +151,11 @@ def _missing(nodes: list[Node], cpus: float, gpus: float) -> str:
         short.append(f"GPU: a trial asks for {_num(gpus)}, the largest node has {_num(big_gpu)}")
     if not short:  # each is there, never on one node
         short.append(f"no single node has {want} (a trial runs on one node)")
-    return (f"no node can hold a trial ({len(nodes)} node{'s' if len(nodes) != 1 else ''}): missing "
-            + "; ".join(short) + ". Lower --cpus-per-trial / --gpus-per-trial, or add a node that has them")
+    return (
+        f"no node can hold a trial ({len(nodes)} node{'s' if len(nodes) != 1 else ''}): missing "
+        + "; ".join(short)
+        + ". Lower --cpus-per-trial / --gpus-per-trial, or add a node that has them"
+    )
 
 
 def _num(x: float) -> str:

@@ -10,12 +10,17 @@ from typing import Sequence
 from benchmark.search import rows, tuning
 from benchmark.search.context import TrialContext
 from benchmark.search.study import DRIVER, StudyError, mirror, trial_number
-from benchmark.store import location, quarantine, recover, sweep_orphans, read_study
 from benchmark.space import select
+from benchmark.store import location, quarantine, read_study, recover, sweep_orphans
 
 
-def prepare_store(study_dir: str, storage: str | None, fallback: str, others: Sequence = (),
-                  rerun: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+def prepare_store(
+    study_dir: str,
+    storage: str | None,
+    fallback: str,
+    others: Sequence = (),
+    rerun: Sequence[str] = (),
+) -> tuple[list[str], list[str]]:
     """Before any training: the results location is usable (ResultsPathError otherwise), rows a
     killed writer left half-written are removed (while another driver runs the study, only old
     ones: its own may be mid-write), damaged row files are set aside in <study>/_quarantine (their
@@ -29,9 +34,14 @@ def prepare_store(study_dir: str, storage: str | None, fallback: str, others: Se
     if rerun:
         moved = supersede(study_dir, rerun, others)
         set_aside += moved
-        notes.append(f"--rerun {' '.join(rerun)}: the rows of {len({trial_number(p) for p in moved})} trials moved "
-                     f"to {location.join(study_dir, SUPERSEDED)}/; they run again")
-    notes += [f"recovered row {name} kept in {fallback} when the disk was full" for name in recover(study_dir, fallback)]
+        notes.append(
+            f"--rerun {' '.join(rerun)}: the rows of {len({trial_number(p) for p in moved})} trials moved "
+            f"to {location.join(study_dir, SUPERSEDED)}/; they run again"
+        )
+    notes += [
+        f"recovered row {name} kept in {fallback} when the disk was full"
+        for name in recover(study_dir, fallback)
+    ]
     mirror(study_dir, storage, push=False)
     return notes, set_aside
 
@@ -52,14 +62,22 @@ def close_running(study, ctx: TrialContext, live: set[str] = frozenset()) -> Non
         for key, value in rows.user_attrs(found).items():
             study._storage.set_trial_user_attr(t._trial_id, key, value)
         finished = rows.finished_seeds(found, ctx.retries)
-        if found and set(finished) >= set(ctx.seed_list()) and any(r["status"] == "ok" for r in found):
+        if (
+            found
+            and set(finished) >= set(ctx.seed_list())
+            and any(r["status"] == "ok" for r in found)
+        ):
             study.tell(t.number, rows.values(found, ctx.objectives, ctx.count))
         else:
             study.tell(t.number, state=TrialState.FAIL)
-            if not found and tuning.files_of(ctx.study_dir, t.number):  # killed while tuning: its runs are kept
+            if not found and tuning.files_of(
+                ctx.study_dir, t.number
+            ):  # killed while tuning: its runs are kept
                 study.enqueue_trial(t.params, user_attrs={rows.CONTINUES: [*earlier, t.number]})
             elif not found:
-                study.enqueue_trial(t.params, user_attrs={rows.CONTINUES: earlier} if earlier else None)
+                study.enqueue_trial(
+                    t.params, user_attrs={rows.CONTINUES: earlier} if earlier else None
+                )
     continue_unfinished(study, ctx)
 
 
@@ -85,9 +103,13 @@ def continue_unfinished(study, ctx: TrialContext) -> list[int]:
         if not statuses & MEASURED or statuses & {"pruned", "infeasible", "surplus"}:
             continue
         # one whose rows were set aside (damaged, or superseded by --rerun) runs again whole instead
-        if wanted - set(t.user_attrs.get("seeds") or ()) and rows.trial_files_of(ctx.study_dir, t.number):
-            study.enqueue_trial(t.params, user_attrs={rows.CONTINUES: [*(t.user_attrs.get(rows.CONTINUES) or ()),
-                                                                        t.number]})
+        if wanted - set(t.user_attrs.get("seeds") or ()) and rows.trial_files_of(
+            ctx.study_dir, t.number
+        ):
+            study.enqueue_trial(
+                t.params,
+                user_attrs={rows.CONTINUES: [*(t.user_attrs.get(rows.CONTINUES) or ()), t.number]},
+            )
             now.append(t.number)
     return now
 
@@ -119,7 +141,9 @@ def supersede(study_dir: str, rerun: Sequence[str], others: Sequence = ()) -> li
 
     given = " ".join(rerun)
     if others:
-        raise StudyError(f"--rerun {given}: {len(others)} other driver(s) run this study now; rerun once it runs alone")
+        raise StudyError(
+            f"--rerun {given}: {len(others)} other driver(s) run this study now; rerun once it runs alone"
+        )
     try:
         filters = dict(select.parse(text, "--rerun") for text in rerun)
     except ValueError as e:

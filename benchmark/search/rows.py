@@ -16,7 +16,15 @@ from typing import Any, Mapping
 
 from benchmark.arch import variant
 from benchmark.search.context import TrialContext
-from benchmark.store import metrics, write_curve, disk_full, read_files, trial_files, write_row, metric
+from benchmark.store import (
+    disk_full,
+    metric,
+    metrics,
+    read_files,
+    trial_files,
+    write_curve,
+    write_row,
+)
 from benchmark.store.curves import KEY as CURVE
 from benchmark.store.location import is_uri, join, resolve
 
@@ -29,43 +37,83 @@ CONTINUES = "continues"
 
 def identity(ctx: TrialContext, config: Mapping[str, Any], trial_id: str) -> dict[str, Any]:
     """The columns that place a row in its study: trial, sampled axes, budget."""
-    return {"study": ctx.study, "trial_id": trial_id, "optuna_trial": int(config["optuna_trial"]),
-            "node_id": config.get("node_id"),  # the Ray node that ran it (set by the trainable)
-            "axes": json.dumps({k: v for k, v in config.items() if k not in NOT_AXES}, default=str),
-            "budget": config.get("budget"), "budget_count": config.get("count"),
-            "budget_distance": config.get("budget_distance")}
+    return {
+        "study": ctx.study,
+        "trial_id": trial_id,
+        "optuna_trial": int(config["optuna_trial"]),
+        "node_id": config.get("node_id"),  # the Ray node that ran it (set by the trainable)
+        "axes": json.dumps({k: v for k, v in config.items() if k not in NOT_AXES}, default=str),
+        "budget": config.get("budget"),
+        "budget_count": config.get("count"),
+        "budget_distance": config.get("budget_distance"),
+    }
 
 
 def _candidate(config: Mapping[str, Any]) -> dict[str, Any]:
-    return {"family": config.get("family"), "spec": json.dumps(config.get("spec"), sort_keys=True),
-            **{k: config.get(k) for k in metrics.PARAM_COLUMNS}}
+    return {
+        "family": config.get("family"),
+        "spec": json.dumps(config.get("spec"), sort_keys=True),
+        **{k: config.get(k) for k in metrics.PARAM_COLUMNS},
+    }
 
 
-def measured(ctx: TrialContext, config, trial_id: str, row: Mapping[str, Any], attempt: int) -> dict[str, Any]:
+def measured(
+    ctx: TrialContext, config, trial_id: str, row: Mapping[str, Any], attempt: int
+) -> dict[str, Any]:
     """run_trial's row (ok / diverged) in its study."""
     return {**row, **identity(ctx, config, trial_id), "attempt": attempt}
 
 
-def failed(ctx: TrialContext, config, trial_id: str, seed: int, error: BaseException, started: str,
-           attempt: int) -> dict[str, Any]:
+def failed(
+    ctx: TrialContext,
+    config,
+    trial_id: str,
+    seed: int,
+    error: BaseException,
+    started: str,
+    attempt: int,
+) -> dict[str, Any]:
     tb = traceback.format_exc(limit=8)
-    return {**_candidate(config), **identity(ctx, config, trial_id), "status": "failed", "attempt": attempt,
-            "error": f"{type(error).__name__}: {error}\n{tb[-ERROR_CHARS:]}", "started_at": started, "seed": seed}
+    return {
+        **_candidate(config),
+        **identity(ctx, config, trial_id),
+        "status": "failed",
+        "attempt": attempt,
+        "error": f"{type(error).__name__}: {error}\n{tb[-ERROR_CHARS:]}",
+        "started_at": started,
+        "seed": seed,
+    }
 
 
 def infeasible(ctx: TrialContext, config) -> dict[str, Any]:
     number = int(config["optuna_trial"])
-    return {"study": ctx.study, "trial_id": ctx.trial_id(number), "optuna_trial": number, "status": "infeasible",
-            "error": config["infeasible"], "seed": ctx.seed, "node_id": config.get("node_id")}
+    return {
+        "study": ctx.study,
+        "trial_id": ctx.trial_id(number),
+        "optuna_trial": number,
+        "status": "infeasible",
+        "error": config["infeasible"],
+        "seed": ctx.seed,
+        "node_id": config.get("node_id"),
+    }
 
 
-def unfinished(ctx: TrialContext, config, last: Mapping[str, Any], status: str, error: str | None) -> dict[str, Any]:
+def unfinished(
+    ctx: TrialContext, config, last: Mapping[str, Any], status: str, error: str | None
+) -> dict[str, Any]:
     """A trial that ended without writing a row: ASHA stopped it (`pruned`), or its worker died."""
     loss = last.get("val_loss")
     number = int(config["optuna_trial"])
-    return {**_candidate(config), **identity(ctx, config, ctx.trial_id(number)), "status": status, "error": error,
-            "seed": ctx.seed, "tokens_trained": last.get("tokens"), "val_loss": loss,
-            "val_ppl": math.exp(loss) if loss is not None and math.isfinite(loss) else None}
+    return {
+        **_candidate(config),
+        **identity(ctx, config, ctx.trial_id(number)),
+        "status": status,
+        "error": error,
+        "seed": ctx.seed,
+        "tokens_trained": last.get("tokens"),
+        "val_loss": loss,
+        "val_ppl": math.exp(loss) if loss is not None and math.isfinite(loss) else None,
+    }
 
 
 def write(ctx: TrialContext, row: Mapping[str, Any]) -> str:
@@ -75,7 +123,9 @@ def write(ctx: TrialContext, row: Mapping[str, Any]) -> str:
     row = dict(row)
     if row.get(CURVE):
         try:
-            write_curve(ctx.study_dir, row, f"{row['trial_id']}.a{int(row.get('attempt') or 0)}.parquet")
+            write_curve(
+                ctx.study_dir, row, f"{row['trial_id']}.a{int(row.get('attempt') or 0)}.parquet"
+            )
         except OSError as err:  # the row matters more: it is written (or kept aside) all the same
             if not disk_full(err):
                 raise
@@ -89,7 +139,10 @@ def now() -> str:
 
 # ---- reading a trial's rows back: Optuna's values and attributes ------------------------------
 
-def trial_rows(study_dir: str | Path, number: int, continues: tuple[int, ...] | list[int] = ()) -> list[dict[str, Any]]:
+
+def trial_rows(
+    study_dir: str | Path, number: int, continues: tuple[int, ...] | list[int] = ()
+) -> list[dict[str, Any]]:
     """The latest attempt of each seed of Optuna trial `number` (files t0007.a0.parquet,
     t0007-s1.a1.parquet, ...), read from the study's files alone; with `continues` (the trials it
     continues), their rows of the seeds it has none of as well."""
@@ -118,18 +171,38 @@ def _latest(number: int, study_dir: str | Path) -> list[dict[str, Any]]:
 def finished_seeds(found: list[Mapping[str, Any]], retries: int) -> dict[int, dict[str, Any]]:
     """Seed -> its final row: measured (ok or diverged), or failed on its last allowed attempt.
     A seed without one (never reached, or stopped between retries) is still to train."""
-    return {int(r["seed"]): dict(r) for r in found if _present(r.get("seed"))
-            and (r.get("status") != "failed" or int(r.get("attempt") or 0) >= retries)}
+    return {
+        int(r["seed"]): dict(r)
+        for r in found
+        if _present(r.get("seed"))
+        and (r.get("status") != "failed" or int(r.get("attempt") or 0) >= retries)
+    }
 
 
-def values(rows: list[Mapping[str, Any]], names: tuple[str, ...] | list[str], count: str) -> list[float]:
+def values(
+    rows: list[Mapping[str, Any]], names: tuple[str, ...] | list[str], count: str
+) -> list[float]:
     """Each metric's mean over the trial's ok rows (its seeds): what Optuna is told."""
     ok = [r for r in rows if r.get("status") == "ok"]
-    return [statistics.fmean(metrics.row_value(r, n, count) for r in ok) if ok else math.nan for n in names]
+    return [
+        statistics.fmean(metrics.row_value(r, n, count) for r in ok) if ok else math.nan
+        for n in names
+    ]
 
 
-ATTRS = ("family", "structure", *metrics.PARAM_COLUMNS, "flops_per_token_train", "val_loss",
-         "val_ppl", "val_ppl_int4", "int4_ppl_increase", "tokens_per_s", "wall_s", "tokens_trained")
+ATTRS = (
+    "family",
+    "structure",
+    *metrics.PARAM_COLUMNS,
+    "flops_per_token_train",
+    "val_loss",
+    "val_ppl",
+    "val_ppl_int4",
+    "int4_ppl_increase",
+    "tokens_per_s",
+    "wall_s",
+    "tokens_trained",
+)
 
 
 def user_attrs(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
@@ -172,7 +245,9 @@ def upload_checkpoint(ctx: TrialContext, trial_id: str) -> None:
     import pyarrow.fs as pafs
 
     fs, remote = resolve(join(ctx.study_dir, "_checkpoints", trial_id))
-    pafs.copy_files(str(local), remote, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+    pafs.copy_files(
+        str(local), remote, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs
+    )
     shutil.rmtree(local, ignore_errors=True)
 
 
@@ -187,4 +262,8 @@ def best_row(ok, objective: str, direction: str, count: str) -> dict[str, Any] |
         return None
     row = ok.loc[values.idxmin() if direction == "min" else values.idxmax()]
     keep = ("trial_id", "family", "structure", "params_total", "val_loss", "val_ppl")
-    return {**{k: row.get(k) for k in keep}, "objective": objective, "value": float(values[row.name])}
+    return {
+        **{k: row.get(k) for k in keep},
+        "objective": objective,
+        "value": float(values[row.name]),
+    }

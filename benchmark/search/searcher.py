@@ -33,11 +33,13 @@ FAILED = ("failed", "infeasible", "diverged")
 
 
 class AttributedSearch(OptunaSearch):
-    def __init__(self, *args, ctx: TrialContext, driver: str = "", quota: Quota | None = None, **kwargs):
+    def __init__(
+        self, *args, ctx: TrialContext, driver: str = "", quota: Quota | None = None, **kwargs
+    ):
         super().__init__(*args, **kwargs)
         self._ctx, self._driver, self._quota = ctx, driver, quota
         self.halt: Halt | None = None  # the study's database is full or gone: the search stops
-        self.asked: list[int] = []     # the Optuna trial numbers this driver asked
+        self.asked: list[int] = []  # the Optuna trial numbers this driver asked
 
     def suggest(self, trial_id: str):
         if self.halt:
@@ -69,19 +71,25 @@ class AttributedSearch(OptunaSearch):
             return None
         return super().on_trial_result(trial_id, result)
 
-    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False):
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ):
         try:
             return self._complete(trial_id, result, error)
         except Exception as e:
-            self._completed_trials.add(trial_id)  # its row is written; --resume tells Optuna from it
+            self._completed_trials.add(
+                trial_id
+            )  # its row is written; --resume tells Optuna from it
             return self._stop(e)
 
     def _stop(self, error: Exception) -> None:
         if isinstance(error, StorageUnavailable):
             self.halt = self.halt or Halt("storage", str(error))
         elif disk_full(error):
-            self.halt = self.halt or Halt("store_full", f"{self._ctx.study_dir}: the disk is full (the Optuna study "
-                                                        "could not be written)")
+            self.halt = self.halt or Halt(
+                "store_full",
+                f"{self._ctx.study_dir}: the disk is full (the Optuna study could not be written)",
+            )
         else:
             raise error
 
@@ -94,13 +102,20 @@ class AttributedSearch(OptunaSearch):
             self._completed_trials.add(trial_id)
             return None
         try:
-            attrs = rows.user_attrs(rows.trial_rows(self._ctx.study_dir, ot_trial.number,
-                                                    ot_trial.user_attrs.get(rows.CONTINUES) or ()))
+            attrs = rows.user_attrs(
+                rows.trial_rows(
+                    self._ctx.study_dir,
+                    ot_trial.number,
+                    ot_trial.user_attrs.get(rows.CONTINUES) or (),
+                )
+            )
         except Exception:  # noqa: BLE001  (a damaged row must not stop the search; resume sets it aside)
             attrs = {}
         if not attrs:  # stopped by ASHA, or its worker died: the Tune callback writes its row
-            attrs = {"status": "failed" if error else "pruned",
-                     **({"tokens_trained": result["tokens"]} if result and "tokens" in result else {})}
+            attrs = {
+                "status": "failed" if error else "pruned",
+                **({"tokens_trained": result["tokens"]} if result and "tokens" in result else {}),
+            }
         for key, value in attrs.items():
             ot_trial.set_user_attr(key, value)
         if status in FAILED:
@@ -108,9 +123,24 @@ class AttributedSearch(OptunaSearch):
         return super().on_trial_complete(trial_id, result, error)
 
 
-def make_searcher(sample, ctx: TrialContext, sampler, modes: list[str], storage, driver: str = "",
-                  quota: Quota | None = None) -> AttributedSearch:
+def make_searcher(
+    sample,
+    ctx: TrialContext,
+    sampler,
+    modes: list[str],
+    storage,
+    driver: str = "",
+    quota: Quota | None = None,
+) -> AttributedSearch:
     names = list(ctx.objectives)
-    return AttributedSearch(space=sample, metric=names if len(names) > 1 else names[0],
-                            mode=modes if len(modes) > 1 else modes[0], sampler=sampler,
-                            study_name=ctx.study, storage=storage, ctx=ctx, driver=driver, quota=quota)
+    return AttributedSearch(
+        space=sample,
+        metric=names if len(names) > 1 else names[0],
+        mode=modes if len(modes) > 1 else modes[0],
+        sampler=sampler,
+        study_name=ctx.study,
+        storage=storage,
+        ctx=ctx,
+        driver=driver,
+        quota=quota,
+    )

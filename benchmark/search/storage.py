@@ -37,7 +37,7 @@ from optuna.storages import RDBStorage
 
 from benchmark.store import disk_full
 
-STORAGE_WAIT_S = 120.0   # --storage-wait: a managed database's failover takes one to two minutes
+STORAGE_WAIT_S = 120.0  # --storage-wait: a managed database's failover takes one to two minutes
 BACKOFF_S = 0.5  # the first retry's wait, doubled (with jitter) up to BACKOFF_MAX_S
 BACKOFF_MAX_S = 8.0
 # A load balancer or NAT in front of the server drops a connection idle for a few minutes without
@@ -148,11 +148,15 @@ class PatientStorage(RDBStorage):
         start, failed = time.monotonic(), []
         try:
             for attempt in tenacity.Retrying(
-                    stop=tenacity.stop_before_delay(self.wait_s),  # never past it
-                    wait=(tenacity.wait_exponential(multiplier=BACKOFF_S, max=BACKOFF_MAX_S)
-                          + tenacity.wait_random(0, BACKOFF_S)),  # jitter: drivers do not retry in step
-                    retry=tenacity.retry_if_exception(transient), reraise=True,
-                    before_sleep=lambda state: failed.append(state.outcome.exception())):
+                stop=tenacity.stop_before_delay(self.wait_s),  # never past it
+                wait=(
+                    tenacity.wait_exponential(multiplier=BACKOFF_S, max=BACKOFF_MAX_S)
+                    + tenacity.wait_random(0, BACKOFF_S)
+                ),  # jitter: drivers do not retry in step
+                retry=tenacity.retry_if_exception(transient),
+                reraise=True,
+                before_sleep=lambda state: failed.append(state.outcome.exception()),
+            ):
                 with attempt:
                     result = call(*args, **kwargs)
         except Exception as e:
@@ -161,12 +165,15 @@ class PatientStorage(RDBStorage):
             raise StorageUnavailable(
                 f"the study's database {shown(self.url)} has not answered within {self.wait_s:g} s "
                 f"({reason(e)}); finished rows are kept. Check that the server is up and reachable from here "
-                "(or wait longer with --storage-wait)") from None
+                "(or wait longer with --storage-wait)"
+            ) from None
         finally:
             self._local.inside = False
         if failed:
-            self.say(f"the study's database {shown(self.url)} did not answer ({reason(failed[0])}); it answered "
-                     f"again after {time.monotonic() - start:.1f} s")
+            self.say(
+                f"the study's database {shown(self.url)} did not answer ({reason(failed[0])}); it answered "
+                f"again after {time.monotonic() - start:.1f} s"
+            )
         return result
 
 
@@ -180,8 +187,17 @@ def _patient(name: str):
 
 # What the study asks of its storage: its public calls, and the private ones Optuna's cache in
 # front of it makes (optuna.storages._cached_storage); not the helpers that run inside a session.
-CACHED = ("_create_new_trial", "_set_trial_param", "_get_trials", "_get_best_trial_id", "_get_stale_trial_ids")
+CACHED = (
+    "_create_new_trial",
+    "_set_trial_param",
+    "_get_trials",
+    "_get_best_trial_id",
+    "_get_stale_trial_ids",
+)
 for _name, _method in list(vars(RDBStorage).items()):
-    if (isinstance(_method, types.FunctionType) and (not _name.startswith("_") or _name in CACHED)
-            and _name not in vars(PatientStorage)):
+    if (
+        isinstance(_method, types.FunctionType)
+        and (not _name.startswith("_") or _name in CACHED)
+        and _name not in vars(PatientStorage)
+    ):
         setattr(PatientStorage, _name, _patient(_name))

@@ -23,14 +23,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from benchmark.search import rows
-from benchmark.store.location import is_uri, join, resolve, parent
+from benchmark.arch import ArchSpec, count_params
 from benchmark.data import cache_root
-from benchmark.store import trial_files
-from benchmark.search.storage import STORAGE_WAIT_S, PatientStorage
 from benchmark.recipe import fmt_count
-from benchmark.arch import count_params, ArchSpec
-from benchmark.space import define_by_run, SpaceError
+from benchmark.search import rows
+from benchmark.search.storage import STORAGE_WAIT_S, PatientStorage
+from benchmark.space import SpaceError, define_by_run
+from benchmark.store import trial_files
+from benchmark.store.location import is_uri, join, parent, resolve
 
 OPTUNA_DB = "_optuna.db"
 SAMPLERS = ("auto", "tpe", "nsga2", "gp", "random")
@@ -76,7 +76,12 @@ def mirror(study_dir: str | Path, storage: str | None, push: bool) -> bool:
         snapshot = local.with_suffix(".snapshot")
         with closing(sqlite3.connect(local)) as src, closing(sqlite3.connect(snapshot)) as dst:
             src.backup(dst)  # a consistent copy, even of a database in use
-        pafs.copy_files(str(snapshot), remote, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+        pafs.copy_files(
+            str(snapshot),
+            remote,
+            source_filesystem=pafs.LocalFileSystem(),
+            destination_filesystem=fs,
+        )
         snapshot.unlink()
         return True
     info = fs.get_file_info(remote)
@@ -86,24 +91,36 @@ def mirror(study_dir: str | Path, storage: str | None, push: bool) -> bool:
         if local.exists() and not trial_files(study_dir):
             local.unlink()
         return False
-    if local.exists() and info.mtime is not None and local.stat().st_mtime >= info.mtime.timestamp():
+    if (
+        local.exists()
+        and info.mtime is not None
+        and local.stat().st_mtime >= info.mtime.timestamp()
+    ):
         return False  # this driver's study is newer (it was killed after its last copy): keep it
-    local.parent.mkdir(parents=True, exist_ok=True)  # else the copy beside the rows is the study's truth
-    pafs.copy_files(remote, str(local), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+    local.parent.mkdir(
+        parents=True, exist_ok=True
+    )  # else the copy beside the rows is the study's truth
+    pafs.copy_files(
+        remote, str(local), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem()
+    )
     return True
 
 
 def resolve_sampler(requested: str | None, recorded: str | None, space, n_objectives: int) -> str:
     """The sampler's name: a resumed study keeps its own; `auto` follows Optuna's guide."""
     if recorded and requested not in (None, recorded):
-        raise StudyError(f"this study was run with --sampler {recorded}; resume it with the same sampler "
-                         f"(or start a new study with --name)")
+        raise StudyError(
+            f"this study was run with --sampler {recorded}; resume it with the same sampler "
+            f"(or start a new study with --name)"
+        )
     name = recorded or requested or "auto"
     if name != "auto":
         return name
     if space.trials >= MANY_TRIALS:
         return "nsga2" if n_objectives > 1 else "tpe"
-    numeric = all(type(a.domain).__name__ in ("IntRange", "FloatRange") and a.when is None for a in space.axes)
+    numeric = all(
+        type(a.domain).__name__ in ("IntRange", "FloatRange") and a.when is None for a in space.axes
+    )
     return "gp" if numeric and space.axes else "tpe"
 
 
@@ -113,11 +130,15 @@ def make_sampler(name: str, seed: int, n_objectives: int, parallel: bool, trials
     with warnings.catch_warnings():  # multivariate/group/constant_liar are marked experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if name == "tpe":
-            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=parallel)
+            return optuna.samplers.TPESampler(
+                seed=seed, multivariate=True, group=True, constant_liar=parallel
+            )
         if name == "gp":
             return optuna.samplers.GPSampler(seed=seed)
         if name == "nsga2":
-            return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(50, trials // 10)))
+            return optuna.samplers.NSGAIISampler(
+                seed=seed, population_size=max(4, min(50, trials // 10))
+            )
         if name == "random":
             return optuna.samplers.RandomSampler(seed=seed)
     raise StudyError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
@@ -135,12 +156,20 @@ def engine_url(url: str) -> str:
         return url
     if importlib.util.find_spec("psycopg") is not None:
         return f"postgresql+psycopg{sep}{rest}"
-    raise StudyError("--storage postgresql://...: no PostgreSQL driver is installed; "
-                     "pip install -e '.[postgres]' (psycopg)")
+    raise StudyError(
+        "--storage postgresql://...: no PostgreSQL driver is installed; "
+        "pip install -e '.[postgres]' (psycopg)"
+    )
 
 
-def open_study(url: str, name: str, ctx_names: list[str], directions: list[str],
-               grid_points: list[dict[str, Any]] = (), wait_s: float | None = None):
+def open_study(
+    url: str,
+    name: str,
+    ctx_names: list[str],
+    directions: list[str],
+    grid_points: list[dict[str, Any]] = (),
+    wait_s: float | None = None,
+):
     """Load or create the persisted study and name its metrics (also on resume, for studies made
     before names existed). A new study of a finite space starts with its points enqueued, so no
     candidate repeats while others are untried: by the driver that created it, so two drivers
@@ -150,15 +179,20 @@ def open_study(url: str, name: str, ctx_names: list[str], directions: list[str],
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if url.startswith("sqlite:///"):
-        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     storage = PatientStorage(engine_url(url), wait_s=STORAGE_WAIT_S if wait_s is None else wait_s)
     try:
-        study, created = optuna.create_study(storage=storage, study_name=name, directions=directions), True
+        study, created = (
+            optuna.create_study(storage=storage, study_name=name, directions=directions),
+            True,
+        )
     except optuna.exceptions.DuplicatedStudyError:
         study, created = optuna.load_study(storage=storage, study_name=name), False
     if [d.name.lower() for d in study.directions] != directions:
-        raise StudyError(f"study {name!r} was created with directions {[d.name.lower() for d in study.directions]}, "
-                         f"the space now declares {directions}; start a new study with --name")
+        raise StudyError(
+            f"study {name!r} was created with directions {[d.name.lower() for d in study.directions]}, "
+            f"the space now declares {directions}; start a new study with --name"
+        )
     if study.metric_names != ctx_names:
         with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in use
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -200,7 +234,9 @@ class Quota:
         trials = study.get_trials(deepcopy=False)
         numbers = {n for f in trial_files(self.study_dir) if (n := trial_number(f)) is not None}
         numbers |= {t.number for t in trials if t.state == TrialState.RUNNING}
-        numbers -= {n for t in trials for n in t.user_attrs.get(rows.CONTINUES) or ()}  # one candidate, counted once
+        numbers -= {
+            n for t in trials for n in t.user_attrs.get(rows.CONTINUES) or ()
+        }  # one candidate, counted once
         return sum(1 for n in numbers if upto is None or n <= upto)
 
     def reached(self, study) -> bool:
@@ -221,11 +257,20 @@ class Sample:
         try:
             config = define_by_run(self.space)(trial)
             # a sampled candidate the plan did not show: one whose schedule cannot fit trains nothing
-            self.space.schedule(count_params(config["spec"]), about=f"trial {trial.number} ({config['family']}, "
-                                f"budget {fmt_count(config['budget'])})")
-            self.space.check_objectives(ArchSpec.from_dict(config["spec"]), about=f"trial {trial.number}")
+            self.space.schedule(
+                count_params(config["spec"]),
+                about=f"trial {trial.number} ({config['family']}, "
+                f"budget {fmt_count(config['budget'])})",
+            )
+            self.space.check_objectives(
+                ArchSpec.from_dict(config["spec"]), about=f"trial {trial.number}"
+            )
             earlier = trial.user_attrs.get(rows.CONTINUES)
-            return {**config, "optuna_trial": trial.number, **({rows.CONTINUES: earlier} if earlier else {})}
+            return {
+                **config,
+                "optuna_trial": trial.number,
+                **({rows.CONTINUES: earlier} if earlier else {}),
+            }
         except SpaceError as e:  # recorded as an infeasible trial, not a crashed search
             return {"optuna_trial": trial.number, "infeasible": str(e)}
 
@@ -240,13 +285,26 @@ def finished_numbers(finished: dict[str, dict]) -> dict[int, list[dict]]:
     return out
 
 
-
 # ---- the declaration: what a study is an experiment on ------------------------------------------
 
 # Keys of the declaration that make two studies different experiments; a change to any of them
 # is refused on resume. (`trials` may grow or shrink, `seeds` grow: the study continues.)
-DECLARED = ("budget", "ladder", "count", "tolerance", "solve", "align", "anchor", "base", "variants", "axes",
-            "objectives", "training", "quantize", "tune")
+DECLARED = (
+    "budget",
+    "ladder",
+    "count",
+    "tolerance",
+    "solve",
+    "align",
+    "anchor",
+    "base",
+    "variants",
+    "axes",
+    "objectives",
+    "training",
+    "quantize",
+    "tune",
+)
 
 
 def declaration(space) -> dict[str, Any]:
@@ -256,48 +314,89 @@ def declaration(space) -> dict[str, Any]:
 
     def axis(a):
         d = a.domain
-        body = list(d.values) if type(d).__name__ == "Choice" else {"kind": type(d).__name__,
-                                                                   **dataclasses.asdict(d)}
+        body = (
+            list(d.values)
+            if type(d).__name__ == "Choice"
+            else {"kind": type(d).__name__, **dataclasses.asdict(d)}
+        )
         return body if a.when is None else {"values": body, "when": a.when.text}
 
     def plain(x):
-        return json.loads(json.dumps(x, default=lambda v: dataclasses.asdict(v) if dataclasses.is_dataclass(v)
-                                     else str(v)))
+        return json.loads(
+            json.dumps(
+                x,
+                default=lambda v: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else str(v),
+            )
+        )
 
-    return plain({"budget": space.budget, "ladder": list(space.ladder) or None, "count": space.count,
-                  "tolerance": space.tolerance, "solve": space.solve, "align": space.align, "anchor": space.anchor,
-                  "base": space.base, "variants": space.variants, "axes": {a.key: axis(a) for a in space.axes},
-                  "objectives": [list(o) for o in space.objectives], "training": dict(space.training),
-                  "quantize": dict(space.quantize), "pruner": space.pruner,
-                  "tune": space.tune.declared() if getattr(space, "tune", None) else None})
+    return plain(
+        {
+            "budget": space.budget,
+            "ladder": list(space.ladder) or None,
+            "count": space.count,
+            "tolerance": space.tolerance,
+            "solve": space.solve,
+            "align": space.align,
+            "anchor": space.anchor,
+            "base": space.base,
+            "variants": space.variants,
+            "axes": {a.key: axis(a) for a in space.axes},
+            "objectives": [list(o) for o in space.objectives],
+            "training": dict(space.training),
+            "quantize": dict(space.quantize),
+            "pruner": space.pruner,
+            "tune": space.tune.declared() if getattr(space, "tune", None) else None,
+        }
+    )
 
 
-def check_declared(space, seeds: int, recorded: dict[str, Any], where: str, name: str,
-                   first_seed: int | None = None) -> None:
+def check_declared(
+    space,
+    seeds: int,
+    recorded: dict[str, Any],
+    where: str,
+    name: str,
+    first_seed: int | None = None,
+) -> None:
     """StudyError, one line, when the space differs from the study's declaration (`recorded`,
     from <study>/_study.json) in what makes it another experiment; nothing is written."""
     if not recorded:
         return
     now = declaration(space)
-    changes = [c for key in DECLARED if key in recorded for c in _diff(key, recorded[key], now[key])]
+    changes = [
+        c for key in DECLARED if key in recorded for c in _diff(key, recorded[key], now[key])
+    ]
     if recorded.get("seeds") and seeds < recorded["seeds"]:
-        changes.append(f"seeds: {recorded['seeds']} -> {seeds} (fewer than its trials were trained with)")
-    if recorded.get("seed") is not None and first_seed is not None and first_seed != recorded["seed"]:
-        changes.append(f"seed: {recorded['seed']} -> {first_seed} (its trials' seeds start at {recorded['seed']})")
+        changes.append(
+            f"seeds: {recorded['seeds']} -> {seeds} (fewer than its trials were trained with)"
+        )
+    if (
+        recorded.get("seed") is not None
+        and first_seed is not None
+        and first_seed != recorded["seed"]
+    ):
+        changes.append(
+            f"seed: {recorded['seed']} -> {first_seed} (its trials' seeds start at {recorded['seed']})"
+        )
     if changes:
-        raise StudyError(f"the space changed since this study began ({where}): {'; '.join(changes)}. A study is "
-                         f"one experiment: undo the change to resume it, or run the changed space as a new study "
-                         f"(--name {name}-2) and rank both studies' rows together with "
-                         f"`shapebench board {_parent(where)}`")
+        raise StudyError(
+            f"the space changed since this study began ({where}): {'; '.join(changes)}. A study is "
+            f"one experiment: undo the change to resume it, or run the changed space as a new study "
+            f"(--name {name}-2) and rank both studies' rows together with "
+            f"`shapebench board {_parent(where)}`"
+        )
 
 
 def _diff(path: str, old: Any, new: Any) -> list[str]:
     if isinstance(old, dict) and isinstance(new, dict):
-        return [c for k in sorted(set(old) | set(new), key=str) for c in _diff(f"{path}.{k}", old.get(k, _NONE),
-                                                                                   new.get(k, _NONE))]
+        return [
+            c
+            for k in sorted(set(old) | set(new), key=str)
+            for c in _diff(f"{path}.{k}", old.get(k, _NONE), new.get(k, _NONE))
+        ]
     if old == new:
         return []
-    amounts = path.split(".")[0] in ("budget", "ladder")   # 1M, not 1000000
+    amounts = path.split(".")[0] in ("budget", "ladder")  # 1M, not 1000000
     return [f"{path}: {_shown(old, amounts)} -> {_shown(new, amounts)}"]
 
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from benchmark.arch import ArchSpec, count_params
+from benchmark.data import prepare
 from benchmark.search import rows, tuning
 from benchmark.search.context import TrialContext
-from benchmark.store import metrics, StoreFull
-from benchmark.data import prepare
 from benchmark.search.progress import reporter
-from benchmark.arch import count_params, ArchSpec
-from benchmark.trial import run_distributed, lost_worker
+from benchmark.store import StoreFull, metrics
+from benchmark.trial import lost_worker, run_distributed
 
 INTERMEDIATE = tuple(m.name for m in metrics.METRICS if m.intermediate)
 NO_VALUES = {name: math.nan for name in metrics.SEARCHABLE}
@@ -53,44 +53,77 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
     data = prepare(ctx.data)
     setting = None
     if ctx.tune is not None:  # the candidate's grid first, on its tuning seeds (search/tuning.py)
-        setting = tuning.settle(config, ctx, number, lambda trial_id, seed, point: attempts(
-            config, ctx, trial_id, seed, data, None, point, tuning.TUNE))
+        setting = tuning.settle(
+            config,
+            ctx,
+            number,
+            lambda trial_id, seed, point: attempts(
+                config, ctx, trial_id, seed, data, None, point, tuning.TUNE
+            ),
+        )
         if setting is None:
             return _untuned(config, ctx, number)
     # A seed with its final row is not trained again: one of the trials this one continues finished
     # it (resume.continue_unfinished), or this trial's own earlier run did (Tune's retry after a lost node).
-    earlier = rows.finished_seeds(rows.trial_rows(ctx.study_dir, number, config.get(rows.CONTINUES) or ()),
-                                  ctx.retries)
+    earlier = rows.finished_seeds(
+        rows.trial_rows(ctx.study_dir, number, config.get(rows.CONTINUES) or ()), ctx.retries
+    )
     written, trained = [], []
     for seed in ctx.seed_list():
         if seed in earlier:
             written.append(earlier[seed])
             continue
         # ASHA's rungs: the first seed trained (evaluations every eval_every steps are ASHA's)
-        report = _intermediate_report(tune) if not trained and ctx.training.get("eval_every") else None
-        trained.append(attempts(config, ctx, ctx.trial_id(number, seed), seed, data, report, setting))
+        report = (
+            _intermediate_report(tune) if not trained and ctx.training.get("eval_every") else None
+        )
+        trained.append(
+            attempts(config, ctx, ctx.trial_id(number, seed), seed, data, report, setting)
+        )
         written.append(trained[-1])
     wall = sum(r.get("wall_s") or 0 for r in trained)
     if not any(r["status"] == "ok" for r in written):  # Optuna has no value: the trial ends as FAIL
-        return {**NO_VALUES, "status": written[-1]["status"], "error": written[-1]["error"], "trial_wall_s": wall}
+        return {
+            **NO_VALUES,
+            "status": written[-1]["status"],
+            "error": written[-1]["error"],
+            "trial_wall_s": wall,
+        }
     final = dict(zip(metrics.SEARCHABLE, rows.values(written, metrics.SEARCHABLE, ctx.count)))
-    return {**final, "tokens": max(r.get("tokens_trained") or 0 for r in written), "status": "ok",
-            "trial_wall_s": wall}
+    return {
+        **final,
+        "tokens": max(r.get("tokens_trained") or 0 for r in written),
+        "status": "ok",
+        "trial_wall_s": wall,
+    }
 
 
 def intermediate(record: dict[str, Any]) -> dict[str, Any]:
     """What Tune receives at a periodic evaluation (ASHA's rung, Optuna's intermediate value)."""
-    return {"tokens": record["tokens"], **{n: record[n] for n in INTERMEDIATE}, "row_written": False}
+    return {
+        "tokens": record["tokens"],
+        **{n: record[n] for n in INTERMEDIATE},
+        "row_written": False,
+    }
 
 
 def _intermediate_report(tune):
     def report(record: dict[str, Any]) -> None:
         tune.report(intermediate(record))
+
     return report
 
 
-def attempts(config, ctx: TrialContext, trial_id: str, seed: int, data, report, setting=None,
-             phase: str = tuning.FINAL) -> dict[str, Any]:
+def attempts(
+    config,
+    ctx: TrialContext,
+    trial_id: str,
+    seed: int,
+    data,
+    report,
+    setting=None,
+    phase: str = tuning.FINAL,
+) -> dict[str, Any]:
     """Run one seed of a trial with bounded retries; every attempt leaves a row. `setting`: the
     training settings a `tune:` grid sets (a tuning run's point, or the candidate's choice)."""
     # torch loads in the worker that trains, not in the driver that hands Ray this module.
@@ -103,9 +136,16 @@ def attempts(config, ctx: TrialContext, trial_id: str, seed: int, data, report, 
         started = rows.now()
         try:
             if ctx.workers is None:
-                measured = run_trial(config["spec"], cfg, data=data, on_eval=on_eval, on_step=on_step,
-                                     quantize=ctx.quantize_config(), checkpoint_dir=ctx.checkpoint_dir(trial_id),
-                                     on_point=on_point)
+                measured = run_trial(
+                    config["spec"],
+                    cfg,
+                    data=data,
+                    on_eval=on_eval,
+                    on_step=on_step,
+                    quantize=ctx.quantize_config(),
+                    checkpoint_dir=ctx.checkpoint_dir(trial_id),
+                    on_point=on_point,
+                )
             else:
                 measured = _distributed(config, ctx, cfg, trial_id, on_step, report is not None)
             row = rows.measured(ctx, config, trial_id, measured, attempt)
@@ -126,7 +166,7 @@ def _steps(config, cfg) -> int:
     return cfg.steps(count_params(ArchSpec.from_dict(config["spec"])))
 
 
-LOGGED_POINTS = 50   # curve points per run reported to Tune's loggers (the store keeps every point)
+LOGGED_POINTS = 50  # curve points per run reported to Tune's loggers (the store keeps every point)
 
 
 def curve_reports(ctx: TrialContext, trial_id: str, report, total: int):
@@ -145,13 +185,23 @@ def curve_reports(ctx: TrialContext, trial_id: str, report, total: int):
         step = point["step"]
         if step // every > last[0] // every or step >= total:
             last[0] = step
-            tune.report({"timesteps_total": step, "curve": {trial_id: {k: v for k, v in point.items() if k != "step"}}})
+            tune.report(
+                {
+                    "timesteps_total": step,
+                    "curve": {trial_id: {k: v for k, v in point.items() if k != "step"}},
+                }
+            )
 
     def on_eval(record: dict[str, Any] | None) -> None:
         if report is not None:
             report(record)
         if record is not None:
-            tune.report({"timesteps_total": record["step"], "curve": {trial_id: {"val_loss": record["val_loss"]}}})
+            tune.report(
+                {
+                    "timesteps_total": record["step"],
+                    "curve": {trial_id: {"val_loss": record["val_loss"]}},
+                }
+            )
 
     return on_point, on_eval
 
@@ -159,21 +209,46 @@ def curve_reports(ctx: TrialContext, trial_id: str, report, total: int):
 def _untuned(config, ctx: TrialContext, number: int) -> dict[str, Any]:
     """No point of the grid trained to a finite metric on every tuning seed: each final seed
     without a row gets a failed one (on its last attempt: not retried), and Optuna a failed trial."""
-    error = (f"tune: no point of the grid trained to a finite {ctx.tune.metric} on every tuning seed "
-             f"({ctx.tune.runs} runs; their rows: {tuning.trial_id(number, 0, ctx.tune.seeds[0])}, ...)")
-    have = rows.finished_seeds(rows.trial_rows(ctx.study_dir, number, config.get(rows.CONTINUES) or ()), ctx.retries)
+    error = (
+        f"tune: no point of the grid trained to a finite {ctx.tune.metric} on every tuning seed "
+        f"({ctx.tune.runs} runs; their rows: {tuning.trial_id(number, 0, ctx.tune.seeds[0])}, ...)"
+    )
+    have = rows.finished_seeds(
+        rows.trial_rows(ctx.study_dir, number, config.get(rows.CONTINUES) or ()), ctx.retries
+    )
     for seed in ctx.seed_list():
         if seed not in have:
-            row = {**rows.failed(ctx, config, ctx.trial_id(number, seed), seed, RuntimeError(error), rows.now(),
-                                 ctx.retries), "error": error, **tuning.columns(ctx, None, tuning.FINAL)}
+            row = {
+                **rows.failed(
+                    ctx,
+                    config,
+                    ctx.trial_id(number, seed),
+                    seed,
+                    RuntimeError(error),
+                    rows.now(),
+                    ctx.retries,
+                ),
+                "error": error,
+                **tuning.columns(ctx, None, tuning.FINAL),
+            }
             rows.write(ctx, row)
     return {**NO_VALUES, "status": "failed", "error": error, "trial_wall_s": 0.0}
 
 
-def _distributed(config, ctx: TrialContext, cfg, trial_id: str, on_step, reports: bool) -> dict[str, Any]:
-    return run_distributed(config["spec"], cfg, ctx.workers, ctx.data, name=f"{ctx.study}-{trial_id}",
-                           quantize=ctx.quantize_config(), checkpoint_dir=ctx.checkpoint_dir(trial_id),
-                           on_step=on_step, report=intermediate if reports else None)
+def _distributed(
+    config, ctx: TrialContext, cfg, trial_id: str, on_step, reports: bool
+) -> dict[str, Any]:
+    return run_distributed(
+        config["spec"],
+        cfg,
+        ctx.workers,
+        ctx.data,
+        name=f"{ctx.study}-{trial_id}",
+        quantize=ctx.quantize_config(),
+        checkpoint_dir=ctx.checkpoint_dir(trial_id),
+        on_step=on_step,
+        report=intermediate if reports else None,
+    )
 
 
 def _lost_worker(error: BaseException) -> bool:

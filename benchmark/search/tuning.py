@@ -16,9 +16,9 @@ from typing import Any, Callable, Mapping
 
 from benchmark.search import rows
 from benchmark.search.context import TrialContext
-from benchmark.store import metrics, PHASES, read_files, trial_files
+from benchmark.store import PHASES, metrics, read_files, trial_files
 
-TUNE, FINAL = PHASES   # the rows' `phase`
+TUNE, FINAL = PHASES  # the rows' `phase`
 
 
 def trial_id(number: int, point: int, seed: int) -> str:
@@ -48,13 +48,21 @@ def done(ctx: TrialContext, number: int, continues=()) -> dict[tuple[str, int], 
     latest: dict[str, dict[str, Any]] = {}
     for n in (*continues, number):
         for row in read_files(files_of(ctx.study_dir, n)):
-            if row["trial_id"] not in latest or row["attempt"] >= latest[row["trial_id"]]["attempt"]:
+            if (
+                row["trial_id"] not in latest
+                or row["attempt"] >= latest[row["trial_id"]]["attempt"]
+            ):
                 latest[row["trial_id"]] = row
-    return {(r["tuned"], int(r["seed"])): r for r in latest.values()
-            if r.get("status") != "failed" or int(r.get("attempt") or 0) >= ctx.retries}
+    return {
+        (r["tuned"], int(r["seed"])): r
+        for r in latest.values()
+        if r.get("status") != "failed" or int(r.get("attempt") or 0) >= ctx.retries
+    }
 
 
-def settle(config: Mapping[str, Any], ctx: TrialContext, number: int, train: Callable[..., dict]) -> dict | None:
+def settle(
+    config: Mapping[str, Any], ctx: TrialContext, number: int, train: Callable[..., dict]
+) -> dict | None:
     """Train the grid's runs this candidate lacks (`train(trial_id, seed, setting)` trains one and
     returns its row), then the chosen point; None when no point trained to a finite metric on
     every tuning seed."""
@@ -75,8 +83,11 @@ def choose(ctx: TrialContext, tuned_rows: list[Mapping[str, Any]]) -> dict | Non
         ok = r.get("status") == "ok"
         value = metrics.row_value(r, ctx.tune.metric, ctx.count) if ok else math.nan
         by_point.setdefault(r["tuned"], []).append(value)
-    means = {p: statistics.fmean(v) for p, v in by_point.items()
-             if len(v) == len(ctx.tune.seeds) and all(math.isfinite(x) for x in v)}
+    means = {
+        p: statistics.fmean(v)
+        for p, v in by_point.items()
+        if len(v) == len(ctx.tune.seeds) and all(math.isfinite(x) for x in v)
+    }
     if not means:
         return None
     pick = (min if ctx.tune.direction == "min" else max)(means, key=means.get)

@@ -19,13 +19,15 @@ class Align:
 
     d_model: int = 1
     ffn: int = 1
-    head_dim: int = 2   # RoPE rotates pairs: an even head_dim in any case
+    head_dim: int = 2  # RoPE rotates pairs: an even head_dim in any case
 
     def __post_init__(self):
         for key in ALIGN_KEYS:
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"align.{key}: expected a positive whole number such as 64, got {v!r}")
+                raise ValueError(
+                    f"align.{key}: expected a positive whole number such as 64, got {v!r}"
+                )
         object.__setattr__(self, "head_dim", math.lcm(self.head_dim, 2))
 
 
@@ -35,7 +37,9 @@ ALIGN_KEYS = ("d_model", "ffn", "head_dim")
 def parse_align(value: Any) -> Align:
     """`{d_model: 64, ffn: 64, head_dim: 8}` (any subset) -> Align; ValueError naming the key."""
     if not isinstance(value, Mapping):
-        raise ValueError(f"expected a mapping such as {{d_model: 64, ffn: 64, head_dim: 8}}, got {value!r}")
+        raise ValueError(
+            f"expected a mapping such as {{d_model: 64, ffn: 64, head_dim: 8}}, got {value!r}"
+        )
     unknown = [k for k in value if k not in ALIGN_KEYS]
     if unknown:
         raise ValueError(f"unknown key {unknown[0]!r}; align takes {', '.join(ALIGN_KEYS)}")

@@ -32,8 +32,11 @@ def load_arch(path: str | Path) -> ArchFile:
         raise SpaceError(file, None, None, "", f"cannot read: {e.strerror or e}") from None
     src = Source(file, doc)
     if not isinstance(doc.data, dict):
-        raise src.error((), f"expected a mapping of architecture keys (family: ..., d_model: ...), "
-                            f"got a {type(doc.data).__name__}")
+        raise src.error(
+            (),
+            f"expected a mapping of architecture keys (family: ..., d_model: ...), "
+            f"got a {type(doc.data).__name__}",
+        )
     keys = {k: v for k, v in doc.data.items() if k not in ("training", "quantize")}
     try:
         spec = ArchSpec.from_dict(keys)

@@ -10,17 +10,23 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from benchmark.arch import COUNTS, count_params, FFN_WIDTHS, ArchSpec, FFNSpec
+from benchmark.arch import COUNTS, FFN_WIDTHS, ArchSpec, FFNSpec, count_params
 from benchmark.recipe import fmt_count, fmt_fraction
 from benchmark.space.align import Align
 
-SOLVES = ("d_model", *(f"ffn.{width}" for width, _, _ in FFN_WIDTHS.values()), "ffn")  # ffn: whichever width
-SOLVE_NONE = "none"  # a space's `solve:` that solves nothing: every candidate keeps its anchor's shape
+SOLVES = (
+    "d_model",
+    *(f"ffn.{width}" for width, _, _ in FFN_WIDTHS.values()),
+    "ffn",
+)  # ffn: whichever width
+SOLVE_NONE = (
+    "none"  # a space's `solve:` that solves nothing: every candidate keeps its anchor's shape
+)
 # A space's `tolerance:` when it gives none: every candidate within 0.5% of the budget.
 DEFAULT_TOLERANCE = 0.005
 PRECISION = 0.0005  # 0.05%: the solver widens its d_model window until a setting lands this close
-_WIDEN = 4          # at most this many extra d_model values either side
-HEAD_BAND = 1.25    # shape.head_dim: head_dim may sit within this factor of its target
+_WIDEN = 4  # at most this many extra d_model values either side
+HEAD_BAND = 1.25  # shape.head_dim: head_dim may sit within this factor of its target
 # No candidate gets fewer attention heads than this from a head-width target (a 500K model of one
 # 70-wide head compares attention patterns with none); a space that wants one head says n_heads: 1.
 MIN_HEADS = 2
@@ -40,7 +46,7 @@ class Solution:
     params: dict[str, int] = field(compare=False)
     budget: int
     count: str
-    solved: dict[str, int] = field(compare=False)   # the values the solver chose, by dotted key
+    solved: dict[str, int] = field(compare=False)  # the values the solver chose, by dotted key
 
     @property
     def distance(self) -> float:
@@ -77,7 +83,13 @@ class _Ladder:
     head). That makes valid d_model values dense (every few units at d_model ~ 1000, like the
     hourglass paper's 1032 = 12 x 86), so the FFN width rarely moves far off its ratio."""
 
-    def __init__(self, raw: Mapping[str, Any], head_dim: int | None, align: Align = Align(), exact: bool = False):
+    def __init__(
+        self,
+        raw: Mapping[str, Any],
+        head_dim: int | None,
+        align: Align = Align(),
+        exact: bool = False,
+    ):
         heads = raw.get("n_heads", ArchSpec.n_heads)
         self.target, self.heads, self.align, self.exact = head_dim, heads, align, exact
         self.group = heads // (raw.get("n_kv_heads") or heads)
@@ -90,12 +102,23 @@ class _Ladder:
         g = self.group
         if self.exact:  # controlled: head_dim is the target itself, n_heads = d_model / head_dim
             n, left = divmod(d_model, self.target)
-            ok = not left and n >= MIN_HEADS and n % g == 0 and self.target % self.align.head_dim == 0
+            ok = (
+                not left
+                and n >= MIN_HEADS
+                and n % g == 0
+                and self.target % self.align.head_dim == 0
+            )
             return {"n_heads": n, "n_kv_heads": n // g} if ok else {}
-        fewest = max(MIN_HEADS, math.floor(d_model / (self.target * HEAD_BAND)))   # the band, rounded outward
+        fewest = max(
+            MIN_HEADS, math.floor(d_model / (self.target * HEAD_BAND))
+        )  # the band, rounded outward
         most = max(fewest, math.ceil(d_model * HEAD_BAND / self.target))  # to whole head counts
         h = self.align.head_dim
-        counts = [n for n in range(-(-fewest // g) * g, most + 1, g) if d_model % n == 0 and d_model // n % h == 0]
+        counts = [
+            n
+            for n in range(-(-fewest // g) * g, most + 1, g)
+            if d_model % n == 0 and d_model // n % h == 0
+        ]
         if not counts:
             return {}
         n = min(counts, key=lambda n: abs(math.log(d_model / n / self.target)))
@@ -106,7 +129,11 @@ class _Ladder:
             return False
         if self.target is not None:
             return bool(self.keys(d_model))
-        return self.any or d_model % self.heads == 0 and d_model // self.heads % self.align.head_dim == 0
+        return (
+            self.any
+            or d_model % self.heads == 0
+            and d_model // self.heads % self.align.head_dim == 0
+        )
 
     def up(self, d_model: int) -> int:
         d_model = max(d_model, 1)
@@ -124,15 +151,25 @@ class _Ladder:
         aligned = f"a multiple of {a.d_model} (align.d_model), " if a.d_model > 1 else ""
         head = "an even head_dim" if h == 2 else f"a head_dim that is a multiple of {h}"
         if self.target is not None and self.exact:
-            return aligned + f"a multiple of shape.head_dim={self.target} with {MIN_HEADS} heads or more"
+            return (
+                aligned
+                + f"a multiple of shape.head_dim={self.target} with {MIN_HEADS} heads or more"
+            )
         if self.target is not None:
             return aligned + f"n_heads giving {head} within {HEAD_BAND}x of {self.target}"
-        return aligned + ("any integer, since head_dim is given" if self.any else
-                          f"a multiple of {h} x n_heads={self.heads}, for {head}")
+        return aligned + (
+            "any integer, since head_dim is given"
+            if self.any
+            else f"a multiple of {h} x n_heads={self.heads}, for {head}"
+        )
 
 
-def _with(raw: Mapping[str, Any], d_model: int | None = None, width: int | None = None,
-          heads: Mapping[str, int] | None = None) -> dict[str, Any]:
+def _with(
+    raw: Mapping[str, Any],
+    d_model: int | None = None,
+    width: int | None = None,
+    heads: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
     out = {**raw, **(heads or {})}
     if d_model is not None:
         out["d_model"] = d_model
@@ -161,16 +198,22 @@ class _Counter:
         return self.cache[key]
 
 
-def _first_at_least(f: Callable[[int], int], target: int, snap: Callable[[int], int], what: str) -> int:
+def _first_at_least(
+    f: Callable[[int], int], target: int, snap: Callable[[int], int], what: str
+) -> int:
     """The smallest snapped value where the increasing f reaches `target` (a doubling bracket,
     then bisection; `snap` rounds up to the next valid value). BudgetError past MAX_WIDTH."""
+
     def reaches(x: int) -> bool:
         return f(snap(x)) >= target
+
     hi = 1
     while not reaches(hi):
         if hi >= MAX_WIDTH:
-            raise BudgetError(f"{fmt_count(target)} parameters would need {what} above {MAX_WIDTH:,}; "
-                              "is the budget's unit right (113M, 1.2B)?")
+            raise BudgetError(
+                f"{fmt_count(target)} parameters would need {what} above {MAX_WIDTH:,}; "
+                "is the budget's unit right (113M, 1.2B)?"
+            )
         hi *= 2
     lo = hi // 2  # does not reach, or is 0
     while hi - lo > 1:
@@ -182,15 +225,24 @@ def _first_at_least(f: Callable[[int], int], target: int, snap: Callable[[int], 
 def _nearest_width(n: _Counter, d_model: int | None, budget: int, multiple: int) -> int:
     def snap(w: int) -> int:
         return -(-w // multiple) * multiple
+
     w = _first_at_least(lambda w: n(d_model, w), budget, snap, "an FFN width")
     if w > multiple and budget - n(d_model, w - multiple) < n(d_model, w) - budget:
         return w - multiple
     return w
 
 
-def solve_budget(raw: Mapping[str, Any], *, budget: int, count: str = "total", tolerance: float = DEFAULT_TOLERANCE,
-                 solve: str = "d_model", head_dim: int | None = None, align: Align | None = None,
-                 exact: bool = False) -> Solution:
+def solve_budget(
+    raw: Mapping[str, Any],
+    *,
+    budget: int,
+    count: str = "total",
+    tolerance: float = DEFAULT_TOLERANCE,
+    solve: str = "d_model",
+    head_dim: int | None = None,
+    align: Align | None = None,
+    exact: bool = False,
+) -> Solution:
     """Set the free dimension of `raw` (an ArchSpec mapping) so that its `count` parameters are
     within `tolerance` of `budget`; `head_dim` (with solve: d_model) scales n_heads with d_model.
     Raises BudgetError, or SpecError for an invalid mapping. The rule:
@@ -236,15 +288,25 @@ def solve_budget(raw: Mapping[str, Any], *, budget: int, count: str = "total", t
             ffn = dict(raw.get("ffn", {}))
             ffn["multiple_of"] = math.lcm(ffn.get("multiple_of", FFNSpec.multiple_of), step)
             try:
-                return _solve(raw | {"ffn": ffn}, budget, count, tolerance, solve, head_dim, align, exact)
+                return _solve(
+                    raw | {"ffn": ffn}, budget, count, tolerance, solve, head_dim, align, exact
+                )
             except BudgetError:
                 if i == len(steps) - 1:
                     raise
     return _solve(raw, budget, count, tolerance, solve, head_dim, None, exact)
 
 
-def _solve(raw: Mapping[str, Any], budget: int, count: str, tolerance: float, solve: str,
-           head_dim: int | None, align: Align | None, exact: bool = False) -> Solution:
+def _solve(
+    raw: Mapping[str, Any],
+    budget: int,
+    count: str,
+    tolerance: float,
+    solve: str,
+    head_dim: int | None,
+    align: Align | None,
+    exact: bool = False,
+) -> Solution:
     _probe(raw)
     ladder = _Ladder(raw, head_dim, align or Align(), exact)
     n = _Counter(raw, count, ladder)
@@ -255,12 +317,16 @@ def _solve(raw: Mapping[str, Any], budget: int, count: str, tolerance: float, so
         # at most, so the shape stays near the one asked for.
         # So too when controlled: the shape is the point, and d_model's steps are a head wide.
         precision, widen = (PRECISION, _WIDEN) if align is None and not exact else (tolerance, 1)
-        d_model, width = _solve_d_model(raw, n, ladder, budget, tolerance, multiple, precision, widen, exact)
+        d_model, width = _solve_d_model(
+            raw, n, ladder, budget, tolerance, multiple, precision, widen, exact
+        )
     else:
         if solve in ("ffn.d_ff", "ffn.d_h") and solve != f"ffn.{key}":
             kind = _ffn(raw, "kind")
-            raise BudgetError(f"solve: {solve} needs an FFN with that width, but this candidate's ffn.kind is "
-                              f"{kind} (width ffn.{key}); use solve: ffn to solve whichever width it has")
+            raise BudgetError(
+                f"solve: {solve} needs an FFN with that width, but this candidate's ffn.kind is "
+                f"{kind} (width ffn.{key}); use solve: ffn to solve whichever width it has"
+            )
         d_model, width = _solve_width(n, key, budget, tolerance, multiple)
     spec = ArchSpec.from_dict(n.mapping(d_model, width))
     solved = {k: v for k, v in (("d_model", d_model), (f"ffn.{key}", width)) if v is not None}
@@ -280,15 +346,26 @@ def _off_shape(n: _Counter, d_model: int, width: int | None) -> tuple[int, float
     `shape.head_dim` target (the hourglass paper's own heads range from 86 to 178 wide)."""
     spec = ArchSpec.from_dict(n.mapping(d_model))
     ffn = abs(math.log(width / spec.ffn.width)) if width is not None else 0.0
-    return round(100 * ffn), abs(math.log(spec.head_dim / n.ladder.target)) if n.ladder.target else 0.0
+    return round(100 * ffn), abs(
+        math.log(spec.head_dim / n.ladder.target)
+    ) if n.ladder.target else 0.0
 
 
 def _floor(smallest: int, tol: float) -> str:
     return f"the smallest feasible budget at tolerance {fmt_fraction(tol)} is {math.ceil(smallest / (1 + tol)):,}"
 
 
-def _solve_d_model(raw, n: _Counter, ladder: _Ladder, budget: int, tol: float, multiple: int,
-                   precision: float = PRECISION, widen: int = _WIDEN, exact: bool = False) -> tuple[int, int | None]:
+def _solve_d_model(
+    raw,
+    n: _Counter,
+    ladder: _Ladder,
+    budget: int,
+    tol: float,
+    multiple: int,
+    precision: float = PRECISION,
+    widen: int = _WIDEN,
+    exact: bool = False,
+) -> tuple[int, int | None]:
     # A ratio the space gives is held under `exact`: the width follows d_model, nothing tunes it.
     _, ratio = _width_key(raw)
     tune = _ratio_width(raw) and not (exact and raw.get("ffn", {}).get(ratio) is not None)
@@ -313,15 +390,21 @@ def _solve_d_model(raw, n: _Counter, ladder: _Ladder, budget: int, tol: float, m
     if smallest > budget * (1 + tol):
         raise BudgetError(
             f"at d_model={ladder.up(1)} (the smallest valid: {ladder.why()}) this candidate already has "
-            f"{smallest:,} parameters; {_floor(smallest, tol)}")
+            f"{smallest:,} parameters; {_floor(smallest, tol)}"
+        )
     d, w = nearest
     got = n(d, w)
     setting = f"d_model={d}" + (f" with ffn.{_width_key(raw)[0]}={w}" if tune else "")
-    advice = ("widen tolerance, or set shape.head_dim or head_dim so d_model has finer steps" if tune else
-              "widen tolerance, or give the FFN width as a ratio (ffn.ratio / ffn.dh_ratio) so it can absorb "
-              "the remainder")
-    raise BudgetError(f"the nearest valid setting ({setting}) gives {fmt_count(got)} "
-                      f"({(got - budget) / budget:+.2%}), outside tolerance {fmt_fraction(tol)}; {advice}")
+    advice = (
+        "widen tolerance, or set shape.head_dim or head_dim so d_model has finer steps"
+        if tune
+        else "widen tolerance, or give the FFN width as a ratio (ffn.ratio / ffn.dh_ratio) so it can absorb "
+        "the remainder"
+    )
+    raise BudgetError(
+        f"the nearest valid setting ({setting}) gives {fmt_count(got)} "
+        f"({(got - budget) / budget:+.2%}), outside tolerance {fmt_fraction(tol)}; {advice}"
+    )
 
 
 def _solve_width(n: _Counter, key: str, budget: int, tol: float, multiple: int) -> tuple[None, int]:
@@ -329,7 +412,8 @@ def _solve_width(n: _Counter, key: str, budget: int, tol: float, multiple: int) 
     if smallest > budget * (1 + tol):
         raise BudgetError(
             f"at ffn.{key}={multiple} (the smallest valid) this candidate already has {smallest:,} parameters; "
-            f"{_floor(smallest, tol)} (or lower d_model or the layer count)")
+            f"{_floor(smallest, tol)} (or lower d_model or the layer count)"
+        )
     w = _nearest_width(n, None, budget, multiple)
     got = n(None, w)
     if abs(got - budget) > tol * budget:
@@ -337,5 +421,6 @@ def _solve_width(n: _Counter, key: str, budget: int, tol: float, multiple: int) 
         raise BudgetError(
             f"the nearest valid ffn.{key}={w} gives {fmt_count(got)} ({(got - budget) / budget:+.2%}), outside "
             f"tolerance {fmt_fraction(tol)}: one step of ffn.{key} moves {fmt_count(unit)} parameters here; "
-            "widen tolerance" + (" or lower ffn.multiple_of" if multiple > 1 else ""))
+            "widen tolerance" + (" or lower ffn.multiple_of" if multiple > 1 else "")
+        )
     return None, w

@@ -12,7 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
-from benchmark.arch import count_params, deep_merge, set_dotted, PRESETS, FFN_WIDTHS, SPEC_KEYS, ArchSpec, SpecError
+from benchmark.arch import (
+    FFN_WIDTHS,
+    PRESETS,
+    SPEC_KEYS,
+    ArchSpec,
+    SpecError,
+    count_params,
+    deep_merge,
+    set_dotted,
+)
 from benchmark.space.budget import SOLVE_NONE, BudgetError, Solution, solve_budget
 from benchmark.space.domains import Axis
 from benchmark.space.expr import ExprError
@@ -28,7 +37,9 @@ class Candidate:
 
     values: dict[str, Any]
     solution: Solution
-    anchor: Solution | None = None  # the space's anchor at this candidate's budget, where it has one
+    anchor: Solution | None = (
+        None  # the space's anchor at this candidate's budget, where it has one
+    )
 
     @property
     def spec(self) -> ArchSpec:
@@ -48,12 +59,19 @@ class Candidate:
     def config(self) -> dict[str, Any]:
         """Flat constants, JSON-able: the axis values plus the resolved spec and its counts."""
         p = self.solution.params
-        return {**self.values, "family": self.spec.family, "spec": self.spec.to_dict(),
-                **count_columns(p),
-                "budget": self.solution.budget, "count": self.solution.count, "budget_distance": self.distance}
+        return {
+            **self.values,
+            "family": self.spec.family,
+            "spec": self.spec.to_dict(),
+            **count_columns(p),
+            "budget": self.solution.budget,
+            "count": self.solution.count,
+            "budget_distance": self.distance,
+        }
 
 
 # ---- conditions and the walk over axes ------------------------------------------------------
+
 
 def _get(frag: Any, key: str) -> Any:
     for part in key.split("."):
@@ -63,7 +81,9 @@ def _get(frag: Any, key: str) -> Any:
     return frag
 
 
-def _fragment(space: SearchSpace, values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _fragment(
+    space: SearchSpace, values: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(ArchSpec mapping, shape values) of base + the chosen variant + the axis values."""
     variant = space.variants.get(values.get("variant"))
     raw = deep_merge(space.base, variant.arch if variant else {})
@@ -97,6 +117,7 @@ def _lookup(space: SearchSpace, values: Mapping[str, Any]) -> Callable[[str], An
             return None
         found = _get(merged, name)
         return _DEFAULTS.get(name) if found is None else found
+
     return get
 
 
@@ -124,8 +145,12 @@ def define_by_run(space: SearchSpace) -> Callable[[Any], dict[str, Any]]:
     candidate as a flat dict of constants (`Candidate.config`). That is the form Ray Tune's
     `OptunaSearch(space=sample)` accepts: it merges the returned constants into the trial's
     config. Raises SpaceError when a point cannot be built or cannot meet the budget."""
+
     def sample(trial) -> dict[str, Any]:
-        return resolve(space, choose(space, lambda axis: axis.domain.suggest(trial, axis.key))).config()
+        return resolve(
+            space, choose(space, lambda axis: axis.domain.suggest(trial, axis.key))
+        ).config()
+
     return sample
 
 
@@ -136,6 +161,7 @@ class _Infinite(Exception):
 def grid(space: SearchSpace, limit: int) -> list[dict[str, Any]] | None:
     """Every point of a finite space (conditions respected), in file order; None if an active
     axis is a float range or there are more than `limit` points."""
+
     def expand(i: int, values: dict[str, Any]) -> Iterator[dict[str, Any]]:
         if i == len(space.axes):
             yield values
@@ -162,18 +188,23 @@ def grid(space: SearchSpace, limit: int) -> list[dict[str, Any]] | None:
 
 # ---- resolving one point --------------------------------------------------------------------
 
+
 def resolve(space: SearchSpace, values: Mapping[str, Any]) -> Candidate:
     """The budget-matched candidate for `values` (axis key -> value); raises SpaceError pointing
     at the axis, variant or base key behind a spec error, or at `budget` for a budget error."""
     values = dict(values)
     if space.budget is None:
-        raise space.source.error(("budget",), "none given: set `budget:` in the file or pass --budget")
+        raise space.source.error(
+            ("budget",), "none given: set `budget:` in the file or pass --budget"
+        )
     try:
         return Candidate(values=values, **_solve(space, values))
     except SpecError as e:
         raise _locate(space, values, e.key, f"{e.reason}{_about(values)}") from None
     except BudgetError as e:
-        raise space.source.error(("budget",), f"{e}{_locks(space, values)}{_about(values)}") from None
+        raise space.source.error(
+            ("budget",), f"{e}{_locks(space, values)}{_about(values)}"
+        ) from None
 
 
 def _locks(space: SearchSpace, values: Mapping[str, Any]) -> str:
@@ -183,52 +214,89 @@ def _locks(space: SearchSpace, values: Mapping[str, Any]) -> str:
     none = space.solve == SOLVE_NONE
     raw = deep_merge(raw, space.anchor or {}) if none else raw
     head_dim = shape.get("shape.head_dim")
-    held = [f"shape.head_dim {head_dim} exactly (d_model in steps of {head_dim})"] \
-        if head_dim and space.controlled and (none or not space.anchor) else []
-    held += [f"{k} {v:g} exactly" for k, v in (("ffn.ratio", _get(raw, "ffn.ratio")), ("ffn.dh_ratio",
-             _get(raw, "ffn.dh_ratio"))) if v is not None and space.controlled]
+    held = (
+        [f"shape.head_dim {head_dim} exactly (d_model in steps of {head_dim})"]
+        if head_dim and space.controlled and (none or not space.anchor)
+        else []
+    )
+    held += [
+        f"{k} {v:g} exactly"
+        for k, v in (
+            ("ffn.ratio", _get(raw, "ffn.ratio")),
+            ("ffn.dh_ratio", _get(raw, "ffn.dh_ratio")),
+        )
+        if v is not None and space.controlled
+    ]
     if none:
-        return ("; under solve: none the budget and its tolerance size the anchor alone (every candidate keeps "
-                "its shape with its own count)" + (f", held at {' and '.join(held)}" if held else "")
-                + ": give the budget the anchor's size at the shape wanted, relax a lock, or widen tolerance")
+        return (
+            "; under solve: none the budget and its tolerance size the anchor alone (every candidate keeps "
+            "its shape with its own count)"
+            + (f", held at {' and '.join(held)}" if held else "")
+            + ": give the budget the anchor's size at the shape wanted, relax a lock, or widen tolerance"
+        )
     if not space.controlled:
         return ""
-    return (f"; under controlled: true the space holds {' and '.join(held) or 'the shape'}: relax a lock (a smaller "
-            "shape.head_dim, or no FFN ratio so that the width absorbs the remainder), hold the shape with an "
-            "anchor and solve: ffn, or widen tolerance")
+    return (
+        f"; under controlled: true the space holds {' and '.join(held) or 'the shape'}: relax a lock (a smaller "
+        "shape.head_dim, or no FFN ratio so that the width absorbs the remainder), hold the shape with an "
+        "anchor and solve: ffn, or widen tolerance"
+    )
 
 
 def _solve(space: SearchSpace, values: dict[str, Any]) -> dict[str, Solution | None]:
     """The candidate's `solution` and, in a space with one, its `anchor`."""
     raw, shape = _fragment(space, values)
-    family = ArchSpec.from_dict({"family": raw.get("family", ArchSpec.family)}).family  # SpecError if misspelt
+    family = ArchSpec.from_dict(
+        {"family": raw.get("family", ArchSpec.family)}
+    ).family  # SpecError if misspelt
     merged = apply_shape(deep_merge(PRESETS[family], raw), shape)
 
     budget = values.get(BUDGET_AXIS, space.budget)  # a ladder's rung, or the one budget
     head_dim = shape.get("shape.head_dim")
     if head_dim is not None and merged.get("head_dim") is not None:
-        raise SpecError("shape.head_dim", "sets n_heads from d_model; it cannot be combined with head_dim")
+        raise SpecError(
+            "shape.head_dim", "sets n_heads from d_model; it cannot be combined with head_dim"
+        )
     anchor = None
-    if space.anchor is not None:  # hourglass paper Table 1: every candidate keeps the anchor's width and heads
+    if (
+        space.anchor is not None
+    ):  # hourglass paper Table 1: every candidate keeps the anchor's width and heads
         anchor = _anchor(space, budget, head_dim, shape)
-        merged.update(d_model=anchor.spec.d_model, n_heads=anchor.spec.n_heads, n_kv_heads=anchor.spec.n_kv_heads)
+        merged.update(
+            d_model=anchor.spec.d_model,
+            n_heads=anchor.spec.n_heads,
+            n_kv_heads=anchor.spec.n_kv_heads,
+        )
         head_dim = None
         if space.solve == SOLVE_NONE:
             return {"solution": _held(merged, anchor), "anchor": anchor}
     elif head_dim is not None and space.solve != "d_model":
-        raise SpecError("shape.head_dim", f"scales n_heads with a solved d_model; it needs solve: d_model or an "
-                        f"anchor, not solve: {space.solve}")
+        raise SpecError(
+            "shape.head_dim",
+            f"scales n_heads with a solved d_model; it needs solve: d_model or an "
+            f"anchor, not solve: {space.solve}",
+        )
 
     def solve(r: dict[str, Any]) -> Solution:
-        return solve_budget(r, budget=budget, count=space.count, tolerance=space.tolerance, solve=space.solve,
-                            head_dim=head_dim, align=space.align, exact=space.controlled)
+        return solve_budget(
+            r,
+            budget=budget,
+            count=space.count,
+            tolerance=space.tolerance,
+            solve=space.solve,
+            head_dim=head_dim,
+            align=space.align,
+            exact=space.controlled,
+        )
 
     if "shape.d_model_per_layer" in shape:
         return {"solution": fit_width_depth(merged, shape, solve), "anchor": anchor}
     return {"solution": solve(merged), "anchor": anchor}
 
 
-def _anchor(space: SearchSpace, budget: int, head_dim: int | None, shape: Mapping[str, Any]) -> Solution:
+def _anchor(
+    space: SearchSpace, budget: int, head_dim: int | None, shape: Mapping[str, Any]
+) -> Solution:
     """The anchor solved to the budget: d_model (with controlled: true, heads of exactly head_dim).
     Under solve: ffn it trains nowhere, and its own FFN width moves so that a d_model on that coarse
     lattice lands on the budget. Under solve: none its whole shape is every candidate's and it is
@@ -237,8 +305,15 @@ def _anchor(space: SearchSpace, budget: int, head_dim: int | None, shape: Mappin
     if space.solve == SOLVE_NONE:
         family = ArchSpec.from_dict({"family": raw.get("family", ArchSpec.family)}).family
         raw = apply_shape(deep_merge(PRESETS[family], raw), shape)
-    return solve_budget(raw, budget=budget, count=space.count, tolerance=space.tolerance, head_dim=head_dim,
-                        align=space.align, exact=space.controlled)
+    return solve_budget(
+        raw,
+        budget=budget,
+        count=space.count,
+        tolerance=space.tolerance,
+        head_dim=head_dim,
+        align=space.align,
+        exact=space.controlled,
+    )
 
 
 def _held(merged: dict[str, Any], anchor: Solution) -> Solution:
@@ -248,15 +323,22 @@ def _held(merged: dict[str, Any], anchor: Solution) -> Solution:
     width, ratio, _ = FFN_WIDTHS[kind]
     ffn = dict(merged.get("ffn") or {})
     if ffn.get("kind", kind) != kind:
-        raise SpecError("ffn.kind", f"solve: none keeps the anchor's FFN ({kind}, ffn.{width} "
-                        f"{getattr(anchor.spec.ffn, width)}) for every candidate; this one's is {ffn['kind']}")
+        raise SpecError(
+            "ffn.kind",
+            f"solve: none keeps the anchor's FFN ({kind}, ffn.{width} "
+            f"{getattr(anchor.spec.ffn, width)}) for every candidate; this one's is {ffn['kind']}",
+        )
     ffn.update({width: getattr(anchor.spec.ffn, width), ratio: None})
     spec = ArchSpec.from_dict({**merged, "head_dim": anchor.spec.head_dim, "ffn": ffn})
-    return Solution(spec=spec, params=count_params(spec), budget=anchor.budget, count=anchor.count, solved={})
+    return Solution(
+        spec=spec, params=count_params(spec), budget=anchor.budget, count=anchor.count, solved={}
+    )
 
 
 def _about(values: Mapping[str, Any]) -> str:
-    what = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+    what = ", ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()
+    )
     return f" (candidate: {what})" if what else ""
 
 
@@ -277,7 +359,13 @@ def _locate(space: SearchSpace, values: Mapping[str, Any], key: str, reason: str
     same_section = [a for a in chosen if a.split(".")[0] == key.split(".")[0]]
     if same_section:
         return space.source.error(("axes", same_section[0]), reason)
-    family_at = ("axes", "family") if "family" in values else ("base", "family") if "family" in space.base else None
+    family_at = (
+        ("axes", "family")
+        if "family" in values
+        else ("base", "family")
+        if "family" in space.base
+        else None
+    )
     if family_at:
         return space.source.error(family_at, f"{key} (from the family preset): {reason}")
     return space.source.error((key,), reason)

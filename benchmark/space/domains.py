@@ -76,12 +76,13 @@ Domain = Choice | IntRange | FloatRange | Fixed
 
 @dataclass(frozen=True, kw_only=True)
 class Axis:
-    key: str                        # a dotted ArchSpec key, a shape.* key, or "variant"
+    key: str  # a dotted ArchSpec key, a shape.* key, or "variant"
     domain: Domain
     when: Condition | None = None
 
 
 # ---- reading an axis entry ----------------------------------------------------------------
+
 
 def read_domain(src: Source, path: tuple, key: str, spec: Any) -> tuple[Domain, Condition | None]:
     """`[a, b]`, a scalar, or `{choice | int | float | logfloat | value: .., step, log, when}`."""
@@ -99,8 +100,11 @@ def read_domain(src: Source, path: tuple, key: str, spec: Any) -> tuple[Domain, 
     kind = kinds[0]
     for extra, allowed in (("step", ("int",)), ("log", ("int", "float"))):
         if extra in spec and kind not in allowed:
-            raise src.error(path + (extra,), f"`{extra}` applies to {' and '.join(allowed)} ranges, not {kind}",
-                            value=False)
+            raise src.error(
+                path + (extra,),
+                f"`{extra}` applies to {' and '.join(allowed)} ranges, not {kind}",
+                value=False,
+            )
     when = _condition(src, path + ("when",), spec["when"]) if "when" in spec else None
     if kind == "choice":
         return _choice(src, path + ("choice",), key, spec["choice"]), when
@@ -115,7 +119,9 @@ def _condition(src: Source, path: tuple, text: Any) -> Condition:
     try:
         return parse_condition(text)
     except ExprError as e:
-        raise src.error(path, f"{e.reason} (at character {e.offset + 1} of the condition)") from None
+        raise src.error(
+            path, f"{e.reason} (at character {e.offset + 1} of the condition)"
+        ) from None
 
 
 def _choice(src: Source, path: tuple, key: str, values: Any) -> Choice:
@@ -133,13 +139,17 @@ def _bounds(src: Source, path: tuple, key: str, pair: Any) -> tuple[Any, Any]:
         raise src.error(path, f"expected [lo, hi], got {pair!r}")
     lo, hi = (checked(src, path + (i,), key, v) for i, v in enumerate(pair))
     if lo >= hi:
-        raise src.error(path, f"lo must be < hi, got [{lo}, {hi}] (for one value use `value: {lo}`)")
+        raise src.error(
+            path, f"lo must be < hi, got [{lo}, {hi}] (for one value use `value: {lo}`)"
+        )
     return lo, hi
 
 
 def _int_range(src: Source, path: tuple, key: str, spec: dict[str, Any]) -> IntRange:
     if value_kind(key) != "int":
-        raise src.error(path + ("int",), f"{key} does not take a range of integers; use choice", value=False)
+        raise src.error(
+            path + ("int",), f"{key} does not take a range of integers; use choice", value=False
+        )
     lo, hi = _bounds(src, path + ("int",), key, spec["int"])
     step, log = spec.get("step", 1), spec.get("log", False)
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
@@ -147,13 +157,17 @@ def _int_range(src: Source, path: tuple, key: str, spec: dict[str, Any]) -> IntR
     if (hi - lo) % step:
         raise src.error(path + ("step",), f"hi - lo ({hi - lo}) must be a multiple of step {step}")
     if not isinstance(log, bool) or (log and step != 1):
-        raise src.error(path + ("log",), f"expected true or false (and log needs step 1), got {log!r}")
+        raise src.error(
+            path + ("log",), f"expected true or false (and log needs step 1), got {log!r}"
+        )
     return IntRange(lo=lo, hi=hi, step=step, log=log)
 
 
 def _float_range(src: Source, path: tuple, key: str, spec: dict[str, Any], kind: str) -> FloatRange:
     if value_kind(key) != "float":
-        raise src.error(path + (kind,), f"{key} takes whole numbers; use int: [lo, hi] or choice", value=False)
+        raise src.error(
+            path + (kind,), f"{key} takes whole numbers; use int: [lo, hi] or choice", value=False
+        )
     lo, hi = _bounds(src, path + (kind,), key, spec[kind])
     log = spec.get("log", kind == "logfloat")
     if not isinstance(log, bool):

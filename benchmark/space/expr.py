@@ -19,13 +19,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-_TOKEN = re.compile(r"""
+_TOKEN = re.compile(
+    r"""
     \s*(?:
       (?P<number>-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)
     | (?P<string>'[^']*'|"[^"]*")
     | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
     | (?P<op>==|!=|<=|>=|<|>|\(|\)|\[|\]|,)
-    )""", re.VERBOSE)
+    )""",
+    re.VERBOSE,
+)
 _KEYWORDS = {"and", "or", "not", "in", "true", "false", "null"}
 _CONSTANTS = {"true": True, "false": False, "null": None}
 
@@ -42,7 +45,7 @@ class ExprError(ValueError):
 
 @dataclass(frozen=True)
 class _Tok:
-    kind: str      # number | string | name | op | keyword | end
+    kind: str  # number | string | name | op | keyword | end
     text: str
     offset: int
 
@@ -53,7 +56,9 @@ def _tokenize(text: str) -> list[_Tok]:
         m = _TOKEN.match(text, pos)
         if not m:
             at = len(text) - len(text[pos:].lstrip())
-            what = "unterminated string" if text[at] in "'\"" else f"unexpected character {text[at]!r}"
+            what = (
+                "unterminated string" if text[at] in "'\"" else f"unexpected character {text[at]!r}"
+            )
             raise ExprError(what, at)
         kind = m.lastgroup
         word, start = m.group(kind), m.start(kind)
@@ -90,7 +95,7 @@ class _Parser:
     def __init__(self, text: str):
         self.toks = _tokenize(text)
         self.i = 0
-        self.names: dict[str, int] = {}   # name -> offset of its first use
+        self.names: dict[str, int] = {}  # name -> offset of its first use
 
     def peek(self, *texts: str) -> bool:
         t = self.toks[self.i]

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmark.arch import Key, SPEC_KEYS, SpecError
+from benchmark.arch import SPEC_KEYS, Key, SpecError
 from benchmark.space.shape import SHAPE_KEYS
 from benchmark.space.source import Source
 
 KEYS: dict[str, Key] = {**SPEC_KEYS, **SHAPE_KEYS}
-SECTIONS: dict[str, type] = {name: key.section for name, key in SPEC_KEYS.items() if key.section}  # ffn, layers, hyper
+SECTIONS: dict[str, type] = {
+    name: key.section for name, key in SPEC_KEYS.items() if key.section
+}  # ffn, layers, hyper
 LEAF_KEYS = tuple(name for name, key in SPEC_KEYS.items() if not key.section)
 
 

@@ -12,10 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from benchmark.arch import COUNTS, did_you_mean, one_of, set_dotted, PRESETS, FFN_WIDTHS, SPEC_KEYS
+from benchmark.arch import COUNTS, FFN_WIDTHS, PRESETS, SPEC_KEYS, did_you_mean, one_of, set_dotted
+from benchmark.recipe import DEFAULTS as TRAINING_DEFAULTS
 from benchmark.recipe import (
-    DEFAULTS as TRAINING_DEFAULTS, QUANTIZE_DEFAULTS, QuantizeConfig, QuantizeConfigError, TrainConfig,
-    TrainConfigError, fmt_count, parse_amount, parse_tokens, parse_tolerance
+    QUANTIZE_DEFAULTS,
+    QuantizeConfig,
+    QuantizeConfigError,
+    TrainConfig,
+    TrainConfigError,
+    fmt_count,
+    parse_amount,
+    parse_tokens,
+    parse_tolerance,
 )
 from benchmark.space.align import Align, parse_align
 from benchmark.space.budget import SOLVE_NONE, SOLVES
@@ -26,23 +34,59 @@ from benchmark.space.shape import SHAPE_KEYS
 from benchmark.space.source import Override, Source, SpaceError, apply_overrides
 from benchmark.space.tuning import Tune, read_tune
 from benchmark.space.yamlsafe import YamlError, load_yaml
-from benchmark.store import LOOP_COUNTS, LOOP_LOSSES, SEARCHABLE, MetricError, metric, objective, check_study_name
+from benchmark.store import (
+    LOOP_COUNTS,
+    LOOP_LOSSES,
+    SEARCHABLE,
+    MetricError,
+    check_study_name,
+    metric,
+    objective,
+)
 
-TOP_KEYS = ("name", "description", "budget", "count", "tolerance", "solve", "align", "anchor", "base", "variants",
-            "axes", "training", "quantize", "objectives", "trials", "seeds", "pruner", "controlled", "tune")
+TOP_KEYS = (
+    "name",
+    "description",
+    "budget",
+    "count",
+    "tolerance",
+    "solve",
+    "align",
+    "anchor",
+    "base",
+    "variants",
+    "axes",
+    "training",
+    "quantize",
+    "objectives",
+    "trials",
+    "seeds",
+    "pruner",
+    "controlled",
+    "tune",
+)
 # What may stop a trial early: ASHA's successive halving over training tokens (when the space has
 # one objective measured during training), or nothing, which a study of claims needs: a candidate
 # pruned at its first seed never trains the others, and its claims have no pairs.
 PRUNERS = ("asha", "none")
 DEFAULT_TRIALS = 16
-_WIDTH_KEYS = tuple(f"ffn.{width}" for width, _, _ in FFN_WIDTHS.values())   # what `solve: ffn` sets
+_WIDTH_KEYS = tuple(f"ffn.{width}" for width, _, _ in FFN_WIDTHS.values())  # what `solve: ffn` sets
 _RATIO_KEYS = tuple(f"ffn.{ratio}" for _, ratio, _ in FFN_WIDTHS.values())
 # What `solve: none` holds from the anchor for every candidate (a model against one of twice its
 # parameters at one width: Hyperloop §4.2, Table 1, App. A); the budget sizes the anchor alone.
-_HELD_KEYS = ("d_model", "n_heads", "n_kv_heads", "head_dim", *_WIDTH_KEYS, *_RATIO_KEYS, "shape.d_model_per_layer")
+_HELD_KEYS = (
+    "d_model",
+    "n_heads",
+    "n_kv_heads",
+    "head_dim",
+    *_WIDTH_KEYS,
+    *_RATIO_KEYS,
+    "shape.d_model_per_layer",
+)
 
 
 # ---- top-level values (ValueError carries the message) --------------------------------------
+
 
 def _text(v: Any) -> str:
     if not isinstance(v, str):
@@ -84,7 +128,9 @@ def _objectives(v: Any) -> tuple[tuple[str, str], ...]:
         try:
             metric(name)
         except MetricError:
-            raise ValueError(f"'{name}' is not one of {', '.join(SEARCHABLE)}{did_you_mean(name, SEARCHABLE)}") from None
+            raise ValueError(
+                f"'{name}' is not one of {', '.join(SEARCHABLE)}{did_you_mean(name, SEARCHABLE)}"
+            ) from None
         try:
             m, direction = objective(item)
         except MetricError as e:
@@ -97,36 +143,43 @@ def _objectives(v: Any) -> tuple[tuple[str, str], ...]:
 
 # ---- the space ----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, kw_only=True)
 class Variant:
-    arch: dict[str, Any]            # a nested ArchSpec fragment
-    shape: dict[str, Any]           # shape.* values
+    arch: dict[str, Any]  # a nested ArchSpec fragment
+    shape: dict[str, Any]  # shape.* values
 
 
 @dataclass(frozen=True, kw_only=True)
 class SearchSpace:
     name: str
     description: str = ""
-    budget: int | None = None       # the budget; with a ladder, its largest (for estimates and gates)
-    ladder: tuple[int, ...] = ()    # `budget: [0.5M, 1M, 2M]`: every candidate at every budget (the `budget` axis)
+    budget: int | None = None  # the budget; with a ladder, its largest (for estimates and gates)
+    ladder: tuple[
+        int, ...
+    ] = ()  # `budget: [0.5M, 1M, 2M]`: every candidate at every budget (the `budget` axis)
     count: str = "total"
     tolerance: float = 0.005
     solve: str = "d_model"
-    align: Align | None = None      # hardware-friendly multiples of d_model, FFN width, head_dim
+    align: Align | None = None  # hardware-friendly multiples of d_model, FFN width, head_dim
     anchor: dict[str, Any] | None = None
     base: dict[str, Any] = field(default_factory=dict)
     variants: dict[str, Variant] = field(default_factory=dict)
-    axes: tuple[Axis, ...] = ()     # with variants, the first axis is "variant"
-    training: dict[str, Any] = field(default_factory=dict)   # as written; TrainConfig fills its defaults
-    quantize: dict[str, Any] = field(default_factory=dict)   # as written; QuantizeConfig fills its defaults
+    axes: tuple[Axis, ...] = ()  # with variants, the first axis is "variant"
+    training: dict[str, Any] = field(
+        default_factory=dict
+    )  # as written; TrainConfig fills its defaults
+    quantize: dict[str, Any] = field(
+        default_factory=dict
+    )  # as written; QuantizeConfig fills its defaults
     objectives: tuple[tuple[str, str], ...] = (("val_loss", "min"),)
     trials: int = DEFAULT_TRIALS
-    seeds: int = 1                  # every candidate trained with this many seeds (--seeds overrides)
-    pruner: str = "asha"            # PRUNERS
+    seeds: int = 1  # every candidate trained with this many seeds (--seeds overrides)
+    pruner: str = "asha"  # PRUNERS
     # The shape held across candidates, not preferred: shape.head_dim exact, an FFN ratio the space
     # gives exact, so that a claim's arms differ only in what it tests and in the solved dimension.
     controlled: bool = False
-    tune: Tune | None = None        # each candidate's training settings tuned over a grid (tuning.py)
+    tune: Tune | None = None  # each candidate's training settings tuned over a grid (tuning.py)
     source: Source = field(default=Source("<space>"), compare=False, repr=False)
 
     @property
@@ -146,7 +199,9 @@ class SearchSpace:
 
     def tokens_for(self, params: Mapping[str, int]) -> int:
         """Training tokens for a candidate with these parameter counts (TrainConfig.total_tokens)."""
-        return parse_tokens(self.training_value("tokens")).resolve(params[self.training_value("tokens_per")])
+        return parse_tokens(self.training_value("tokens")).resolve(
+            params[self.training_value("tokens_per")]
+        )
 
     @property
     def overrides(self) -> tuple[str, ...]:
@@ -163,23 +218,34 @@ class SearchSpace:
         warm = cfg.warmup_steps(steps)
         amount = parse_tokens(cfg.tokens)
         who = f"{about} trains " if about and not amount.absolute else ""
-        whose = "" if amount.absolute else \
-            f" = {amount} its {fmt_count(params[cfg.tokens_per])} {cfg.tokens_per} parameters"
+        whose = (
+            ""
+            if amount.absolute
+            else f" = {amount} its {fmt_count(params[cfg.tokens_per])} {cfg.tokens_per} parameters"
+        )
         accum = f" x grad_accum {cfg.grad_accum}" if cfg.grad_accum > 1 else ""
-        run = (f"{who}{fmt_count(tokens)} tokens{whose} at {per_step:,} a step (batch_size {cfg.batch_size} x "
-               f"seq_len {cfg.seq_len}{accum})")
+        run = (
+            f"{who}{fmt_count(tokens)} tokens{whose} at {per_step:,} a step (batch_size {cfg.batch_size} x "
+            f"seq_len {cfg.seq_len}{accum})"
+        )
         fix = "set a smaller training.batch_size or training.seq_len, or train more tokens"
         if tokens < per_step:
             raise self.source.error(("training", "tokens"), f"less than one step: {run}; {fix}")
         if warm >= steps:
-            raise self.source.error(("training", "warmup"), f"{warm:,} warmup steps do not end before the run's "
-                                    f"{steps:,} steps: {run}; give warmup as a fraction of the run (e.g. 0.05), "
-                                    f"or {fix}")
+            raise self.source.error(
+                ("training", "warmup"),
+                f"{warm:,} warmup steps do not end before the run's "
+                f"{steps:,} steps: {run}; give warmup as a fraction of the run (e.g. 0.05), "
+                f"or {fix}",
+            )
         decay = cfg.decay_steps(steps)
         if cfg.schedule == "wsd" and warm + decay > steps:
-            raise self.source.error(("training", "warmup"), f"{warm:,} warmup steps run into the last {decay:,} "
-                                    f"steps of decay (decay: {cfg.decay}) of the run's {steps:,} steps: {run}; "
-                                    f"give warmup as a fraction of the run (e.g. 0.05), or {fix}")
+            raise self.source.error(
+                ("training", "warmup"),
+                f"{warm:,} warmup steps run into the last {decay:,} "
+                f"steps of decay (decay: {cfg.decay}) of the run's {steps:,} steps: {run}; "
+                f"give warmup as a fraction of the run (e.g. 0.05), or {fix}",
+            )
         return steps, warm
 
     def check_objectives(self, spec, about: str = "") -> None:
@@ -192,10 +258,13 @@ class SearchSpace:
             if r is not None and r not in spec.eval_loops:
                 evaluated = ", ".join(map(str, spec.eval_loops)) or "none"
                 families = ", ".join(f for f, p in PRESETS.items() if r in p.get("eval_loops", ()))
-                raise self.source.error(("objectives", i), f"{column} is the loss at {r} loops, which {about or 'a candidate'} "
-                                        f"({spec.family}) does not evaluate (its eval_loops: {evaluated}); give the "
-                                        f"family eval_loops with {r}, or keep this objective to families that "
-                                        f"evaluate it ({families})")
+                raise self.source.error(
+                    ("objectives", i),
+                    f"{column} is the loss at {r} loops, which {about or 'a candidate'} "
+                    f"({spec.family}) does not evaluate (its eval_loops: {evaluated}); give the "
+                    f"family eval_loops with {r}, or keep this objective to families that "
+                    f"evaluate it ({families})",
+                )
 
 
 BUDGET_AXIS = "budget"
@@ -206,10 +275,13 @@ def with_ladder(axes: tuple[Axis, ...], budgets: tuple[int, ...]) -> tuple[Axis,
     decided like any axis, so a finite space enumerates every candidate at every budget and a
     sampled one lets the sampler weigh it (the driver enqueues each budget once first)."""
     rest = tuple(a for a in axes if a.key != BUDGET_AXIS)
-    return ((Axis(key=BUDGET_AXIS, domain=Choice(values=budgets)),) if len(budgets) > 1 else ()) + rest
+    return (
+        (Axis(key=BUDGET_AXIS, domain=Choice(values=budgets)),) if len(budgets) > 1 else ()
+    ) + rest
 
 
 # ---- loading ------------------------------------------------------------------------------
+
 
 def load_space(path: str | Path, overrides: Sequence[Override] = ()) -> SearchSpace:
     """Read and validate a search-space file, with `overrides` (`--set KEY=VALUE`: source.py) set
@@ -223,8 +295,11 @@ def load_space(path: str | Path, overrides: Sequence[Override] = ()) -> SearchSp
         raise SpaceError(file, None, None, "", f"cannot read: {e.strerror or e}") from None
     src = Source(file, doc, tuple(overrides))
     if not isinstance(doc.data, dict):
-        raise src.error((), f"a search space is a mapping (name, budget, base, axes, ...), "
-                            f"got {type(doc.data).__name__}")
+        raise src.error(
+            (),
+            f"a search space is a mapping (name, budget, base, axes, ...), "
+            f"got {type(doc.data).__name__}",
+        )
     data = apply_overrides(doc.data, overrides)
     for k in data:
         if k not in TOP_KEYS:
@@ -264,21 +339,41 @@ class _Reader:
         self.anchored = "anchor" in self.top
         self.controlled = self.parsed("controlled", _flag, False)
         if self.solve == SOLVE_NONE and not self.anchored:
-            raise self.fail(("solve",), "none keeps every candidate at the anchor's shape (d_model, heads, FFN "
-                            "width) with its own parameter count; it needs an `anchor:`, the model whose size "
-                            "`budget` sets within `tolerance`")
+            raise self.fail(
+                ("solve",),
+                "none keeps every candidate at the anchor's shape (d_model, heads, FFN "
+                "width) with its own parameter count; it needs an `anchor:`, the model whose size "
+                "`budget` sets within `tolerance`",
+            )
         if self.anchored and self.solve == "d_model":
-            raise self.fail(("anchor",), "anchor holds one solved d_model for every candidate, so `solve` must "
-                            "be an FFN width (ffn, ffn.d_ff or ffn.d_h), not d_model", value=False)
+            raise self.fail(
+                ("anchor",),
+                "anchor holds one solved d_model for every candidate, so `solve` must "
+                "be an FFN width (ffn, ffn.d_ff or ffn.d_h), not d_model",
+                value=False,
+            )
         anchor = self.fragment(("anchor",), self.top["anchor"]).arch if self.anchored else None
         variants = self.variants()
         budgets = self.parsed("budget", parse_budgets, ())
-        seeds, pruner = self.parsed("seeds", _positive_int, 1), self.parsed("pruner", lambda v: one_of(v, PRUNERS), "asha")
-        tune = read_tune(self.src, self.top["tune"], self.training(), range(seeds)) if "tune" in self.top else None
-        if tune and pruner != "none":  # ASHA would stop some of a candidate's tuning runs: unequal budgets
-            raise self.fail(("tune",), "every candidate trains the whole grid: set `pruner: none`", value=False)
+        seeds, pruner = (
+            self.parsed("seeds", _positive_int, 1),
+            self.parsed("pruner", lambda v: one_of(v, PRUNERS), "asha"),
+        )
+        tune = (
+            read_tune(self.src, self.top["tune"], self.training(), range(seeds))
+            if "tune" in self.top
+            else None
+        )
+        if (
+            tune and pruner != "none"
+        ):  # ASHA would stop some of a candidate's tuning runs: unequal budgets
+            raise self.fail(
+                ("tune",), "every candidate trains the whole grid: set `pruner: none`", value=False
+            )
         return SearchSpace(
-            name=self.parsed("name", lambda v: check_study_name(_text(v)), Path(self.src.file).stem),
+            name=self.parsed(
+                "name", lambda v: check_study_name(_text(v)), Path(self.src.file).stem
+            ),
             description=self.parsed("description", _text, ""),
             budget=budgets[-1] if budgets else None,
             ladder=budgets if len(budgets) > 1 else (),
@@ -294,7 +389,9 @@ class _Reader:
             quantize=self.quantize(),
             objectives=self.parsed("objectives", _objectives, (("val_loss", "min"),)),
             trials=self.parsed("trials", _positive_int, DEFAULT_TRIALS),
-            seeds=seeds, pruner=pruner, tune=tune,
+            seeds=seeds,
+            pruner=pruner,
+            tune=tune,
             controlled=self.controlled,
             source=self.src,
         )
@@ -313,18 +410,27 @@ class _Reader:
                 solved = self.solved(key)
             if solved:
                 raise self.fail(where, f"{solved}; it cannot also be given", value=False)
-            held = path == ("anchor",) and self.solve == SOLVE_NONE   # the anchor's ratio is everyone's width
+            held = (
+                path == ("anchor",) and self.solve == SOLVE_NONE
+            )  # the anchor's ratio is everyone's width
             if self.controlled and self.solve != "d_model" and key in _RATIO_KEYS and not held:
-                raise self.fail(where, f"{key} has no effect when the FFN width is solved (solve: {self.solve}): "
-                                "under controlled: true every key a space sets is what the model trains with",
-                                value=False)
+                raise self.fail(
+                    where,
+                    f"{key} has no effect when the FFN width is solved (solve: {self.solve}): "
+                    "under controlled: true every key a space sets is what the model trains with",
+                    value=False,
+                )
             if key in SHAPE_KEYS and shape_ok:
                 shape[key] = checked(self.src, where, key, value)
             elif key in SPEC_KEYS:
                 set_dotted(arch, key, checked(self.src, where, key, value))
             elif key in SHAPE_KEYS:
-                raise self.fail(where, f"{key} is applied per candidate: give it under axes (a plain value "
-                                f"there is fixed, e.g. {key}: {value})", value=False)
+                raise self.fail(
+                    where,
+                    f"{key} is applied per candidate: give it under axes (a plain value "
+                    f"there is fixed, e.g. {key}: {value})",
+                    value=False,
+                )
             else:
                 options = LEAF_KEYS + (tuple(SHAPE_KEYS) if shape_ok else ())
                 raise self.fail(where, f"unknown key{did_you_mean(key, options)}", value=False)
@@ -335,14 +441,21 @@ class _Reader:
             return {}
         raw = self.top["variants"]
         if not isinstance(raw, dict) or not raw:
-            raise self.fail(("variants",), "expected a mapping of variant names to ArchSpec fragments")
-        return {name: self.fragment(("variants", name), frag, shape_ok=True) for name, frag in raw.items()}
+            raise self.fail(
+                ("variants",), "expected a mapping of variant names to ArchSpec fragments"
+            )
+        return {
+            name: self.fragment(("variants", name), frag, shape_ok=True)
+            for name, frag in raw.items()
+        }
 
     def solved(self, key: str) -> str:
         """Why the solver sets `key` (so the file may not), or ""."""
         if self.solve == SOLVE_NONE and key in _HELD_KEYS:
-            return (f"{key} is held from the anchor (solve: none: every candidate keeps the anchor's d_model, "
-                    "heads and FFN width); set the shape in `anchor:`")
+            return (
+                f"{key} is held from the anchor (solve: none: every candidate keeps the anchor's d_model, "
+                "heads and FFN width); set the shape in `anchor:`"
+            )
         if key == "d_model" and self.anchored:
             return "d_model is held from the anchor"
         width = {"ffn": _WIDTH_KEYS, "d_model": ()}.get(self.solve, (self.solve,))
@@ -366,14 +479,23 @@ class _Reader:
     def check_axis_key(self, key: str) -> None:
         path = ("axes", key)
         if key in SECTIONS:
-            raise self.fail(path, f"`{key}` is a section; name a key inside it, e.g. {first_key(key)}", value=False)
+            raise self.fail(
+                path,
+                f"`{key}` is a section; name a key inside it, e.g. {first_key(key)}",
+                value=False,
+            )
         if key not in LEAF_KEYS and key not in SHAPE_KEYS:
-            raise self.fail(path, f"unknown key{did_you_mean(key, LEAF_KEYS + tuple(SHAPE_KEYS))}", value=False)
+            raise self.fail(
+                path, f"unknown key{did_you_mean(key, LEAF_KEYS + tuple(SHAPE_KEYS))}", value=False
+            )
         if self.solved(key):
             raise self.fail(path, f"{self.solved(key)}; it cannot also be an axis", value=False)
         if self.solve != "d_model" and key in _RATIO_KEYS:
-            raise self.fail(path, f"{key} has no effect when the FFN width is solved (solve: {self.solve})",
-                            value=False)
+            raise self.fail(
+                path,
+                f"{key} has no effect when the FFN width is solved (solve: {self.solve})",
+                value=False,
+            )
 
     def check_names(self, path: tuple, when: Condition, before: list[Axis]) -> None:
         """A condition reads ArchSpec keys, shape keys and `variant`; an axis it reads must be
@@ -384,8 +506,10 @@ class _Reader:
             if name not in names:
                 raise self.fail(path, f"unknown name '{name}'{did_you_mean(name, names)}")
             if name in self.top["axes"] and name not in declared:
-                raise self.fail(path, f"reads axis '{name}', which is decided at or after this one; "
-                                "declare it above")
+                raise self.fail(
+                    path,
+                    f"reads axis '{name}', which is decided at or after this one; declare it above",
+                )
 
     def training(self) -> dict[str, Any]:
         """The section as written, once TrainConfig accepts it (the harness fills its defaults)."""
@@ -395,17 +519,23 @@ class _Reader:
         try:
             TrainConfig.from_dict(raw)
         except TrainConfigError as e:
-            raise self.fail(("training", e.key), e.reason, value=e.key in TRAINING_DEFAULTS) from None
+            raise self.fail(
+                ("training", e.key), e.reason, value=e.key in TRAINING_DEFAULTS
+            ) from None
         return dict(raw)
 
     def quantize(self) -> dict[str, Any]:
         """The section as written, once QuantizeConfig accepts it (the trial fills its defaults)."""
         raw = self.top.get("quantize", {})
         if not isinstance(raw, dict):
-            raise self.fail(("quantize",), f"expected a mapping like {{group_size: 128, calib_sequences: 1024}}, "
-                                           f"got {raw!r}")
+            raise self.fail(
+                ("quantize",),
+                f"expected a mapping like {{group_size: 128, calib_sequences: 1024}}, got {raw!r}",
+            )
         try:
             QuantizeConfig.from_dict(raw)
         except QuantizeConfigError as e:
-            raise self.fail(("quantize", e.key), e.reason, value=e.key in QUANTIZE_DEFAULTS) from None
+            raise self.fail(
+                ("quantize", e.key), e.reason, value=e.key in QUANTIZE_DEFAULTS
+            ) from None
         return dict(raw)

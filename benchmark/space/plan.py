@@ -39,9 +39,9 @@ SEARCH_START_S = 15.0
 class Plan:
     space: SearchSpace
     candidates: tuple[Candidate, ...]
-    sampled: bool           # False: the whole grid
+    sampled: bool  # False: the whole grid
     seed: int
-    seconds: float          # time spent planning
+    seconds: float  # time spent planning
 
 
 def plan_points(space: SearchSpace, seed: int = 0) -> tuple[list[dict[str, Any]], bool]:
@@ -55,7 +55,9 @@ def plan_points(space: SearchSpace, seed: int = 0) -> tuple[list[dict[str, Any]]
     for point in ladder_points(space):  # as the search does: each rung of a ladder once first
         study.enqueue_trial(point)
     seen: dict[str, dict[str, Any]] = {}
-    for _ in range(20 * space.trials):  # distinct points; a small space may have fewer than `trials`
+    for _ in range(
+        20 * space.trials
+    ):  # distinct points; a small space may have fewer than `trials`
         trial = study.ask()
         values = choose(space, lambda axis, trial=trial: axis.domain.suggest(trial, axis.key))
         seen.setdefault(repr(sorted(values.items())), values)
@@ -83,12 +85,19 @@ def make_plan(space: SearchSpace, seed: int = 0) -> Plan:
     start = time.perf_counter()
     points, sampled = plan_points(space, seed)
     candidates = tuple(resolve(space, values) for values in points)
-    for i, c in enumerate(candidates):  # a schedule that cannot fit is an error now, not a mis-trained trial
+    for i, c in enumerate(
+        candidates
+    ):  # a schedule that cannot fit is an error now, not a mis-trained trial
         about = f"candidate {i} ({c.spec.family}, budget {fmt_count(c.solution.budget)})"
         space.schedule(c.solution.params, about=about)
         space.check_objectives(c.spec, about=f"candidate {i}")
-    return Plan(space=space, candidates=candidates, sampled=sampled, seed=seed,
-                seconds=time.perf_counter() - start)
+    return Plan(
+        space=space,
+        candidates=candidates,
+        sampled=sampled,
+        seed=seed,
+        seconds=time.perf_counter() - start,
+    )
 
 
 def records(plan: Plan, speed: float | Callable[[str], Any]) -> list[dict[str, Any]]:
@@ -104,14 +113,24 @@ def records(plan: Plan, speed: float | Callable[[str], Any]) -> list[dict[str, A
         config = c.config()
         known = speed_of(c.spec.family)
         steps, warmup = space.schedule(c.solution.params)
-        out.append({
-            "candidate": i, "family": c.spec.family, "structure": c.spec.structure(), "values": c.values,
-            "spec": config["spec"], **{k: config[k] for k in (*PARAM_COLUMNS, "budget", "count", "budget_distance")},
-            "flops_per_token_train": flops["train"], "flops_per_token_infer": flops["infer"],
-            "anchor_ratio": c.anchor_ratio, "tokens": tokens, "steps": steps, "warmup_steps": warmup,
-            "est_seconds": flops["train"] * tokens / known.flops_per_s + known.overhead_s,
-            "est_from_trials": known.trials,
-        })
+        out.append(
+            {
+                "candidate": i,
+                "family": c.spec.family,
+                "structure": c.spec.structure(),
+                "values": c.values,
+                "spec": config["spec"],
+                **{k: config[k] for k in (*PARAM_COLUMNS, "budget", "count", "budget_distance")},
+                "flops_per_token_train": flops["train"],
+                "flops_per_token_infer": flops["infer"],
+                "anchor_ratio": c.anchor_ratio,
+                "tokens": tokens,
+                "steps": steps,
+                "warmup_steps": warmup,
+                "est_seconds": flops["train"] * tokens / known.flops_per_s + known.overhead_s,
+                "est_from_trials": known.trials,
+            }
+        )
     return out
 
 
@@ -127,6 +146,7 @@ def median_distance(plan: Plan) -> float:
 
 
 # ---- the table ----------------------------------------------------------------------------
+
 
 def fmt_seconds(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
@@ -147,8 +167,13 @@ def _hyper(spec) -> str:
 _COUNT_HEADS = {"non_embedding": "non-emb", "non_embedding_head": "non-emb + head"}
 
 
-def render(plan: Plan, rows: list[dict[str, Any]], console, search: tuple[float, float, int] | None = None,
-           as_json: bool = False) -> None:
+def render(
+    plan: Plan,
+    rows: list[dict[str, Any]],
+    console,
+    search: tuple[float, float, int] | None = None,
+    as_json: bool = False,
+) -> None:
     """A rich table of the candidates and a one-line summary; `as_json` (`--plan --json`): one JSON
     object per candidate on stdout, the summary and notes on stderr."""
     if as_json:
@@ -167,21 +192,49 @@ def render(plan: Plan, rows: list[dict[str, Any]], console, search: tuple[float,
     counted = "non_embedding" if space.count == "total" else space.count
     second = _COUNT_HEADS[counted]
     held = space.solve == SOLVE_NONE  # one shape, no budget matched: each count over the anchor's
-    for col in ("#", *(("budget",) if ladder else ()), "family", "structure", "streams × mixing / every", "d_model",
-                "heads", "FFN (width/d_model)", "params", second, "× anchor" if held else "Δ budget",
-                "train FLOP/tok", "est. time"):
-        table.add_column(col, justify="right" if col in ("#", "budget", "d_model", "heads", "params", second, "× anchor")
-                         else "left")
+    for col in (
+        "#",
+        *(("budget",) if ladder else ()),
+        "family",
+        "structure",
+        "streams × mixing / every",
+        "d_model",
+        "heads",
+        "FFN (width/d_model)",
+        "params",
+        second,
+        "× anchor" if held else "Δ budget",
+        "train FLOP/tok",
+        "est. time",
+    ):
+        table.add_column(
+            col,
+            justify="right"
+            if col in ("#", "budget", "d_model", "heads", "params", second, "× anchor")
+            else "left",
+        )
     for c, r in zip(plan.candidates, rows, strict=True):
         s = c.spec
         heads = str(s.n_heads) if s.n_kv_heads == s.n_heads else f"{s.n_heads}/{s.n_kv_heads} kv"
-        table.add_row(str(r["candidate"]), *((fmt_count(r["budget"]),) if ladder else ()), s.family, s.structure(),
-                      _hyper(s), str(s.d_model), heads, _ffn(s),
-                      f"{r['params_total']:,}", f"{r[f'params_{counted}']:,}",
-                      f"{r['anchor_ratio']:.3f}×" if held else f"{r['budget_distance']:+.3%}",
-                      fmt_count(r["flops_per_token_train"]), fmt_seconds(r["est_seconds"]))
+        table.add_row(
+            str(r["candidate"]),
+            *((fmt_count(r["budget"]),) if ladder else ()),
+            s.family,
+            s.structure(),
+            _hyper(s),
+            str(s.d_model),
+            heads,
+            _ffn(s),
+            f"{r['params_total']:,}",
+            f"{r[f'params_{counted}']:,}",
+            f"{r['anchor_ratio']:.3f}×" if held else f"{r['budget_distance']:+.3%}",
+            fmt_count(r["flops_per_token_train"]),
+            fmt_seconds(r["est_seconds"]),
+        )
     console.print(table)
-    console.print(summary(plan, rows, search), markup=False)  # `--set 'axes.family=[a, b]'` is not markup
+    console.print(
+        summary(plan, rows, search), markup=False
+    )  # `--set 'axes.family=[a, b]'` is not markup
     for line in warnings(space):
         console.print(f"[yellow]note:[/yellow] {line}")
 
@@ -191,42 +244,62 @@ def warnings(space: SearchSpace) -> list[str]:
     out = []
     constant = [name for name, _ in space.objectives if name.startswith("params")]
     if constant and len(space.objectives) > 1 and not space.ladder and space.solve != SOLVE_NONE:
-        out.append(f"objective {constant[0]} is constant by construction in a single-budget space (every candidate is "
-                   f"within {fmt_fraction(space.tolerance)} of {fmt_count(space.budget)}), so a multi-objective "
-                   "sampler would trade the loss against rounding noise; use an objective that varies "
-                   "(flops_per_token_train, int4_bytes) or a budget ladder (budget: [1M, 2M, 4M])")
+        out.append(
+            f"objective {constant[0]} is constant by construction in a single-budget space (every candidate is "
+            f"within {fmt_fraction(space.tolerance)} of {fmt_count(space.budget)}), so a multi-objective "
+            "sampler would trade the loss against rounding noise; use an objective that varies "
+            "(flops_per_token_train, int4_bytes) or a budget ladder (budget: [1M, 2M, 4M])"
+        )
     return out
 
 
 def _tokens(space: SearchSpace) -> str:
     tokens = parse_tokens(space.training_value("tokens"))
-    return str(tokens) if tokens.absolute else f"{tokens} ({space.training_value('tokens_per')} parameters)"
+    return (
+        str(tokens)
+        if tokens.absolute
+        else f"{tokens} ({space.training_value('tokens_per')} parameters)"
+    )
 
 
 def _step(space: SearchSpace) -> str:
     """Tokens per optimiser step: micro-batch x sequence length x accumulation."""
     b, t, k = (space.training_value(key) for key in ("batch_size", "seq_len", "grad_accum"))
-    return f"{fmt_count(b * t * k)} per step ({b} x {t}" + (f" x {k} micro-batches)" if k > 1 else ")")
+    return f"{fmt_count(b * t * k)} per step ({b} x {t}" + (
+        f" x {k} micro-batches)" if k > 1 else ")"
+    )
 
 
-def summary(plan: Plan, rows: list[dict[str, Any]], search: tuple[float, float, int] | None = None) -> str:
+def summary(
+    plan: Plan, rows: list[dict[str, Any]], search: tuple[float, float, int] | None = None
+) -> str:
     """The plan's last line. `search`: (start_s, per_trial_s, searches) of store.speeds.search_times,
     the time a search spends outside its trials; None: SEARCH_START_S."""
     space = plan.space
-    how = f"{len(rows)} sampled (seed {plan.seed})" if plan.sampled else f"{len(rows)} (the whole grid)"
+    how = (
+        f"{len(rows)} sampled (seed {plan.seed})"
+        if plan.sampled
+        else f"{len(rows)} (the whole grid)"
+    )
     trials = sum(r["est_seconds"] for r in rows) * space.seeds
     start_s, per_trial_s, searches = search or (SEARCH_START_S, 0.0, 0)
     around = start_s + per_trial_s * len(rows)  # a candidate's seeds run in one trial
-    source = f"from {searches} search{'es' if searches > 1 else ''} here" if searches else "until a search has run here"
+    source = (
+        f"from {searches} search{'es' if searches > 1 else ''} here"
+        if searches
+        else "until a search has run here"
+    )
     at = ", ".join(fmt_count(b) for b in space.budgets)
     seeds = f" x {space.seeds} seeds" if space.seeds > 1 else ""
-    return (f"{how} candidates{seeds} at {at} {space.count} parameters "
-            f"± {fmt_fraction(space.tolerance)}; "
-            f"{_matched(plan)}; {_tokens(space)} tokens each, {_step(space)}, "
-            f"{_steps(rows)}; "
-            f"est. {fmt_seconds(trials + around)} here: the trials {fmt_seconds(trials)} ({_basis(rows)}), "
-            f"the search around them {fmt_seconds(around)} ({source}); planned in {plan.seconds:.2f} s"
-            + (f"; set on the command line: {' '.join(space.overrides)}" if space.overrides else ""))
+    return (
+        f"{how} candidates{seeds} at {at} {space.count} parameters "
+        f"± {fmt_fraction(space.tolerance)}; "
+        f"{_matched(plan)}; {_tokens(space)} tokens each, {_step(space)}, "
+        f"{_steps(rows)}; "
+        f"est. {fmt_seconds(trials + around)} here: the trials {fmt_seconds(trials)} ({_basis(rows)}), "
+        f"the search around them {fmt_seconds(around)} ({source}); planned in {plan.seconds:.2f} s"
+        + (f"; set on the command line: {' '.join(space.overrides)}" if space.overrides else "")
+    )
 
 
 def _matched(plan: Plan) -> str:
@@ -236,15 +309,19 @@ def _matched(plan: Plan) -> str:
         return f"median |Δ budget| {median_distance(plan):.4%}"
     ratios = [c.anchor_ratio for c in plan.candidates]
     anchors = ", ".join(dict.fromkeys(f"{c.anchor.distance:+.3%}" for c in plan.candidates))
-    return (f"solve: none: the anchor {anchors} from the budget, every candidate at its shape with its own count, "
-            f"{min(ratios):.3f}-{max(ratios):.3f}× the anchor's")
+    return (
+        f"solve: none: the anchor {anchors} from the budget, every candidate at its shape with its own count, "
+        f"{min(ratios):.3f}-{max(ratios):.3f}× the anchor's"
+    )
 
 
 def _steps(rows: list[dict[str, Any]]) -> str:
     """Optimiser steps and warmup steps of the candidates (a range where their sizes set the tokens)."""
+
     def span(key: str) -> str:
         lo, hi = min(r[key] for r in rows), max(r[key] for r in rows)
         return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+
     return f"{span('steps')} steps (warmup {span('warmup_steps')})" if rows else "no steps"
 
 

@@ -15,7 +15,7 @@ from benchmark.arch import did_you_mean
 from benchmark.recipe import parse_amount
 from benchmark.space.yamlsafe import YamlError, parse_yaml
 
-AXES_PREFIX = "axes."                # a filter on a search axis: `axes.hyper.mixing: diagonal`
+AXES_PREFIX = "axes."  # a filter on a search axis: `axes.hyper.mixing: diagonal`
 
 
 class FilterError(ValueError):
@@ -32,10 +32,13 @@ def mask(rows: pd.DataFrame, filters: Mapping[str, Sequence[Any]]) -> np.ndarray
     keep = np.ones(len(rows), dtype=bool)
     for column, wanted in filters.items():
         if column.startswith(AXES_PREFIX) and column not in rows and "axes" in rows:
-            values = axis_values(rows["axes"], column[len(AXES_PREFIX):])
+            values = axis_values(rows["axes"], column[len(AXES_PREFIX) :])
         elif column not in rows:
-            raise FilterError(column, f"no column {column!r} in the results{did_you_mean(column, rows.columns)}",
-                              value=False)
+            raise FilterError(
+                column,
+                f"no column {column!r} in the results{did_you_mean(column, rows.columns)}",
+                value=False,
+            )
         else:
             values = rows[column]
         if pd.api.types.is_numeric_dtype(values):
@@ -48,9 +51,11 @@ def mask(rows: pd.DataFrame, filters: Mapping[str, Sequence[Any]]) -> np.ndarray
 def axis_values(axes: pd.Series, key: str) -> pd.Series:
     """The value each row's search point gave `key` (the row's `axes` JSON: `hyper.mixing`,
     `variant`, ...), as text; None where the point did not decide it."""
+
     def value(text):
         point = json.loads(text) if isinstance(text, str) and text else {}
         return None if point.get(key) is None else str(point[key])
+
     return axes.map(value).astype(object)
 
 
@@ -61,7 +66,9 @@ def number(column: str, value: Any) -> float:
     try:
         return float(parse_amount(value))
     except ValueError:
-        raise FilterError(column, f"this column holds numbers; {value!r} is none", value=True) from None
+        raise FilterError(
+            column, f"this column holds numbers; {value!r} is none", value=True
+        ) from None
 
 
 def parse(text: str, flag: str) -> tuple[str, tuple]:

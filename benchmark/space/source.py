@@ -51,14 +51,25 @@ def parse_set(text: str) -> Override:
     key, eq, raw = text.partition("=")
     key = key.strip()
     if not eq or not _KEY.fullmatch(key):
-        raise SpaceError(given, None, None, "", "expected KEY=VALUE with a dotted KEY, e.g. --set training.seq_len=128")
+        raise SpaceError(
+            given,
+            None,
+            None,
+            "",
+            "expected KEY=VALUE with a dotted KEY, e.g. --set training.seq_len=128",
+        )
     if not raw.strip():
         raise SpaceError(given, None, None, key, "no value after '=' (write null for none)")
     try:
         value = parse_yaml(raw).data
     except YamlError as e:
-        raise SpaceError(given, None, None, key, f"the value is not acceptable YAML: {e.reason} "
-                         f"(at column {e.col})") from None
+        raise SpaceError(
+            given,
+            None,
+            None,
+            key,
+            f"the value is not acceptable YAML: {e.reason} (at column {e.col})",
+        ) from None
     return Override(key=key, value=value, given=given)
 
 
@@ -81,13 +92,20 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[Override]) -> dict
 
 def _set_in(node: Any, at: tuple[str, ...], rest: tuple[str, ...], o: Override) -> None:
     if not isinstance(node, dict):
-        raise SpaceError(o.given, None, None, ".".join(at), f"is {node!r}, not a section: nothing can be set "
-                         f"under it")
+        raise SpaceError(
+            o.given,
+            None,
+            None,
+            ".".join(at),
+            f"is {node!r}, not a section: nothing can be set under it",
+        )
     known = next((i for i in range(len(rest), 0, -1) if ".".join(rest[:i]) in node), len(rest))
     if known < len(rest):  # the longest key the document already spells, then on below it
         return _set_in(node[".".join(rest[:known])], at + rest[:known], rest[known:], o)
     key = ".".join(rest)
-    for old in [k for k in node if str(k).startswith(key + ".")]:  # `ffn.kind: ..` goes with a new `ffn`
+    for old in [
+        k for k in node if str(k).startswith(key + ".")
+    ]:  # `ffn.kind: ..` goes with a new `ffn`
         del node[old]
     node[key] = copy.deepcopy(o.value)
 
@@ -110,8 +128,12 @@ class Source:
             return SpaceError(given.given, None, None, dotted(path), reason)
         line, col = (None, None)
         if self.doc:
-            spellings = [path[:i] + (".".join(map(str, path[i:])),) for i in range(len(path) - 1, -1, -1)]
-            found = next((p for p in spellings if p in self.doc.key_marks or p in self.doc.value_marks), path)
+            spellings = [
+                path[:i] + (".".join(map(str, path[i:])),) for i in range(len(path) - 1, -1, -1)
+            ]
+            found = next(
+                (p for p in spellings if p in self.doc.key_marks or p in self.doc.value_marks), path
+            )
             line, col = self.doc.where(found, value=value)
         return SpaceError(self.file, line, col, dotted(path), reason)
 
@@ -120,6 +142,14 @@ class Source:
         have, one that set a key below it (`--set trainng.seq_len=1` makes the unknown top key
         `trainng`). A section the file has is the file's error, whatever was set inside it."""
         parts = tuple(q for p in path for q in (p.split(".") if isinstance(p, str) else (p,)))
-        created = len(parts) == 1 and not (self.doc and isinstance(self.doc.data, dict) and parts[0] in self.doc.data)
-        return next((o for o in reversed(self.overrides) if parts and (parts[:len(o.path)] == o.path
-                                                                       or created and o.path[:1] == parts)), None)
+        created = len(parts) == 1 and not (
+            self.doc and isinstance(self.doc.data, dict) and parts[0] in self.doc.data
+        )
+        return next(
+            (
+                o
+                for o in reversed(self.overrides)
+                if parts and (parts[: len(o.path)] == o.path or created and o.path[:1] == parts)
+            ),
+            None,
+        )

@@ -51,22 +51,26 @@ class StrictLoader(yaml.SafeLoader):
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
-            raise YamlError(*_at(self.peek_event().start_mark), "anchors and aliases (*name) are not supported")
+            raise YamlError(
+                *_at(self.peek_event().start_mark), "anchors and aliases (*name) are not supported"
+            )
         return super().compose_node(parent, index)
 
 
 # YAML 1.1 reads `6e-4` and `1.5e3` (no dot, or no exponent sign) as text; the docs write a learning
 # rate as `6e-4`, so read any decimal with an exponent as a number, as YAML 1.2 does.
 StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+.0123456789"))
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Document:
     data: Any
-    key_marks: dict[KeyPath, tuple[int, int]]     # where the key of a mapping entry starts
-    value_marks: dict[KeyPath, tuple[int, int]]   # where a value (or list item) starts
+    key_marks: dict[KeyPath, tuple[int, int]]  # where the key of a mapping entry starts
+    value_marks: dict[KeyPath, tuple[int, int]]  # where a value (or list item) starts
 
     def where(self, path: KeyPath, *, value: bool = False) -> tuple[int, int]:
         """The position of `path` (its value if `value`), else of its nearest recorded parent."""
@@ -125,19 +129,28 @@ def _convert(node: yaml.Node, loader: StrictLoader, path: KeyPath, keys: dict, v
         return loader.construct_object(node)
     if isinstance(node, yaml.SequenceNode):
         _check_tag(node, path, _SEQ)
-        return [_convert(item, loader, path + (i,), keys, values) for i, item in enumerate(node.value)]
+        return [
+            _convert(item, loader, path + (i,), keys, values) for i, item in enumerate(node.value)
+        ]
     _check_tag(node, path, _MAP)
     out: dict[str, Any] = {}
     for key_node, value_node in node.value:
         if key_node.tag == "tag:yaml.org,2002:merge":
-            raise YamlError(*_at(key_node.start_mark), "merge keys (<<) are not supported", dotted(path))
+            raise YamlError(
+                *_at(key_node.start_mark), "merge keys (<<) are not supported", dotted(path)
+            )
         key = loader.construct_object(key_node) if isinstance(key_node, yaml.ScalarNode) else None
         if not isinstance(key, str):
-            raise YamlError(*_at(key_node.start_mark), f"keys must be text, got {key!r}; quote it", dotted(path))
+            raise YamlError(
+                *_at(key_node.start_mark), f"keys must be text, got {key!r}; quote it", dotted(path)
+            )
         if key in out:
             first = keys[path + (key,)]
-            raise YamlError(*_at(key_node.start_mark), f"duplicate key (first given at line {first[0]})",
-                            dotted(path + (key,)))
+            raise YamlError(
+                *_at(key_node.start_mark),
+                f"duplicate key (first given at line {first[0]})",
+                dotted(path + (key,)),
+            )
         keys[path + (key,)] = _at(key_node.start_mark)
         out[key] = _convert(value_node, loader, path + (key,), keys, values)
     return out
@@ -146,5 +159,9 @@ def _convert(node: yaml.Node, loader: StrictLoader, path: KeyPath, keys: dict, v
 def _check_tag(node: yaml.Node, path: KeyPath, *allowed: str) -> None:
     if node.tag not in allowed:
         name = node.tag.replace("tag:yaml.org,2002:", "!!")
-        raise YamlError(*_at(node.start_mark), f"YAML tag {name} is not allowed: a config holds only text, numbers, "
-                        "true/false, null, lists and mappings (quote a value to make it text)", dotted(path))
+        raise YamlError(
+            *_at(node.start_mark),
+            f"YAML tag {name} is not allowed: a config holds only text, numbers, "
+            "true/false, null, lists and mappings (quote a value to make it text)",
+            dotted(path),
+        )

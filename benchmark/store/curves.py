@@ -28,11 +28,23 @@ from benchmark.store.errors import ResultsWarning
 from benchmark.store.results import CURVE, read_study
 
 FOLDER = "_curves"
-KEY = CURVE   # the key of a measured row (trial/run.py) holding its curve's points
+KEY = CURVE  # the key of a measured row (trial/run.py) holding its curve's points
 _i64, _f64, _str = pa.int64(), pa.float64(), pa.string()
-SCHEMA = pa.schema([("study", _str), ("trial_id", _str), ("attempt", _i64), ("seed", _i64), ("phase", _str),
-                    ("step", _i64), ("tokens", _i64), ("train_loss", _f64), ("train_loss_max", _f64), ("lr", _f64),
-                    ("grad_norm", _f64)])
+SCHEMA = pa.schema(
+    [
+        ("study", _str),
+        ("trial_id", _str),
+        ("attempt", _i64),
+        ("seed", _i64),
+        ("phase", _str),
+        ("step", _i64),
+        ("tokens", _i64),
+        ("train_loss", _f64),
+        ("train_loss_max", _f64),
+        ("lr", _f64),
+        ("grad_norm", _f64),
+    ]
+)
 POINT = tuple(n for n in SCHEMA.names if n not in ("study", "trial_id", "attempt", "seed", "phase"))
 
 
@@ -45,9 +57,16 @@ def write_curve(study_dir: str, row: Mapping[str, Any], name: str) -> str | None
     points = row.get(KEY) or []
     if not points:
         return None
-    keys = {"study": row.get("study"), "trial_id": row.get("trial_id"), "attempt": int(row.get("attempt") or 0),
-            "seed": row.get("seed"), "phase": row.get("phase")}
-    table = pa.Table.from_pylist([{**keys, **{k: p.get(k) for k in POINT}} for p in points], schema=SCHEMA)
+    keys = {
+        "study": row.get("study"),
+        "trial_id": row.get("trial_id"),
+        "attempt": int(row.get("attempt") or 0),
+        "seed": row.get("seed"),
+        "phase": row.get("phase"),
+    }
+    table = pa.Table.from_pylist(
+        [{**keys, **{k: p.get(k) for k in POINT}} for p in points], schema=SCHEMA
+    )
     buf = pa.BufferOutputStream()
     pq.write_table(table, buf)
     path = location.join(curves_dir(study_dir), name)
@@ -65,11 +84,20 @@ def read_curves(study_dir: str, rows: pd.DataFrame | None = None) -> pd.DataFram
         if name.startswith((".", "_")) or not name.endswith(".parquet"):
             continue
         try:
-            tables.append(pq.read_table(pa.BufferReader(location.read_bytes(location.join(folder, name)))))
+            tables.append(
+                pq.read_table(pa.BufferReader(location.read_bytes(location.join(folder, name))))
+            )
         except (pa.ArrowException, OSError) as err:
-            warnings.warn(f"{location.join(folder, name)}: not a readable curve ({location.reason(err)}); skipped",
-                          ResultsWarning, stacklevel=2)
-    train = pa.concat_tables(tables, promote_options="permissive").to_pandas() if tables else SCHEMA.empty_table().to_pandas()
+            warnings.warn(
+                f"{location.join(folder, name)}: not a readable curve ({location.reason(err)}); skipped",
+                ResultsWarning,
+                stacklevel=2,
+            )
+    train = (
+        pa.concat_tables(tables, promote_options="permissive").to_pandas()
+        if tables
+        else SCHEMA.empty_table().to_pandas()
+    )
     val = validation_points(read_study(study_dir) if rows is None else rows)
     if val.empty:
         return train.assign(val_loss=math.nan)
@@ -85,12 +113,26 @@ def validation_points(rows: pd.DataFrame) -> pd.DataFrame:
     for r in rows.to_dict("records"):
         evals = json.loads(r["evals"]) if isinstance(r.get("evals"), str) and r["evals"] else []
         base = {"trial_id": r.get("trial_id"), "attempt": int(r.get("attempt") or 0)}
-        out += [{**base, "step": e.get("step"), "tokens": e.get("tokens"), "val_loss": e.get("val_loss")}
-                for e in evals if e]
+        out += [
+            {
+                **base,
+                "step": e.get("step"),
+                "tokens": e.get("tokens"),
+                "val_loss": e.get("val_loss"),
+            }
+            for e in evals
+            if e
+        ]
         per_step = _tokens_per_step(r.get("training"))
         if per_step and _finite(r.get("val_loss")) and _finite(r.get("tokens_trained")):
-            out.append({**base, "step": int(round(r["tokens_trained"] / per_step)), "tokens": int(r["tokens_trained"]),
-                        "val_loss": float(r["val_loss"])})
+            out.append(
+                {
+                    **base,
+                    "step": int(round(r["tokens_trained"] / per_step)),
+                    "tokens": int(r["tokens_trained"]),
+                    "val_loss": float(r["val_loss"]),
+                }
+            )
     return pd.DataFrame(out, columns=["trial_id", "attempt", "step", "tokens", "val_loss"])
 
 

@@ -61,12 +61,16 @@ def resolve(where: Where) -> tuple[pafs.FileSystem, str]:
     parts = urlsplit(where)
     root = f"{parts.scheme}://{parts.netloc}" + (f"?{parts.query}" if parts.query else "")
     try:
-        fs, base = _filesystem(root, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV))))
+        fs, base = _filesystem(
+            root, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV)))
+        )
     except (pa.ArrowException, ValueError, OSError):
         try:  # a filesystem whose root alone is no URI it accepts: the whole URI, uncached
             return pafs.FileSystem.from_uri(where)
         except (pa.ArrowException, ValueError) as err:
-            raise ResultsPathError(f"{where}: not a location pyarrow.fs can open ({_first(err)})") from err
+            raise ResultsPathError(
+                f"{where}: not a location pyarrow.fs can open ({_first(err)})"
+            ) from err
     return fs, (base.rstrip("/") + unquote(parts.path)).rstrip("/")
 
 
@@ -111,6 +115,7 @@ def parent(where: Where) -> str:
 
 # ---- files: the few operations the store needs, the same on a path and a URI ---------------------
 
+
 def write_bytes(where: Where, data: bytes) -> None:
     """The file appears whole or not at all (store.atomic locally; one upload stream on a URI).
     An OSError says why not (errno ENOSPC or EDQUOT: the disk is full)."""
@@ -153,7 +158,11 @@ def _names(where: Where, kind: pafs.FileType) -> list[str]:
     if local is not None:
         try:
             with os.scandir(local) as entries:
-                return [e.name for e in entries if (e.is_file() if kind == pafs.FileType.File else e.is_dir())]
+                return [
+                    e.name
+                    for e in entries
+                    if (e.is_file() if kind == pafs.FileType.File else e.is_dir())
+                ]
         except (FileNotFoundError, NotADirectoryError):
             return []
     return [i.base_name for i in _listing(where) if i.type == kind]
@@ -216,6 +225,7 @@ def free_bytes(where: Where) -> int | None:
 
 # ---- is the results location usable? ---------------------------------------------------------
 
+
 def check_results(where: Where, timeout_s: float = 20) -> None:
     """Before any training: makes the results folder if missing, then writes and deletes a hidden
     probe file in it. ResultsPathError("<where>: <reason>") within `timeout_s` when it cannot take
@@ -226,7 +236,11 @@ def check_results(where: Where, timeout_s: float = 20) -> None:
     probe.start()
     probe.join(timeout_s)  # a daemon: a probe hung on a dead endpoint never holds the process
     if probe.is_alive():
-        hint = "is the endpoint reachable?" if local_path(where) is None else "a network mount that hangs?"
+        hint = (
+            "is the endpoint reachable?"
+            if local_path(where) is None
+            else "a network mount that hangs?"
+        )
         raise ResultsPathError(f"{where}: no answer within {timeout_s:g} s ({hint})")
     if isinstance(result[0], BaseException):
         raise result[0]
@@ -268,15 +282,23 @@ def _probe(where: Where) -> str | Exception | None:
     return None
 
 
-_PLAIN = {errno.EROFS: "read-only file system", errno.EACCES: "permission denied", errno.EPERM: "not permitted",
-          errno.ENOTDIR: "a parent is a file, not a directory", errno.ENOSPC: "the disk is full",
-          errno.EDQUOT: "the disk quota is full", errno.EEXIST: "exists and is a file, not a directory"}
+_PLAIN = {
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "not permitted",
+    errno.ENOTDIR: "a parent is a file, not a directory",
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is full",
+    errno.EEXIST: "exists and is a file, not a directory",
+}
 # Object stores' errors (pyarrow's messages carry the provider's code), in plain words.
-_CODES = {r"NO_SUCH_BUCKET|Bucket '[^']*' not found": "the bucket does not exist",
-          r"ACCESS_DENIED|HTTP status 403": "access denied (check the credentials)",
-          r"INVALID_ACCESS_KEY_ID": "the access key is not known to the endpoint",
-          r"SIGNATURE_DOES_NOT_MATCH": "the secret key was refused",
-          r"NETWORK_CONNECTION|curlCode": "cannot connect to the endpoint"}
+_CODES = {
+    r"NO_SUCH_BUCKET|Bucket '[^']*' not found": "the bucket does not exist",
+    r"ACCESS_DENIED|HTTP status 403": "access denied (check the credentials)",
+    r"INVALID_ACCESS_KEY_ID": "the access key is not known to the endpoint",
+    r"SIGNATURE_DOES_NOT_MATCH": "the secret key was refused",
+    r"NETWORK_CONNECTION|curlCode": "cannot connect to the endpoint",
+}
 
 
 def disk_full(error: BaseException) -> bool:

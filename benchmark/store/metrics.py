@@ -23,7 +23,6 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-
 # The count rules a budget may count and every row has a column for (`params_<rule>`); each is
 # computed in arch/counting.py, which says whose count it is (paper and section).
 COUNTS = ("total", "non_embedding", "non_embedding_head")
@@ -39,8 +38,8 @@ class MetricError(ValueError):
 @dataclass(frozen=True, kw_only=True)
 class Metric:
     name: str
-    column: str                 # results column; "{count}" is filled with the study's count rule
-    direction: str = "min"      # the natural direction: what "better" means when none is given
+    column: str  # results column; "{count}" is filled with the study's count rule
+    direction: str = "min"  # the natural direction: what "better" means when none is given
     label: str
     unit: str = ""
     aliases: tuple[str, ...] = ()
@@ -49,7 +48,9 @@ class Metric:
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS or self.kind not in KINDS:
-            raise MetricError(f"metric {self.name}: direction {self.direction!r}, kind {self.kind!r}")
+            raise MetricError(
+                f"metric {self.name}: direction {self.direction!r}, kind {self.kind!r}"
+            )
 
     @property
     def searchable(self) -> bool:
@@ -80,30 +81,76 @@ def loop_loss(r: int) -> str:
 
 METRICS: tuple[Metric, ...] = (
     # quality
-    _m("val_loss", label="validation loss", unit="nats/token", aliases=("loss",), kind="quality", intermediate=True),
-    _m("val_ppl", label="validation perplexity", aliases=("ppl",), kind="quality", intermediate=True),
+    _m(
+        "val_loss",
+        label="validation loss",
+        unit="nats/token",
+        aliases=("loss",),
+        kind="quality",
+        intermediate=True,
+    ),
+    _m(
+        "val_ppl",
+        label="validation perplexity",
+        aliases=("ppl",),
+        kind="quality",
+        intermediate=True,
+    ),
     _m("val_ppl_int8", label="INT8 perplexity (GPTQ)", aliases=("ppl_int8",), kind="quality"),
     _m("val_ppl_int4", label="INT4 perplexity (GPTQ)", aliases=("ppl_int4",), kind="quality"),
     _m("val_ppl_int4_rtn", label="INT4 perplexity (round-to-nearest)", kind="quality"),
     # what INT4 costs: the perplexity it adds over full precision, relative (val_ppl_int4 / val_ppl - 1;
     # Hyperloop §4, Table 1: Looped 14.85 -> 15.18 is +0.022), written by the trial (trial/run.py)
-    _m("int4_ppl_increase", label="INT4 perplexity increase (GPTQ)", unit="fraction", aliases=("int4_cost",),
-       kind="quality"),
-    _m("int4_rtn_ppl_increase", label="INT4 perplexity increase (round-to-nearest)", unit="fraction",
-       aliases=("int4_rtn_cost",), kind="quality"),
-    *(_m(loop_loss(r), label=f"validation loss at r = {r}", unit="nats/token", kind="quality") for r in LOOP_COUNTS),
+    _m(
+        "int4_ppl_increase",
+        label="INT4 perplexity increase (GPTQ)",
+        unit="fraction",
+        aliases=("int4_cost",),
+        kind="quality",
+    ),
+    _m(
+        "int4_rtn_ppl_increase",
+        label="INT4 perplexity increase (round-to-nearest)",
+        unit="fraction",
+        aliases=("int4_rtn_cost",),
+        kind="quality",
+    ),
+    *(
+        _m(loop_loss(r), label=f"validation loss at r = {r}", unit="nats/token", kind="quality")
+        for r in LOOP_COUNTS
+    ),
     # cost
     _m("params", "params_{count}", label="parameters counted by the budget"),
     _m("params_total", label="parameters"),
     _m("params_non_embedding", label="non-embedding parameters", aliases=("non_embedding",)),
-    _m("params_non_embedding_head", label="non-embedding + LM head parameters", aliases=("non_embedding_head",)),
+    _m(
+        "params_non_embedding_head",
+        label="non-embedding + LM head parameters",
+        aliases=("non_embedding_head",),
+    ),
     _m("params_attention", label="attention parameters"),
     _m("params_ffn", label="FFN parameters"),
-    _m("flops_per_token_train", label="training FLOPs per token", unit="FLOPs/token", aliases=("flops",)),
-    _m("flops_per_token_infer", label="inference FLOPs per token", unit="FLOPs/token", aliases=("flops_infer",)),
+    _m(
+        "flops_per_token_train",
+        label="training FLOPs per token",
+        unit="FLOPs/token",
+        aliases=("flops",),
+    ),
+    _m(
+        "flops_per_token_infer",
+        label="inference FLOPs per token",
+        unit="FLOPs/token",
+        aliases=("flops_infer",),
+    ),
     _m("int4_bytes", label="INT4 model size", unit="bytes", aliases=("size", "int4")),
     _m("int8_bytes", label="INT8 model size", unit="bytes", aliases=("int8",)),
-    _m("tokens_per_s", direction="max", label="training throughput", unit="tokens/s", aliases=("throughput",)),
+    _m(
+        "tokens_per_s",
+        direction="max",
+        label="training throughput",
+        unit="tokens/s",
+        aliases=("throughput",),
+    ),
     _m("peak_mem_bytes", label="peak memory", unit="bytes", aliases=("memory",)),
     _m("wall_s", label="trial wall time", unit="s", aliases=("wall",)),
     # where a trial's wall time went (trial/run.py); what is not train_s is its overhead
@@ -122,13 +169,16 @@ METRICS: tuple[Metric, ...] = (
     _m("budget_distance", label="distance from budget", unit="fraction", kind="bookkeeping"),
 )
 BY_NAME = {m.name: m for m in METRICS}
-_LOOKUP = {**{a: m for m in METRICS for a in m.aliases}, **{m.column: m for m in METRICS if "{" not in m.column},
-           **BY_NAME}
+_LOOKUP = {
+    **{a: m for m in METRICS for a in m.aliases},
+    **{m.column: m for m in METRICS if "{" not in m.column},
+    **BY_NAME,
+}
 DIAGNOSTICS = tuple(m.name for m in METRICS if m.kind == "diagnostic")
 LOOP_LOSSES = tuple(map(loop_loss, LOOP_COUNTS))
 TIME_SPLIT = tuple(m.name for m in METRICS if m.kind == "time")
 SEARCHABLE = tuple(m.name for m in METRICS if m.searchable)
-PARAM_COLUMNS = tuple(f"params_{rule}" for rule in COUNTS)   # a candidate's counts, in every row
+PARAM_COLUMNS = tuple(f"params_{rule}" for rule in COUNTS)  # a candidate's counts, in every row
 
 
 def count_columns(counts: Mapping[str, int]) -> dict[str, int]:
@@ -140,14 +190,18 @@ def metric(name: str) -> Metric:
     """The metric a name, alias or column denotes; MetricError naming the choices otherwise."""
     found = _LOOKUP.get(str(name).strip())
     if found is None and re.fullmatch(r"val_loss_r\d+", str(name).strip()):
-        raise MetricError(f"unknown metric {name!r}: the per-loop losses are {', '.join(LOOP_LOSSES)} (AbbIE's "
-                          "test-time iterations); every other loop count evaluated is in the row's val_ppl_by_loops")
+        raise MetricError(
+            f"unknown metric {name!r}: the per-loop losses are {', '.join(LOOP_LOSSES)} (AbbIE's "
+            "test-time iterations); every other loop count evaluated is in the row's val_ppl_by_loops"
+        )
     if found is None:
         names = [*SEARCHABLE, *(a for m in METRICS if m.searchable for a in m.aliases)]
         close = difflib.get_close_matches(str(name).strip(), names, n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise MetricError(f"unknown metric {name!r}{hint}; choose one of {', '.join(SEARCHABLE)} "
-                          f"(aliases: {', '.join(a for m in METRICS if m.searchable for a in m.aliases)})")
+        raise MetricError(
+            f"unknown metric {name!r}{hint}; choose one of {', '.join(SEARCHABLE)} "
+            f"(aliases: {', '.join(a for m in METRICS if m.searchable for a in m.aliases)})"
+        )
     return found
 
 
@@ -156,9 +210,13 @@ def objective(text: str) -> tuple[Metric, str]:
     name, _, direction = str(text).strip().partition(":")
     m = metric(name)
     if not m.searchable:
-        raise MetricError(f"{m.name} is a {m.kind} column, not an objective; choose one of {', '.join(SEARCHABLE)}")
+        raise MetricError(
+            f"{m.name} is a {m.kind} column, not an objective; choose one of {', '.join(SEARCHABLE)}"
+        )
     if direction and direction not in DIRECTIONS:
-        raise MetricError(f"objective {text!r}: direction must be 'min' or 'max', not {direction!r}")
+        raise MetricError(
+            f"objective {text!r}: direction must be 'min' or 'max', not {direction!r}"
+        )
     return m, direction or m.direction
 
 

@@ -10,7 +10,17 @@ import platform
 import subprocess
 from pathlib import Path
 
-PACKAGES = ("shapebench", "torch", "numpy", "tokenizers", "optuna", "ray", "pandas", "pyarrow", "lm_eval")
+PACKAGES = (
+    "shapebench",
+    "torch",
+    "numpy",
+    "tokenizers",
+    "optuna",
+    "ray",
+    "pandas",
+    "pyarrow",
+    "lm_eval",
+)
 
 
 @functools.cache
@@ -19,10 +29,21 @@ def code_version() -> str:
     installed package version."""
     root = Path(__file__).resolve().parent.parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
-                             text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
         return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "shapebench " + _version("shapebench")

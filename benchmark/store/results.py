@@ -38,8 +38,26 @@ from benchmark.store.errors import (
 )
 from benchmark.store.metrics import DIAGNOSTICS, LOOP_LOSSES, PARAM_COLUMNS, TIME_SPLIT
 
-__all__ = ["COLUMNS", "PHASES", "SCHEMA", "SCHEMA_VERSION", "STATUSES", "check_study_name", "damaged_files",
-           "finished_trials", "quarantine", "read_files", "read_study", "read_table", "recover", "sweep_orphans", "to_table", "trial_files", "trials_dir", "write_row"]
+__all__ = [
+    "COLUMNS",
+    "PHASES",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "check_study_name",
+    "damaged_files",
+    "finished_trials",
+    "quarantine",
+    "read_files",
+    "read_study",
+    "read_table",
+    "recover",
+    "sweep_orphans",
+    "to_table",
+    "trial_files",
+    "trials_dir",
+    "write_row",
+]
 
 # 2: the hyper-connection diagnostics (DIAGNOSTICS); files of version 1 read with them null.
 # 3: node_id, the Ray node that ran the trial (a cluster search), and precision, what the training
@@ -65,29 +83,75 @@ CURVE = "curve"
 PHASES = ("tune", "final")
 
 _str, _i64, _f64 = pa.string(), pa.int64(), pa.float64()
-SCHEMA = pa.schema([
-    ("schema_version", _i64), ("study", _str), ("trial_id", _str), ("attempt", _i64),
-    ("status", _str), ("error", _str),
-    ("family", _str), ("structure", _str), ("spec", _str), ("training", _str), ("quantize", _str), ("axes", _str),
-    ("budget", _i64), ("budget_count", _str), ("budget_distance", _f64),
-    *((name, _i64) for name in PARAM_COLUMNS), ("params_attention", _i64), ("params_ffn", _i64),
-    ("flops_per_token_train", _f64), ("flops_per_token_infer", _f64),
-    ("tokens_trained", _i64), ("train_loss", _f64), ("val_loss", _f64), ("val_ppl", _f64), ("val_ppl_unigram", _f64),
-    ("val_loss_by_source", _str), ("val_ppl_by_loops", _str), *((name, _f64) for name in LOOP_LOSSES),
-    ("evals", _str), ("loss_spike", _f64), ("phase", _str), ("tuned", _str),
-    ("val_ppl_int8", _f64), ("val_ppl_int4", _f64), ("val_ppl_int4_rtn", _f64),
-    ("int4_ppl_increase", _f64), ("int4_rtn_ppl_increase", _f64),
-    ("bf16_bytes", _i64), ("int8_bytes", _i64), ("int4_bytes", _i64),
-    *((name, _f64) for name in DIAGNOSTICS),
-    ("tokens_per_s", _f64), ("flops_per_s", _f64), ("peak_mem_bytes", _i64), ("precision", _str),
-    ("stream_dtype", _str), ("wall_s", _f64),
-    ("world_size", _i64), ("parallel", _str), ("backend", _str), ("rank_batch_size", _i64), ("rank_grad_accum", _i64),
-    ("peak_mem_bytes_by_rank", _str),
-    *((name, _f64) for name in TIME_SPLIT),
-    ("seed", _i64), ("optuna_trial", _i64), ("node_id", _str), ("dataset_id", _str), ("tokenizer_id", _str),
-    ("code_version", _str), ("packages", _str), ("hardware", _str),
-    ("started_at", _str), ("finished_at", _str), ("extra", _str),
-])
+SCHEMA = pa.schema(
+    [
+        ("schema_version", _i64),
+        ("study", _str),
+        ("trial_id", _str),
+        ("attempt", _i64),
+        ("status", _str),
+        ("error", _str),
+        ("family", _str),
+        ("structure", _str),
+        ("spec", _str),
+        ("training", _str),
+        ("quantize", _str),
+        ("axes", _str),
+        ("budget", _i64),
+        ("budget_count", _str),
+        ("budget_distance", _f64),
+        *((name, _i64) for name in PARAM_COLUMNS),
+        ("params_attention", _i64),
+        ("params_ffn", _i64),
+        ("flops_per_token_train", _f64),
+        ("flops_per_token_infer", _f64),
+        ("tokens_trained", _i64),
+        ("train_loss", _f64),
+        ("val_loss", _f64),
+        ("val_ppl", _f64),
+        ("val_ppl_unigram", _f64),
+        ("val_loss_by_source", _str),
+        ("val_ppl_by_loops", _str),
+        *((name, _f64) for name in LOOP_LOSSES),
+        ("evals", _str),
+        ("loss_spike", _f64),
+        ("phase", _str),
+        ("tuned", _str),
+        ("val_ppl_int8", _f64),
+        ("val_ppl_int4", _f64),
+        ("val_ppl_int4_rtn", _f64),
+        ("int4_ppl_increase", _f64),
+        ("int4_rtn_ppl_increase", _f64),
+        ("bf16_bytes", _i64),
+        ("int8_bytes", _i64),
+        ("int4_bytes", _i64),
+        *((name, _f64) for name in DIAGNOSTICS),
+        ("tokens_per_s", _f64),
+        ("flops_per_s", _f64),
+        ("peak_mem_bytes", _i64),
+        ("precision", _str),
+        ("stream_dtype", _str),
+        ("wall_s", _f64),
+        ("world_size", _i64),
+        ("parallel", _str),
+        ("backend", _str),
+        ("rank_batch_size", _i64),
+        ("rank_grad_accum", _i64),
+        ("peak_mem_bytes_by_rank", _str),
+        *((name, _f64) for name in TIME_SPLIT),
+        ("seed", _i64),
+        ("optuna_trial", _i64),
+        ("node_id", _str),
+        ("dataset_id", _str),
+        ("tokenizer_id", _str),
+        ("code_version", _str),
+        ("packages", _str),
+        ("hardware", _str),
+        ("started_at", _str),
+        ("finished_at", _str),
+        ("extra", _str),
+    ]
+)
 COLUMNS = tuple(SCHEMA.names)
 REQUIRED = ("study", "trial_id", "status")
 
@@ -95,10 +159,17 @@ REQUIRED = ("study", "trial_id", "status")
 def check_study_name(name: str) -> str:
     """A study name is one path component: it names the folder <results>/<name>/ and nothing
     outside it. Raises ValueError otherwise."""
-    if not isinstance(name, str) or not name.strip() or name in (".", "..") or any(c in name for c in "/\\") \
-            or name != name.strip():
-        raise ValueError(f"{name!r} is not a study name: use one folder name, without '/', '\\', '.' or '..' "
-                         "(e.g. hyperloop-vs-looped)")
+    if (
+        not isinstance(name, str)
+        or not name.strip()
+        or name in (".", "..")
+        or any(c in name for c in "/\\")
+        or name != name.strip()
+    ):
+        raise ValueError(
+            f"{name!r} is not a study name: use one folder name, without '/', '\\', '.' or '..' "
+            "(e.g. hyperloop-vs-looped)"
+        )
     return name
 
 
@@ -125,9 +196,15 @@ def to_table(row: Mapping[str, Any]) -> pa.Table:
     if row["status"] not in STATUSES:
         raise ResultsError(f"status '{row['status']}' is not one of {', '.join(STATUSES)}")
     extra = {k: v for k, v in row.items() if k not in COLUMNS and k != CURVE}
-    full = {**{k: row.get(k) for k in COLUMNS}, "schema_version": SCHEMA_VERSION, "attempt": row.get("attempt") or 0}
+    full = {
+        **{k: row.get(k) for k in COLUMNS},
+        "schema_version": SCHEMA_VERSION,
+        "attempt": row.get("attempt") or 0,
+    }
     if extra:
-        full["extra"] = json.dumps({**json.loads(row.get("extra") or "{}"), **extra}, sort_keys=True, default=str)
+        full["extra"] = json.dumps(
+            {**json.loads(row.get("extra") or "{}"), **extra}, sort_keys=True, default=str
+        )
     return pa.Table.from_pylist([{k: _cell(k, v) for k, v in full.items()}], schema=SCHEMA)
 
 
@@ -164,7 +241,9 @@ def _full(final: str, data: bytes, study_dir: Location, fallback: Location | Non
     try:
         location.write_bytes(aside, data)
     except OSError as err:
-        return StoreFull(final, len(data), None, f" (the fallback {aside} failed too: {location.reason(err)})")
+        return StoreFull(
+            final, len(data), None, f" (the fallback {aside} failed too: {location.reason(err)})"
+        )
     return StoreFull(final, len(data), aside)
 
 
@@ -182,8 +261,11 @@ def recover(study_dir: Location, fallback: Location) -> list[str]:
         data = location.read_bytes(path)
         parsed = _parse(data)
         if isinstance(parsed, str):
-            warnings.warn(f"{path}: not a readable Parquet file ({parsed}); left where it is", ResultsWarning,
-                          stacklevel=2)
+            warnings.warn(
+                f"{path}: not a readable Parquet file ({parsed}); left where it is",
+                ResultsWarning,
+                stacklevel=2,
+            )
             continue
         location.write_bytes(location.join(trials_dir(study_dir), name), data)
         location.remove(path)
@@ -204,7 +286,9 @@ def sweep_orphans(study_dir: Location, older_than_s: float = 0.0) -> int:
     if folder is None or not os.path.isdir(folder):
         return 0
     now, n = time.time(), 0
-    for p in Path(folder).glob(".*"):  # atomic_open's temporaries (and this store's older ".tmp-" ones)
+    for p in Path(folder).glob(
+        ".*"
+    ):  # atomic_open's temporaries (and this store's older ".tmp-" ones)
         if not (p.name.endswith(".tmp") or p.name.startswith(".tmp-")):
             continue
         try:
@@ -218,8 +302,11 @@ def sweep_orphans(study_dir: Location, older_than_s: float = 0.0) -> int:
 
 def _row_names(folder: Location, prefix: str = "") -> list[str]:
     # Names starting with "." (mid-write) or "_" are skipped, as pyarrow's own dataset reader does.
-    return sorted(n for n in location.files(folder)
-                  if n.endswith(".parquet") and not n.startswith((".", "_")) and n.startswith(prefix))
+    return sorted(
+        n
+        for n in location.files(folder)
+        if n.endswith(".parquet") and not n.startswith((".", "_")) and n.startswith(prefix)
+    )
 
 
 def trial_files(study_dir: Location, prefix: str = "") -> list[str]:
@@ -279,6 +366,7 @@ def quarantine(study_dir: Location) -> list[str]:
 
 # ---- reading ---------------------------------------------------------------------------------
 
+
 def _concat(files: list[str], skipped: list | None) -> pa.Table:
     pairs, damaged = [], []
     for path, read in zip(files, _load_all(files)):
@@ -291,15 +379,23 @@ def _concat(files: list[str], skipped: list | None) -> pa.Table:
         if skipped is not None:
             skipped.append(path)
         else:
-            warnings.warn(f"{path}: not a readable Parquet file ({why}); skipped", ResultsWarning, stacklevel=3)
-    return pa.concat_tables(tables, promote_options="permissive") if tables else SCHEMA.empty_table()
+            warnings.warn(
+                f"{path}: not a readable Parquet file ({why}); skipped",
+                ResultsWarning,
+                stacklevel=3,
+            )
+    return (
+        pa.concat_tables(tables, promote_options="permissive") if tables else SCHEMA.empty_table()
+    )
 
 
 def _load_all(files: list[str]) -> list:
     if not any(map(location.is_uri, files)):
         return list(map(_load, files))
     location.resolve(files[0])  # the filesystem, made (and cached) once rather than by each thread
-    with ThreadPoolExecutor(16) as pool:  # an object store answers each file in tens of ms: ask for several at once
+    with ThreadPoolExecutor(
+        16
+    ) as pool:  # an object store answers each file in tens of ms: ask for several at once
         return list(pool.map(_load, files))
 
 

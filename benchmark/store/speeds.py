@@ -35,9 +35,9 @@ KEEP_RUNS = 10  # the latest `benchmark.perf models` runs per comparison and mod
 
 @dataclass(frozen=True)
 class Speed:
-    flops_per_s: float   # achieved training FLOP/s
-    overhead_s: float    # a trial's time outside its training steps
-    trials: int          # how many finished trials this comes from; 0: the machine's fallback
+    flops_per_s: float  # achieved training FLOP/s
+    overhead_s: float  # a trial's time outside its training steps
+    trials: int  # how many finished trials this comes from; 0: the machine's fallback
 
 
 def path_in(cache_root: str | os.PathLike) -> Path:
@@ -74,8 +74,9 @@ def machine_key() -> str:
     """This machine, without importing torch (so `--plan` stays fast): a speed measured on one
     CPU or GPU is not another's."""
     gpu = gpu_name()
-    return (f"{cpu_name()}|{os.cpu_count()}|torch {importlib.metadata.version('torch')}"
-            + (f"|{gpu}" if gpu else ""))
+    return f"{cpu_name()}|{os.cpu_count()}|torch {importlib.metadata.version('torch')}" + (
+        f"|{gpu}" if gpu else ""
+    )
 
 
 def policy_key(precision: str, compile: bool) -> str:
@@ -123,22 +124,37 @@ def probe(path: Path, key: str) -> tuple[float, float] | None:
     """(training FLOP/s, first step beyond a steady one) of the probe recorded under `key`
     (perf/probe.py: a policy and a shape) on this machine, if any."""
     entry = _load(path)["machines"].get(machine_key(), {}).get("probes", {}).get(key)
-    ok = (isinstance(entry, list) and len(entry) == 2 and all(isinstance(v, (int, float)) for v in entry)
-          and entry[0] > 0 and entry[1] >= 0)
+    ok = (
+        isinstance(entry, list)
+        and len(entry) == 2
+        and all(isinstance(v, (int, float)) for v in entry)
+        and entry[0] > 0
+        and entry[1] >= 0
+    )
     return (float(entry[0]), float(entry[1])) if ok else None
 
 
 def record_probe(path: Path, key: str, flops_per_s: float, compile_s: float) -> None:
     with _editing(path) as data:
-        data["machines"].setdefault(machine_key(), {}).setdefault("probes", {})[key] = [flops_per_s, compile_s]
+        data["machines"].setdefault(machine_key(), {}).setdefault("probes", {})[key] = [
+            flops_per_s,
+            compile_s,
+        ]
 
 
-def record_trial(path: Path, policy: str, family: str, flops_per_s: float, overhead_s: float) -> None:
+def record_trial(
+    path: Path, policy: str, family: str, flops_per_s: float, overhead_s: float
+) -> None:
     """One finished trial's training FLOP/s and time outside training (the latest KEEP kept)."""
     if not (flops_per_s > 0 and overhead_s >= 0):
         return
     with _editing(path) as data:
-        families = data["machines"].setdefault(machine_key(), {}).setdefault("trials", {}).setdefault(policy, {})
+        families = (
+            data["machines"]
+            .setdefault(machine_key(), {})
+            .setdefault("trials", {})
+            .setdefault(policy, {})
+        )
         families[family] = [*families.get(family, []), [flops_per_s, overhead_s]][-KEEP:]
 
 
@@ -156,11 +172,19 @@ def record_search(path: Path, start_s: float, per_trial_s: float) -> None:
 def searches(path: Path) -> list[tuple[float, float]]:
     """The (start_s, per_trial_s) of the searches recorded on this machine, oldest first (entries
     that are not two finite non-negative numbers are skipped)."""
+
     def valid(r) -> bool:
-        return (isinstance(r, list) and len(r) == 2
-                and all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in r))
-    return [(float(r[0]), float(r[1])) for r in _load(path)["machines"].get(machine_key(), {}).get("searches", [])
-            if valid(r)]
+        return (
+            isinstance(r, list)
+            and len(r) == 2
+            and all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in r)
+        )
+
+    return [
+        (float(r[0]), float(r[1]))
+        for r in _load(path)["machines"].get(machine_key(), {}).get("searches", [])
+        if valid(r)
+    ]
 
 
 def search_times(path: Path, fallback_start_s: float) -> tuple[float, float, int]:
@@ -177,16 +201,29 @@ def estimator(path: Path, policy: str, fallback: Callable[[], Speed]) -> Callabl
     run gets the mean over the families that ran (their overhead too), else `fallback()` (called
     only then, once: a probe)."""
     measured = _load(path)["machines"].get(machine_key(), {}).get("trials", {}).get(policy, {})
-    per = {fam: Speed(statistics.fmean(f for f, _ in runs), statistics.fmean(o for _, o in runs), len(runs))
-           for fam, runs in measured.items() if runs}
-    pooled = (Speed(statistics.fmean(s.flops_per_s for s in per.values()),
-                    statistics.fmean(s.overhead_s for s in per.values()), 0) if per else None)
+    per = {
+        fam: Speed(
+            statistics.fmean(f for f, _ in runs), statistics.fmean(o for _, o in runs), len(runs)
+        )
+        for fam, runs in measured.items()
+        if runs
+    }
+    pooled = (
+        Speed(
+            statistics.fmean(s.flops_per_s for s in per.values()),
+            statistics.fmean(s.overhead_s for s in per.values()),
+            0,
+        )
+        if per
+        else None
+    )
 
     def speed_of(family: str) -> Speed:
         nonlocal pooled
         if family not in per and pooled is None:
             pooled = fallback()
         return per.get(family) or pooled
+
     return speed_of
 
 
@@ -194,7 +231,9 @@ def precision_probe(path: Path) -> dict | None:
     """The CPU's measured matmul speeds {"fp32": FLOP/s, "bf16": FLOP/s} (trial/step.py's
     `bf16_faster_here`), if this machine (CPU model, cores, torch version) has been probed."""
     probe = _load(path)["machines"].get(machine_key(), {}).get("matmul")
-    ok = isinstance(probe, dict) and all(isinstance(probe.get(k), (int, float)) and probe[k] > 0 for k in ("fp32", "bf16"))
+    ok = isinstance(probe, dict) and all(
+        isinstance(probe.get(k), (int, float)) and probe[k] > 0 for k in ("fp32", "bf16")
+    )
     return probe if ok else None
 
 
@@ -203,20 +242,33 @@ def record_precision_probe(path: Path, fp32: float, bf16: float) -> None:
         data["machines"].setdefault(machine_key(), {})["matmul"] = {"fp32": fp32, "bf16": bf16}
 
 
-def record_ratio(path: Path, pair: str, code: str, log_ratio: float, rounds: int, when: float) -> None:
+def record_ratio(
+    path: Path, pair: str, code: str, log_ratio: float, rounds: int, when: float
+) -> None:
     """One `benchmark.perf models` run's paired estimate of a comparison (`pair`, "a/b": the log of
     a's time per token over b's), for the models' code `code` (the latest KEEP_RUNS kept)."""
     if not math.isfinite(log_ratio):  # a run with too few rounds has no estimate
         return
     with _editing(path) as data:
-        pairs = data["machines"].setdefault(machine_key(), {}).setdefault("ratios", {}).setdefault(pair, {})
+        pairs = (
+            data["machines"]
+            .setdefault(machine_key(), {})
+            .setdefault("ratios", {})
+            .setdefault(pair, {})
+        )
         pairs[code] = [*pairs.get(code, []), [when, log_ratio, rounds]][-KEEP_RUNS:]
 
 
 def ratio_runs(path: Path, pair: str, code: str) -> list[tuple[float, float, int]]:
     """(time, log ratio, rounds) of the runs `record_ratio` kept on this machine for this code."""
     try:
-        runs = _load(path)["machines"].get(machine_key(), {}).get("ratios", {}).get(pair, {}).get(code, [])
+        runs = (
+            _load(path)["machines"]
+            .get(machine_key(), {})
+            .get("ratios", {})
+            .get(pair, {})
+            .get(code, [])
+        )
         return [(float(w), float(r), int(n)) for w, r, n in runs]
     except (AttributeError, TypeError, ValueError):  # a file edited by hand: best effort, as above
         return []

@@ -40,9 +40,15 @@ LAST_WORD = re.compile(r" ([A-Za-z]+)[^A-Za-z0-9\s]*$")
 Example = dict[str, Any]
 
 
-def make_tasks(out_dir: str | Path, source: str | DataConfig | Iterable[str] = DataConfig.source, *,
-               n_examples: int = 500, seed: int = 0, max_words: int = MAX_WORDS,
-               name: str = "shapebench") -> list[str]:
+def make_tasks(
+    out_dir: str | Path,
+    source: str | DataConfig | Iterable[str] = DataConfig.source,
+    *,
+    n_examples: int = 500,
+    seed: int = 0,
+    max_words: int = MAX_WORDS,
+    name: str = "shapebench",
+) -> list[str]:
     """Write both tasks into out_dir and return their names. `source` is a data source (as
     DataConfig.source: its validation split is used) or the held-out texts themselves."""
     if n_examples < 1:
@@ -54,14 +60,20 @@ def make_tasks(out_dir: str | Path, source: str | DataConfig | Iterable[str] = D
     provenance = {"source": _describe(source), "seed": seed, "max_words": max_words}
     tasks = {
         f"{name}_cloze": interleave([_part_cloze(p, max_words) for p in parts], n_examples, rng),
-        f"{name}_choice": interleave([_part_choice(p, max_words, rng) for p in parts], n_examples, rng),
+        f"{name}_choice": interleave(
+            [_part_choice(p, max_words, rng) for p in parts], n_examples, rng
+        ),
     }
     for task, examples in tasks.items():
         if not examples:
-            raise ValueError(f"{task}: no document of {provenance['source']} yields an example "
-                             f"(passages need whole sentences of at most {max_words} words)")
+            raise ValueError(
+                f"{task}: no document of {provenance['source']} yields an example "
+                f"(passages need whole sentences of at most {max_words} words)"
+            )
         data = out / f"{task}.jsonl"
-        data.write_text("".join(json.dumps(ex, sort_keys=True) + "\n" for ex in examples), encoding="utf-8")
+        data.write_text(
+            "".join(json.dumps(ex, sort_keys=True) + "\n" for ex in examples), encoding="utf-8"
+        )
         config = task_config(task, data, name, {**provenance, "n_examples": len(examples)})
         (out / f"{task}.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return list(tasks)
@@ -70,8 +82,12 @@ def make_tasks(out_dir: str | Path, source: str | DataConfig | Iterable[str] = D
 def held_out(source: str | DataConfig | Iterable[str]) -> list[list[str]]:
     """Held-out documents grouped by corpus part, whitespace collapsed."""
     if isinstance(source, (str, DataConfig)):
-        corpus = load_corpus(source if isinstance(source, DataConfig) else DataConfig(source=source))
-        groups = [[text for _, text in corpus.documents(part, "validation")] for part in corpus.parts]
+        corpus = load_corpus(
+            source if isinstance(source, DataConfig) else DataConfig(source=source)
+        )
+        groups = [
+            [text for _, text in corpus.documents(part, "validation")] for part in corpus.parts
+        ]
     else:
         groups = [list(source)]
     return [[" ".join(text.split()) for text in group] for group in groups]
@@ -122,7 +138,13 @@ def _part_choice(texts: list[str], max_words: int, rng: random.Random) -> list[E
     for context, ending in pairs:
         others = rng.sample([e for e in endings if e != ending], N_CHOICES - 1)
         label = rng.randrange(N_CHOICES)
-        examples.append({"context": context, "choices": others[:label] + [ending] + others[label:], "label": label})
+        examples.append(
+            {
+                "context": context,
+                "choices": others[:label] + [ending] + others[label:],
+                "label": label,
+            }
+        )
     return examples
 
 
@@ -142,7 +164,10 @@ def task_config(task: str, data: Path, tag: str, metadata: dict[str, Any]) -> di
         "task": task,
         "tag": [tag],
         "dataset_path": "json",
-        "dataset_kwargs": {"data_files": {"test": str(data)}, "cache_dir": str(data.parent / "hf-cache")},
+        "dataset_kwargs": {
+            "data_files": {"test": str(data)},
+            "cache_dir": str(data.parent / "hf-cache"),
+        },
         "test_split": "test",
         "doc_to_text": "context",
     }

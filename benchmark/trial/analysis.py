@@ -46,17 +46,17 @@ from benchmark.store import DIAGNOSTICS
 
 @dataclass(frozen=True)
 class Similarity:
-    names: tuple[str, ...]        # effective layers, in depth order
-    matrix: torch.Tensor          # (L, L) cosine similarity, averaged over tokens (Fig. 3)
-    cross_loop: float | None      # Table 8; None without two loops to compare
+    names: tuple[str, ...]  # effective layers, in depth order
+    matrix: torch.Tensor  # (L, L) cosine similarity, averaged over tokens (Fig. 3)
+    cross_loop: float | None  # Table 8; None without two loops to compare
 
 
 @dataclass(frozen=True)
 class LogitLens:
     names: tuple[str, ...]
-    cross_entropy: torch.Tensor   # (L,) nats per token
-    entropy: torch.Tensor         # (L,) nats, of the predicted next-token distribution
-    accuracy: torch.Tensor        # (L,) argmax == target
+    cross_entropy: torch.Tensor  # (L,) nats per token
+    entropy: torch.Tensor  # (L,) nats, of the predicted next-token distribution
+    accuracy: torch.Tensor  # (L,) argmax == target
 
 
 @contextmanager
@@ -94,27 +94,38 @@ def _span_recorder(model: LanguageModel, outer: bool, spans: list):
     hyper = model.spec.hyper
     if hyper is None or hyper.every == "sublayer":
         return []
-    parts = {id(b): (part, i) for part in ("begin", "middle", "end") for i, b in enumerate(getattr(model, part))}
+    parts = {
+        id(b): (part, i)
+        for part in ("begin", "middle", "end")
+        for i, b in enumerate(getattr(model, part))
+    }
     spanned = model.middle if model.spec.looped else [*model.begin, *model.middle, *model.end]
 
     def open_span(gate, args):
-        spans.append((gate, args[0], []))                     # the streams Y entering it
+        spans.append((gate, args[0], []))  # the streams Y entering it
 
     def after_layer(block, args, h):
         gate, Y, states = spans[-1]
         (part, i), loop = parts[id(block)], args[2]
         state = h
-        if outer:   # early merge; gate.forward skips the hook above
-            state = hyper_connect(gate, Y, lambda u: span_output(hyper.read, h, u),
-                                  _loop_embedding(model, loop), gates=gate.forward(Y)).mean(dim=-2)
+        if outer:  # early merge; gate.forward skips the hook above
+            state = hyper_connect(
+                gate,
+                Y,
+                lambda u: span_output(hyper.read, h, u),
+                _loop_embedding(model, loop),
+                gates=gate.forward(Y),
+            ).mean(dim=-2)
         states.append((f"{part}.{i}" if loop is None else f"{part}.{loop}.{i}", state))
 
-    return ([g.register_forward_pre_hook(open_span) for g in model.hyper]
-            + [b.register_forward_hook(after_layer) for b in spanned])
+    return [g.register_forward_pre_hook(open_span) for g in model.hyper] + [
+        b.register_forward_hook(after_layer) for b in spanned
+    ]
 
 
-def layer_states(model: LanguageModel, idx: torch.Tensor, *, loops: int | None = None,
-                 outer: bool = False) -> list[tuple[str, torch.Tensor]]:
+def layer_states(
+    model: LanguageModel, idx: torch.Tensor, *, loops: int | None = None, outer: bool = False
+) -> list[tuple[str, torch.Tensor]]:
     """(name, (B, T, d)) for the residual stream after every effective layer, in depth order; the
     names are the model's trace names, with a hyper-connection's layers named as in a looped model
     (middle.<loop>.<i>). See the module docstring for inner / outer."""
@@ -123,7 +134,7 @@ def layer_states(model: LanguageModel, idx: torch.Tensor, *, loops: int | None =
         model(idx, loops=loops, trace=trace)
     inside = iter(spans)
     states = []
-    for name, x in trace:                                     # x: (B, T, d) or (B, T, n, d)
+    for name, x in trace:  # x: (B, T, d) or (B, T, n, d)
         if name.startswith("hyper.") and spans:
             states.extend(next(inside)[2])
         else:
@@ -131,12 +142,16 @@ def layer_states(model: LanguageModel, idx: torch.Tensor, *, loops: int | None =
     return states
 
 
-def cross_loop_similarity(model: LanguageModel, idx: torch.Tensor, *, loops: int | None = None) -> Similarity:
+def cross_loop_similarity(
+    model: LanguageModel, idx: torch.Tensor, *, loops: int | None = None
+) -> Similarity:
     """Hyperloop Fig. 3 and Table 8 from the inner residual stream of every effective layer."""
     states = layer_states(model, idx, loops=loops)
     names = tuple(n for n, _ in states)
-    U = F.normalize(torch.stack([x.float() for _, x in states]), dim=-1).flatten(1, 2)  # (L, B*T, d)
-    matrix = torch.einsum("and,bnd->ab", U, U) / U.shape[1]                              # (L, L)
+    U = F.normalize(torch.stack([x.float() for _, x in states]), dim=-1).flatten(
+        1, 2
+    )  # (L, B*T, d)
+    matrix = torch.einsum("and,bnd->ab", U, U) / U.shape[1]  # (L, L)
     return Similarity(names=names, matrix=matrix, cross_loop=_cross_loop(names, matrix))
 
 
@@ -151,20 +166,25 @@ def _cross_loop(names: tuple[str, ...], matrix: torch.Tensor) -> float | None:
     return torch.stack(pairs).mean().item() if pairs else None
 
 
-def logit_lens(model: LanguageModel, idx: torch.Tensor, targets: torch.Tensor, *,
-               loops: int | None = None) -> LogitLens:
+def logit_lens(
+    model: LanguageModel, idx: torch.Tensor, targets: torch.Tensor, *, loops: int | None = None
+) -> LogitLens:
     """Hyperloop Fig. 4: every layer's outer stream through the final norm and LM head (the logit
     lens of nostalgebraist 2020), scored against the next tokens `targets` (B, T)."""
     states = layer_states(model, idx, loops=loops, outer=True)
     ce, ent, acc = [], [], []
     with _inference(model):
         for _, x in states:
-            logp = F.log_softmax(model._logits(x).float(), dim=-1)          # (B, T, vocab)
+            logp = F.log_softmax(model._logits(x).float(), dim=-1)  # (B, T, vocab)
             ce.append(F.nll_loss(logp.flatten(0, 1), targets.flatten()))
             ent.append(-(logp.exp() * logp).sum(dim=-1).mean())
             acc.append((logp.argmax(dim=-1) == targets).float().mean())
-    return LogitLens(names=tuple(n for n, _ in states), cross_entropy=torch.stack(ce),
-                     entropy=torch.stack(ent), accuracy=torch.stack(acc))
+    return LogitLens(
+        names=tuple(n for n, _ in states),
+        cross_entropy=torch.stack(ce),
+        entropy=torch.stack(ent),
+        accuracy=torch.stack(acc),
+    )
 
 
 def iteration_states(model: LanguageModel, idx: torch.Tensor, loops: int) -> list[torch.Tensor]:
@@ -179,23 +199,36 @@ def iteration_states(model: LanguageModel, idx: torch.Tensor, loops: int) -> lis
     if spec.injection == "hyper":
         opener, every = list(model.hyper), len(hyper_spans(spec, 1))
         if any(first + k > spec.layers.middle for first, k, _ in hyper_spans(spec, 1)):
-            raise ValueError(f"hyper.every {spec.hyper.every}: connections straddle loop boundaries")
+            raise ValueError(
+                f"hyper.every {spec.hyper.every}: connections straddle loop boundaries"
+            )
     elif spec.injection == "concat":
-        opener, read = [model.inject], (lambda x: x[..., spec.d_model:])
+        opener, read = [model.inject], (lambda x: x[..., spec.d_model :])
     else:
         opener = [model.middle[0]]
     seen = []
-    with _inference(model), _hooks([m.register_forward_pre_hook(lambda m, args: seen.append(read(args[0])))
-                                    for m in opener]):
+    with (
+        _inference(model),
+        _hooks(
+            [
+                m.register_forward_pre_hook(lambda m, args: seen.append(read(args[0])))
+                for m in opener
+            ]
+        ),
+    ):
         model(idx, loops=loops)
     return seen[::every]
 
 
-def fixed_point_distances(model: LanguageModel, idx: torch.Tensor, max_loops: int = 32) -> torch.Tensor:
+def fixed_point_distances(
+    model: LanguageModel, idx: torch.Tensor, max_loops: int = 32
+) -> torch.Tensor:
     """AbbIE §4.1 / Fig. 4: the distance between the input and output of every iteration,
     ||h_k - h_{k-1}|| / ||h_{k-1}||, per sequence: (B, max_loops), column k-1 for iteration k.
     The model runs max_loops + 1 iterations so that the last output is some iteration's input."""
-    S = torch.stack([h.float().flatten(1) for h in iteration_states(model, idx, max_loops + 1)])  # (K+1, B, -)
+    S = torch.stack(
+        [h.float().flatten(1) for h in iteration_states(model, idx, max_loops + 1)]
+    )  # (K+1, B, -)
     return ((S[1:] - S[:-1]).norm(dim=-1) / S[:-1].norm(dim=-1)).T
 
 
@@ -226,17 +259,24 @@ def hyper_diagnostics(model: LanguageModel, idx: torch.Tensor) -> dict[str, floa
     trace = []
     with _inference(model), _hooks([g.register_forward_hook(record) for g in model.hyper]):
         model(idx, trace=trace)
-        Y = [x for name, x in trace if name.startswith("hyper.")][-1].float()      # (B, T, n, d)
+        Y = [x for name, x in trace if name.startswith("hyper.")][-1].float()  # (B, T, n, d)
         n = Y.shape[-2]
         if n > 1:
             U = F.normalize(Y, dim=-1)
             sim = torch.einsum("btid,btjd->ij", U, U) / (U.shape[0] * U.shape[1])
             out["stream_cosine"] = sim[~torch.eye(n, dtype=torch.bool)].mean().item()
         eye = torch.eye(n, device=Y.device)
-        out["hres_deviation"] = torch.stack([(res_matrix(g, r[2]).float() - eye).abs().mean()
-                                             for g, _, r in records]).mean().item()
-        sigmoids = [torch.sigmoid(z).flatten() for g, Yin, _ in records if isinstance(g, SigmoidGate)
-                    for z in g.logits(Yin)[:2 if g.mixing != "diagonal" else 3]]
+        out["hres_deviation"] = (
+            torch.stack([(res_matrix(g, r[2]).float() - eye).abs().mean() for g, _, r in records])
+            .mean()
+            .item()
+        )
+        sigmoids = [
+            torch.sigmoid(z).flatten()
+            for g, Yin, _ in records
+            if isinstance(g, SigmoidGate)
+            for z in g.logits(Yin)[: 2 if g.mixing != "diagonal" else 3]
+        ]
         if sigmoids:
             v = torch.cat(sigmoids)
             out["gate_saturation"] = ((v < SATURATED) | (v > 1 - SATURATED)).float().mean().item()

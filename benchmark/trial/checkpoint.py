@@ -27,8 +27,12 @@ class CheckpointError(ValueError):
     pass
 
 
-def save_checkpoint(path: str | Path, model: LanguageModel, meta: dict[str, Any] | None = None,
-                    tokenizer_json: str | None = None) -> Path:
+def save_checkpoint(
+    path: str | Path,
+    model: LanguageModel,
+    meta: dict[str, Any] | None = None,
+    tokenizer_json: str | None = None,
+) -> Path:
     """Write atomically (store.atomic): a reader sees the whole checkpoint or none."""
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     with atomic_dir(path) as tmp:
@@ -40,8 +44,9 @@ def save_checkpoint(path: str | Path, model: LanguageModel, meta: dict[str, Any]
     return Path(path)
 
 
-def load_checkpoint(path: str | Path, spec: ArchSpec | dict | None = None,
-                    device: str | torch.device = "cpu") -> tuple[LanguageModel, dict[str, Any]]:
+def load_checkpoint(
+    path: str | Path, spec: ArchSpec | dict | None = None, device: str | torch.device = "cpu"
+) -> tuple[LanguageModel, dict[str, Any]]:
     """Load a checkpoint; if `spec` is given it must match the stored one (else CheckpointError)."""
     path = Path(path)
     if not (path / WEIGHTS).is_file() or not (path / SPEC).is_file():
@@ -51,12 +56,16 @@ def load_checkpoint(path: str | Path, spec: ArchSpec | dict | None = None,
         wanted = ArchSpec.from_dict(spec) if not isinstance(spec, ArchSpec) else spec
         if wanted != stored:
             diff = _diff(stored.to_dict(), wanted.to_dict())
-            raise CheckpointError(f"{path}: checkpoint spec does not match the requested spec: {diff}")
+            raise CheckpointError(
+                f"{path}: checkpoint spec does not match the requested spec: {diff}"
+            )
     model = build_model(stored)
     state = load_file(str(path / WEIGHTS))
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise CheckpointError(f"{path}: weights do not fit the spec (missing {missing[:3]}, unexpected {unexpected[:3]})")
+        raise CheckpointError(
+            f"{path}: weights do not fit the spec (missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
     meta = json.loads((path / META).read_text()) if (path / META).is_file() else {}
     return model.to(device).eval(), meta
 

@@ -29,6 +29,7 @@ def compile_regions(model) -> Callable[[], None]:
     def restore():
         for module, name in compiled:
             module.__dict__.pop(name, None)
+
     return restore
 
 

@@ -17,9 +17,20 @@ CURVE_POINTS = 200
 
 
 class Curve:
-    def __init__(self, total: int, tokens_per_step: int, lr_at: Callable[[int], float],
-                 on_point: Callable[[dict[str, Any]], None] | None = None, points: int = CURVE_POINTS):
-        self.total, self.tokens_per_step, self.lr_at, self.on_point = total, tokens_per_step, lr_at, on_point
+    def __init__(
+        self,
+        total: int,
+        tokens_per_step: int,
+        lr_at: Callable[[int], float],
+        on_point: Callable[[dict[str, Any]], None] | None = None,
+        points: int = CURVE_POINTS,
+    ):
+        self.total, self.tokens_per_step, self.lr_at, self.on_point = (
+            total,
+            tokens_per_step,
+            lr_at,
+            on_point,
+        )
         self.every = max(1, math.ceil(total / points))
         self.points: list[dict[str, Any]] = []
         self._losses: list[float] = []
@@ -37,9 +48,14 @@ class Curve:
         if not self._losses:
             return
         finite = [x for x in self._norms if math.isfinite(x)]
-        point = {"step": step + 1, "tokens": (step + 1) * self.tokens_per_step,
-                 "train_loss": sum(self._losses) / len(self._losses), "train_loss_max": max(self._losses),
-                 "lr": self.lr_at(step), "grad_norm": sum(finite) / len(finite) if finite else math.nan}
+        point = {
+            "step": step + 1,
+            "tokens": (step + 1) * self.tokens_per_step,
+            "train_loss": sum(self._losses) / len(self._losses),
+            "train_loss_max": max(self._losses),
+            "lr": self.lr_at(step),
+            "grad_norm": sum(finite) / len(finite) if finite else math.nan,
+        }
         self._losses, self._norms = [], []
         self.points.append(point)
         if self.on_point is not None:

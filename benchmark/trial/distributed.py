@@ -55,8 +55,10 @@ class Split:
 def split(batch_size: int, grad_accum: int, world: int) -> Split:
     total = batch_size * grad_accum
     if world < 1 or total % world:
-        raise ValueError(f"training.batch_size x grad_accum: {total} sequences a step do not split over "
-                         f"{world} workers; make it a multiple of {world}")
+        raise ValueError(
+            f"training.batch_size x grad_accum: {total} sequences a step do not split over "
+            f"{world} workers; make it a multiple of {world}"
+        )
     per = total // world
     micro = next(k for k in range(1, per + 1) if per % k == 0 and per // k <= batch_size)
     return Split(world, micro, per // micro)
@@ -128,7 +130,7 @@ class Ranks:
         x = torch.cat([x for x, _ in micro])
         y = torch.cat([y for _, y in micro])
         lo = self.rank * self.split.per_rank
-        x, y = x[lo:lo + self.split.per_rank], y[lo:lo + self.split.per_rank]
+        x, y = x[lo : lo + self.split.per_rank], y[lo : lo + self.split.per_rank]
         return list(zip(x.split(self.split.size), y.split(self.split.size)))
 
     def columns(self, peak_bytes: int) -> dict[str, Any]:
@@ -137,9 +139,14 @@ class Ranks:
 
         peaks = [None] * self.world
         dist.all_gather_object(peaks, int(peak_bytes))
-        return {"world_size": self.world, "parallel": self.parallel, "backend": self.backend,
-                "rank_batch_size": self.split.size, "rank_grad_accum": self.split.micro,
-                "peak_mem_bytes_by_rank": json.dumps(peaks)}
+        return {
+            "world_size": self.world,
+            "parallel": self.parallel,
+            "backend": self.backend,
+            "rank_batch_size": self.split.size,
+            "rank_grad_accum": self.split.micro,
+            "peak_mem_bytes_by_rank": json.dumps(peaks),
+        }
 
     def full_model(self, model):
         """Rank 0's whole model for evaluation (a collective under FSDP2: the shards are
@@ -152,7 +159,9 @@ class Ranks:
 
         from benchmark.models import build_model
 
-        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        state = get_model_state_dict(
+            model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
         if not self.main:
             return None
         whole = build_model(model.spec)
@@ -206,6 +215,7 @@ def shard(loss, world: int, optimizer):
 
 # ---- inside a Ray Tune trial: the Train job ---------------------------------------------------
 
+
 def lost_worker(error: BaseException) -> bool:
     """Whether a Train run failed because a worker process or its node was lost (then the trial
     raises, into Tune's retry), rather than by an error in the training code (a failed attempt).
@@ -216,8 +226,11 @@ def lost_worker(error: BaseException) -> bool:
     lost = (ActorDiedError, RayActorError, NodeDiedError, WorkerCrashedError)
 
     def died(e) -> bool:
-        return isinstance(e, lost) or any(died(c) for c in (getattr(e, "health_check_failure", None),
-                                                           getattr(e, "cause", None)) if c is not None)
+        return isinstance(e, lost) or any(
+            died(c)
+            for c in (getattr(e, "health_check_failure", None), getattr(e, "cause", None))
+            if c is not None
+        )
 
     failures = getattr(error, "worker_failures", None)
     if failures:
@@ -245,9 +258,18 @@ class Workers:
         return "nccl" if self.gpus else "gloo"
 
 
-def run_distributed(spec, cfg, workers: Workers, data_cfg, *, name: str, quantize=None,
-                    checkpoint_dir=None, on_step=None, report: Callable[[dict | None], dict] | None = None
-                    ) -> dict[str, Any]:
+def run_distributed(
+    spec,
+    cfg,
+    workers: Workers,
+    data_cfg,
+    *,
+    name: str,
+    quantize=None,
+    checkpoint_dir=None,
+    on_step=None,
+    report: Callable[[dict | None], dict] | None = None,
+) -> dict[str, Any]:
     """Run one trial as a Train job of `workers` and return rank 0's row. `report(record)` turns
     rank 0's periodic evaluation into the dict Tune receives (every rank reports; Tune reads rank
     0's). Raises the Train error when the run failed (`lost_worker` says whether a worker was lost)."""
@@ -264,15 +286,30 @@ def run_distributed(spec, cfg, workers: Workers, data_cfg, *, name: str, quantiz
     per_worker = {"CPU": workers.cpus, **({"GPU": workers.gpus} if workers.gpus else {})}
     trainer = TorchTrainer(
         _worker,
-        train_loop_config={"spec": spec, "cfg": cfg, "workers": workers, "data": data_cfg, "quantize": quantize,
-                           "checkpoint_dir": checkpoint_dir, "on_step": on_step, "report": report},
+        train_loop_config={
+            "spec": spec,
+            "cfg": cfg,
+            "workers": workers,
+            "data": data_cfg,
+            "quantize": quantize,
+            "checkpoint_dir": checkpoint_dir,
+            "on_step": on_step,
+            "report": report,
+        },
         torch_config=TorchConfig(backend=workers.backend),
         # One node per trial, as resources.py sizes it: NVLink between its GPUs.
-        scaling_config=ScalingConfig(num_workers=workers.count, use_gpu=bool(workers.gpus),
-                                     resources_per_worker=per_worker, placement_strategy="STRICT_PACK"),
-        run_config=RunConfig(name=f"{name}-{uuid.uuid4().hex[:8]}", callbacks=callbacks,
-                             storage_path=os.path.join(tempfile.gettempdir(), "shapebench-train"),
-                             failure_config=FailureConfig(max_failures=0)),  # Tune retries the trial
+        scaling_config=ScalingConfig(
+            num_workers=workers.count,
+            use_gpu=bool(workers.gpus),
+            resources_per_worker=per_worker,
+            placement_strategy="STRICT_PACK",
+        ),
+        run_config=RunConfig(
+            name=f"{name}-{uuid.uuid4().hex[:8]}",
+            callbacks=callbacks,
+            storage_path=os.path.join(tempfile.gettempdir(), "shapebench-train"),
+            failure_config=FailureConfig(max_failures=0),
+        ),  # Tune retries the trial
     )
     return trainer.fit().return_value
 
@@ -289,15 +326,27 @@ def _worker(config: dict[str, Any]) -> dict[str, Any] | None:
     torch.set_num_threads(max(1, int(workers.cpus)))
     cfg = config["cfg"]
     device = ray.train.torch.get_device() if workers.gpus else torch.device("cpu")
-    ranks = Ranks(device, workers.backend, workers.parallel, split(cfg.batch_size, cfg.grad_accum, workers.count))
+    ranks = Ranks(
+        device,
+        workers.backend,
+        workers.parallel,
+        split(cfg.batch_size, cfg.grad_accum, workers.count),
+    )
     report = config["report"]
 
     def on_eval(record):  # every rank reports as often: a barrier in Ray Train
         ray.train.report(report(record) if (report and record is not None) else {})
 
-    row = run_trial(config["spec"], cfg, data=prepare(config["data"]), ranks=ranks,
-                    on_step=config["on_step"] if ranks.main else None, on_eval=on_eval,
-                    quantize=config["quantize"], checkpoint_dir=config["checkpoint_dir"] if ranks.main else None)
+    row = run_trial(
+        config["spec"],
+        cfg,
+        data=prepare(config["data"]),
+        ranks=ranks,
+        on_step=config["on_step"] if ranks.main else None,
+        on_eval=on_eval,
+        quantize=config["quantize"],
+        checkpoint_dir=config["checkpoint_dir"] if ranks.main else None,
+    )
     return row if ranks.main else None
 
 
@@ -322,7 +371,9 @@ def _recorder(trial_id: str):
             from ray.experimental.internal_kv import _internal_kv_put
 
             pg = worker_group.get_worker_group_state().placement_group_handle.placement_group
-            _internal_kv_put(_workers_key(trial_id), pg.id.binary(), overwrite=True, namespace=KV_NAMESPACE)
+            _internal_kv_put(
+                _workers_key(trial_id), pg.id.binary(), overwrite=True, namespace=KV_NAMESPACE
+            )
 
     return Record()
 
@@ -333,7 +384,11 @@ def release_workers(trial_id: str) -> bool:
     search driver when the trial ends or is retried."""
     from ray._raylet import PlacementGroupID
     from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get
-    from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
+    from ray.util.placement_group import (
+        PlacementGroup,
+        placement_group_table,
+        remove_placement_group,
+    )
 
     key = _workers_key(trial_id)
     pg_id = _internal_kv_get(key, namespace=KV_NAMESPACE)

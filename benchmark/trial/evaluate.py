@@ -14,8 +14,13 @@ from benchmark.trial.step import lm_loss, score_head_loss
 
 
 @torch.no_grad()
-def source_losses(model, eval_data: Mapping[str, torch.Tensor], batch_size: int = 16,
-                  dtype: torch.dtype | None = None, loops: int | None = None) -> dict[str, tuple[float, int]]:
+def source_losses(
+    model,
+    eval_data: Mapping[str, torch.Tensor],
+    batch_size: int = 16,
+    dtype: torch.dtype | None = None,
+    loops: int | None = None,
+) -> dict[str, tuple[float, int]]:
     """{source: (mean next-token loss, tokens)} over fixed windows (N, T+1) per source."""
     was_training = model.training
     model.eval()
@@ -26,9 +31,12 @@ def source_losses(model, eval_data: Mapping[str, torch.Tensor], batch_size: int 
         # for the GPU after every batch (float64, as the sum of .item() values was, so the same numbers).
         total, count = torch.zeros((), dtype=torch.float64, device=device), 0
         for i in range(0, len(windows), batch_size):
-            w = windows[i:i + batch_size].to(device)
+            w = windows[i : i + batch_size].to(device)
             n = w[:, 1:].numel()
-            total = total + lm_loss(model, w[:, :-1], w[:, 1:], dtype, loops, score_head_loss).double() * n
+            total = (
+                total
+                + lm_loss(model, w[:, :-1], w[:, 1:], dtype, loops, score_head_loss).double() * n
+            )
             count += n
         totals[name], counts[name] = total, count
     model.train(was_training)
@@ -36,18 +44,25 @@ def source_losses(model, eval_data: Mapping[str, torch.Tensor], batch_size: int 
     return {name: (t / max(counts[name], 1), counts[name]) for name, t in zip(totals, read)}
 
 
-def evaluate(model, eval_data: Mapping[str, torch.Tensor], cfg=None, loops: int | None = None) -> dict:
+def evaluate(
+    model, eval_data: Mapping[str, torch.Tensor], cfg=None, loops: int | None = None
+) -> dict:
     """val_loss (token-weighted over sources), val_ppl and val_loss_by_source."""
     dtype = policy_of(cfg).autocast_dtype(device_of(cfg)) if cfg is not None else None
     batch = cfg.batch_size if cfg is not None else 16
     per = source_losses(model, eval_data, batch, dtype, loops)
     tokens = sum(n for _, n in per.values())
-    loss = sum(l * n for l, n in per.values()) / max(tokens, 1)
-    return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0)),
-            "val_loss_by_source": {k: l for k, (l, _) in per.items()}}
+    loss = sum(mean * n for mean, n in per.values()) / max(tokens, 1)
+    return {
+        "val_loss": loss,
+        "val_ppl": math.exp(min(loss, 50.0)),
+        "val_loss_by_source": {k: mean for k, (mean, _) in per.items()},
+    }
 
 
-def evaluate_loops(model, eval_data: Mapping[str, torch.Tensor], loop_counts, cfg=None) -> dict[int, dict]:
+def evaluate_loops(
+    model, eval_data: Mapping[str, torch.Tensor], loop_counts, cfg=None
+) -> dict[int, dict]:
     """`evaluate` at each loop count (the model's `eval_loops`): {r: {val_loss, val_ppl, ...}}."""
     return {r: evaluate(model, eval_data, cfg, loops=r) for r in loop_counts}
 

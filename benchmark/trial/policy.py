@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmark.models.layers import float32_region
-from benchmark.trial.compilation import COMPILE_SCOPES
-from benchmark.recipe import PRECISIONS
 from benchmark.data import cache_root
+from benchmark.models.layers import float32_region
+from benchmark.recipe import PRECISIONS
 from benchmark.store import speeds
+from benchmark.trial.compilation import COMPILE_SCOPES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,13 +27,17 @@ class ExecPolicy:
 
     precision: str = "auto"
     compile: bool = True
-    compile_scope: str = "regions"   # or "model": the whole loss as one graph (benchmark.perf compares them)
+    compile_scope: str = (
+        "regions"  # or "model": the whole loss as one graph (benchmark.perf compares them)
+    )
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision: '{self.precision}' is not one of {', '.join(PRECISIONS)}")
         if self.compile_scope not in COMPILE_SCOPES:
-            raise ValueError(f"compile_scope: '{self.compile_scope}' is not one of {', '.join(COMPILE_SCOPES)}")
+            raise ValueError(
+                f"compile_scope: '{self.compile_scope}' is not one of {', '.join(COMPILE_SCOPES)}"
+            )
 
     def autocast_dtype(self, device: torch.device) -> torch.dtype | None:
         if self.precision == "fp32":
@@ -59,7 +63,9 @@ def bf16_supported(device: torch.device) -> bool:
 # AMX several times faster (bf16 wins), a Xeon with AVX512-BF16 only at half fp32's rate and an
 # AMD EPYC with AVX2 hundreds of times slower (fp32 wins).
 BF16_MARGIN = 1.25
-PROBE_BUDGET_S = 0.5  # per dtype: the probe's few seconds are paid once per CPU model and torch version
+PROBE_BUDGET_S = (
+    0.5  # per dtype: the probe's few seconds are paid once per CPU model and torch version
+)
 
 
 def bf16_faster_here() -> bool:
@@ -79,8 +85,10 @@ def bf16_faster_here() -> bool:
                 probe = speeds.precision_probe(path)
                 if probe is None:
                     cpu = torch.device("cpu")
-                    probe = {"fp32": matmul_peak(torch.float32, PROBE_BUDGET_S, device=cpu),
-                             "bf16": matmul_peak(torch.bfloat16, PROBE_BUDGET_S, device=cpu)}
+                    probe = {
+                        "fp32": matmul_peak(torch.float32, PROBE_BUDGET_S, device=cpu),
+                        "bf16": matmul_peak(torch.bfloat16, PROBE_BUDGET_S, device=cpu),
+                    }
                     speeds.record_precision_probe(path, probe["fp32"], probe["bf16"])
         _BF16_FASTER[str(path)] = probe["bf16"] >= BF16_MARGIN * probe["fp32"]
     return _BF16_FASTER[str(path)]
@@ -89,8 +97,9 @@ def bf16_faster_here() -> bool:
 _BF16_FASTER: dict[str, bool] = {}  # speeds file -> this process's choice
 
 
-def matmul_peak(dtype: torch.dtype, budget_s: float = 2.0, n_max: int = 2048,
-                device: torch.device | None = None) -> float:
+def matmul_peak(
+    dtype: torch.dtype, budget_s: float = 2.0, n_max: int = 2048, device: torch.device | None = None
+) -> float:
     """Achieved FLOP/s of an n x n matmul, the machine's practical peak for that dtype, within
     about `budget_s` whatever the dtype's speed: n doubles from 128 only while the next size (8x
     the work) still fits, so a dtype hundreds of times slower than fp32 (bf16 on CPUs without
@@ -100,7 +109,7 @@ def matmul_peak(dtype: torch.dtype, budget_s: float = 2.0, n_max: int = 2048,
     while True:
         a = torch.randn(n, n, device=device).to(dtype)
         b = torch.randn(n, n, device=device).to(dtype)
-        once = _timed(lambda: a @ b, device)          # the first call also warms up
+        once = _timed(lambda: a @ b, device)  # the first call also warms up
         once = min(once, _timed(lambda: a @ b, device))
         spent += 2 * once
         if n >= n_max or spent + 16 * once > budget_s / 2:
@@ -108,7 +117,7 @@ def matmul_peak(dtype: torch.dtype, budget_s: float = 2.0, n_max: int = 2048,
         n *= 2
     reps = max(1, min(50, int(budget_s / 2 / max(once, 1e-9))))
     seconds = _timed(lambda: [a @ b for _ in range(reps)], device)
-    return 2 * n ** 3 * reps / seconds
+    return 2 * n**3 * reps / seconds
 
 
 def _timed(fn, device: torch.device) -> float:
@@ -148,7 +157,11 @@ def default_device() -> torch.device:
 def autocast(device_type: str, dtype: torch.dtype | None):
     """Autocast to `dtype`, or with None float32 (`float32_region`: nothing where autocast is
     off, which keeps a compiled region cacheable)."""
-    return float32_region(device_type) if dtype is None else torch.autocast(device_type=device_type, dtype=dtype)
+    return (
+        float32_region(device_type)
+        if dtype is None
+        else torch.autocast(device_type=device_type, dtype=dtype)
+    )
 
 
 def policy_of(cfg) -> ExecPolicy:

@@ -40,7 +40,7 @@ from benchmark.models.layers import Proj
 
 BITS = (4, 8)
 METHODS = ("rtn", "gptq")
-FLOAT_BITS = 16   # unquantised tensors and per-group scales are stored at 16 bits (bf16 / fp16)
+FLOAT_BITS = 16  # unquantised tensors and per-group scales are stored at 16 bits (bf16 / fp16)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,20 +65,22 @@ class QuantConfig:
         if self.method not in METHODS:
             raise ValueError(f"method: '{self.method}' is not one of {', '.join(METHODS)}")
         if self.group_size < 1 or self.block_size < 1:
-            raise ValueError(f"group_size and block_size must be >= 1, got {self.group_size}, {self.block_size}")
+            raise ValueError(
+                f"group_size and block_size must be >= 1, got {self.group_size}, {self.block_size}"
+            )
         if not 0 <= self.damp < 1:
             raise ValueError(f"damp must be in [0, 1), got {self.damp}")
 
     @property
     def maxq(self) -> int:
-        return 2 ** self.bits - 1
+        return 2**self.bits - 1
 
 
 @dataclass(frozen=True, kw_only=True)
 class Hessian:
     """H = 2 X^T X / rows over every input row a layer saw (GPTQ §3; rows from all loops)."""
 
-    H: torch.Tensor      # (in, in)
+    H: torch.Tensor  # (in, in)
     rows: int
 
 
@@ -88,16 +90,21 @@ class QuantReport:
     bits: int
     group_size: int
     symmetric: bool
-    bytes: int                     # the model with quantised weights packed (model_bytes)
-    bytes_bf16: int                # every tensor at 16 bits
-    calib_rows: dict[str, int]     # GPTQ: input rows seen per quantised layer; empty for RTN
+    bytes: int  # the model with quantised weights packed (model_bytes)
+    bytes_bf16: int  # every tensor at 16 bits
+    calib_rows: dict[str, int]  # GPTQ: input rows seen per quantised layer; empty for RTN
 
 
 # ---- which weights, and how many bytes -------------------------------------------------------
 
+
 def quantizable(model: LanguageModel) -> dict[str, Proj]:
     """The projections that get quantised, by module name: every `Proj` except an untied LM head."""
-    return {name: m for name, m in model.named_modules() if isinstance(m, Proj) and m is not model.lm_head}
+    return {
+        name: m
+        for name, m in model.named_modules()
+        if isinstance(m, Proj) and m is not model.lm_head
+    }
 
 
 def weight_bytes(shape: tuple[int, int], cfg: QuantConfig) -> int:
@@ -113,11 +120,14 @@ def model_bytes(model: LanguageModel, cfg: QuantConfig | None = None) -> int:
     """Bytes to store the model: the `quantizable` weights packed per `cfg`, every other parameter
     at 16 bits; with cfg None, everything at 16 bits (the bf16 size). Tied weights count once."""
     quant = {id(m.weight) for m in quantizable(model).values()} if cfg is not None else set()
-    return sum(weight_bytes(tuple(p.shape), cfg) if id(p) in quant else p.numel() * FLOAT_BITS // 8
-               for p in model.parameters())
+    return sum(
+        weight_bytes(tuple(p.shape), cfg) if id(p) in quant else p.numel() * FLOAT_BITS // 8
+        for p in model.parameters()
+    )
 
 
 # ---- the quantisation grid --------------------------------------------------------------------
+
 
 def grid(w: torch.Tensor, cfg: QuantConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """Scale and zero point per row of w (..., rows, g) -> (..., rows, 1) each (GPTQ's
@@ -127,7 +137,7 @@ def grid(w: torch.Tensor, cfg: QuantConfig) -> tuple[torch.Tensor, torch.Tensor]
     if cfg.symmetric:
         hi = torch.maximum(-lo, hi)
         lo = -hi
-    scale = ((hi - lo) / cfg.maxq).half().float()   # stored in fp16
+    scale = ((hi - lo) / cfg.maxq).half().float()  # stored in fp16
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero group
     if cfg.symmetric:
         return scale, torch.full_like(scale, (cfg.maxq + 1) / 2)
@@ -145,12 +155,13 @@ def rtn(w: torch.Tensor, cfg: QuantConfig) -> torch.Tensor:
     w = w.detach().float()
     out = torch.empty_like(w)
     for s in range(0, w.shape[-1], cfg.group_size):
-        g = w[..., s:s + cfg.group_size]
-        out[..., s:s + cfg.group_size] = fake_quant(g, *grid(g, cfg), cfg.maxq)
+        g = w[..., s : s + cfg.group_size]
+        out[..., s : s + cfg.group_size] = fake_quant(g, *grid(g, cfg), cfg.maxq)
     return out
 
 
 # ---- GPTQ ---------------------------------------------------------------------------------------
+
 
 def _inverse_cholesky(H: torch.Tensor, damp: float) -> torch.Tensor:
     """Upper Cholesky factor of the dampened H^-1 (GPTQ §4, Step 3: its rows give the updates)."""
@@ -172,31 +183,34 @@ def gptq(w: torch.Tensor, H: torch.Tensor, cfg: QuantConfig) -> torch.Tensor:
     if single:
         W, H = W.unsqueeze(0), H.unsqueeze(0)
     cols, g = W.shape[-1], cfg.group_size
-    diag = H.diagonal(dim1=-2, dim2=-1)          # a view: writing it writes H
-    dead = diag == 0                             # inputs that are always zero: weight is irrelevant
+    diag = H.diagonal(dim1=-2, dim2=-1)  # a view: writing it writes H
+    dead = diag == 0  # inputs that are always zero: weight is irrelevant
     diag.masked_fill_(dead, 1)
     W.masked_fill_(dead.unsqueeze(1), 0)
     static = perm = None
-    if cfg.act_order:                            # per layer: (L, out, groups) grids, (L, in) order
-        static = [torch.cat(p, dim=-1) for p in zip(*(grid(W[..., s:s + g], cfg) for s in range(0, cols, g)))]
+    if cfg.act_order:  # per layer: (L, out, groups) grids, (L, in) order
+        static = [
+            torch.cat(p, dim=-1)
+            for p in zip(*(grid(W[..., s : s + g], cfg) for s in range(0, cols, g)))
+        ]
         perm = torch.argsort(diag, dim=-1, descending=True, stable=True)  # ties in a fixed order
         W = W.gather(-1, perm.unsqueeze(1).expand_as(W))
         H = H.gather(-1, perm.unsqueeze(1).expand_as(H)).gather(-2, perm.unsqueeze(2).expand_as(H))
-    del diag                                     # else it would keep the unpermuted H alive
+    del diag  # else it would keep the unpermuted H alive
     Hinv = _inverse_cholesky(H, cfg.damp)
     Q = torch.zeros_like(W)
-    block = max(cfg.block_size // g, 1) * g      # whole groups per block: a group's grid is found
-    for i1 in range(0, cols, block):             # on its up-to-date (error-compensated) columns
+    block = max(cfg.block_size // g, 1) * g  # whole groups per block: a group's grid is found
+    for i1 in range(0, cols, block):  # on its up-to-date (error-compensated) columns
         i2 = min(i1 + block, cols)
         W1, Hinv1 = W[..., i1:i2].clone(), Hinv[..., i1:i2, i1:i2]
         Err1 = torch.zeros_like(W1)
         for i in range(i2 - i1):
-            if static is not None:               # each layer's group of its column i1 + i
+            if static is not None:  # each layer's group of its column i1 + i
                 at = (perm[:, i1 + i] // g)[:, None, None].expand(-1, W.shape[1], 1)
                 scale, zero = static[0].gather(-1, at), static[1].gather(-1, at)
             elif i % g == 0:
-                scale, zero = grid(W1[..., i:i + g], cfg)
-            q = fake_quant(W1[..., i:i + 1], scale, zero, cfg.maxq).squeeze(-1)
+                scale, zero = grid(W1[..., i : i + g], cfg)
+            q = fake_quant(W1[..., i : i + 1], scale, zero, cfg.maxq).squeeze(-1)
             Q[..., i1 + i] = q
             err = (W1[..., i] - q) / Hinv1[..., i, i, None]
             W1[..., i:] -= err.unsqueeze(-1) * Hinv1[..., i, None, i:]
@@ -207,17 +221,19 @@ def gptq(w: torch.Tensor, H: torch.Tensor, cfg: QuantConfig) -> torch.Tensor:
     return Q[0] if single else Q
 
 
-def collect_hessians(model: LanguageModel, layers: dict[str, Proj],
-                     calib: Iterable[torch.Tensor]) -> dict[str, Hessian]:
+def collect_hessians(
+    model: LanguageModel, layers: dict[str, Proj], calib: Iterable[torch.Tensor]
+) -> dict[str, Hessian]:
     """Run the calibration batches ((B, T) token ids, or (inputs, targets) pairs) through the
     model; every call of a layer adds its input rows to that layer's Hessian (Hyperloop §4)."""
     sums, rows = {}, dict.fromkeys(layers, 0)
 
     def hook(name):
         def add(module, args):
-            x = args[0].detach().reshape(-1, args[0].shape[-1]).float()   # (rows, in)
-            sums[name] = sums.get(name, 0) + (x.T @ x).double()           # float64: many rows
+            x = args[0].detach().reshape(-1, args[0].shape[-1]).float()  # (rows, in)
+            sums[name] = sums.get(name, 0) + (x.T @ x).double()  # float64: many rows
             rows[name] += x.shape[0]
+
         return add
 
     handles = [p.register_forward_pre_hook(hook(name)) for name, p in layers.items()]
@@ -234,10 +250,13 @@ def collect_hessians(model: LanguageModel, layers: dict[str, Proj],
     missing = [name for name, n in rows.items() if n == 0]
     if missing:
         raise ValueError(f"GPTQ: no calibration inputs reached {', '.join(missing[:3])}")
-    return {name: Hessian(H=(2 * sums[name] / rows[name]).float(), rows=rows[name]) for name in layers}
+    return {
+        name: Hessian(H=(2 * sums[name] / rows[name]).float(), rows=rows[name]) for name in layers
+    }
 
 
 # ---- the model ------------------------------------------------------------------------------------
+
 
 def calibrate(model: LanguageModel, calib: Iterable[torch.Tensor]) -> dict[str, Hessian]:
     """The Hessians of `model`'s quantised layers from the calibration batches, in eval mode. They
@@ -252,7 +271,7 @@ def calibrate(model: LanguageModel, calib: Iterable[torch.Tensor]) -> dict[str, 
 
 # A stack's weights and Hessians together, at most (256 MB in fp32); GPTQ's copies, the inverse
 # and its factors take several times that at the peak, as one large layer alone would.
-STACK_ELEMENTS = 2 ** 26
+STACK_ELEMENTS = 2**26
 
 
 def _stacks(layers: dict[str, Proj]) -> list[list[str]]:
@@ -264,12 +283,17 @@ def _stacks(layers: dict[str, Proj]) -> list[list[str]]:
     out = []
     for (rows, cols), names in shapes.items():
         per = max(1, STACK_ELEMENTS // (rows * cols + cols * cols))
-        out += [names[i:i + per] for i in range(0, len(names), per)]
+        out += [names[i : i + per] for i in range(0, len(names), per)]
     return out
 
 
-def quantize(model: LanguageModel, cfg: QuantConfig, calib: Iterable[torch.Tensor] | None = None, *,
-             hessians: dict[str, Hessian] | None = None) -> tuple[LanguageModel, QuantReport]:
+def quantize(
+    model: LanguageModel,
+    cfg: QuantConfig,
+    calib: Iterable[torch.Tensor] | None = None,
+    *,
+    hessians: dict[str, Hessian] | None = None,
+) -> tuple[LanguageModel, QuantReport]:
     """A fake-quantised copy of `model` (the original is untouched) and its report. GPTQ needs
     `calib`, batches of token ids run at the model's training loop count, or the `hessians` that
     `calibrate` collected from them; RTN ignores both."""
@@ -284,12 +308,20 @@ def quantize(model: LanguageModel, cfg: QuantConfig, calib: Iterable[torch.Tenso
     with torch.no_grad():
         for names in _stacks(layers):
             w = torch.stack([layers[n].weight for n in names])
-            q = (gptq(w, torch.stack([hessians[n].H for n in names]).to(w.device), cfg) if hessians
-                 else rtn(w, cfg))
+            q = (
+                gptq(w, torch.stack([hessians[n].H for n in names]).to(w.device), cfg)
+                if hessians
+                else rtn(w, cfg)
+            )
             for n, qn in zip(names, q):
                 layers[n].weight.copy_(qn.to(w.dtype))
-    report = QuantReport(method=cfg.method, bits=cfg.bits, group_size=cfg.group_size,
-                         symmetric=cfg.symmetric, bytes=model_bytes(model, cfg),
-                         bytes_bf16=model_bytes(model),
-                         calib_rows={name: h.rows for name, h in hessians.items()})
+    report = QuantReport(
+        method=cfg.method,
+        bits=cfg.bits,
+        group_size=cfg.group_size,
+        symmetric=cfg.symmetric,
+        bytes=model_bytes(model, cfg),
+        bytes_bf16=model_bytes(model),
+        calib_rows={name: h.rows for name, h in hessians.items()},
+    )
     return qmodel, report

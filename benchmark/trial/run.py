@@ -12,17 +12,25 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from benchmark.arch import count_flops, count_params, ArchSpec
-from benchmark.data import DataConfig, PreparedData, batches, eval_sets, prepare, cache_root
+from benchmark.arch import ArchSpec, count_flops, count_params
+from benchmark.data import DataConfig, PreparedData, batches, cache_root, eval_sets, prepare
 from benchmark.models.hyper import stream_record
+from benchmark.recipe import QuantizeConfig, TrainConfig
+from benchmark.store import (
+    LOOP_COUNTS,
+    code_version,
+    count_columns,
+    hardware,
+    loop_loss,
+    package_versions,
+    speeds,
+)
 from benchmark.store.curves import KEY as CURVE
-from benchmark.store import LOOP_COUNTS, count_columns, loop_loss, code_version, hardware, package_versions, speeds
 from benchmark.trial.analysis import hyper_diagnostics
 from benchmark.trial.checkpoint import save_checkpoint
-from benchmark.recipe import QuantizeConfig, TrainConfig
 from benchmark.trial.evaluate import evaluate, evaluate_loops, unigram_perplexity
-from benchmark.trial.training import TrialDiverged, train
 from benchmark.trial.quant import QuantConfig, calibrate, quantize
+from benchmark.trial.training import TrialDiverged, train
 
 
 def now() -> str:
@@ -32,9 +40,11 @@ def now() -> str:
 def check_vocab(spec: ArchSpec, data: PreparedData) -> None:
     """The embedding must cover every token id; a larger (padded) vocabulary is allowed."""
     if spec.vocab_size < data.tokenizer.vocab_size:
-        raise ValueError(f"vocab_size: the spec has {spec.vocab_size} but tokenizer "
-                         f"{data.tokenizer.tokenizer_id} has {data.tokenizer.vocab_size}; "
-                         f"set vocab_size: {data.tokenizer.vocab_size} or choose another tokenizer")
+        raise ValueError(
+            f"vocab_size: the spec has {spec.vocab_size} but tokenizer "
+            f"{data.tokenizer.tokenizer_id} has {data.tokenizer.vocab_size}; "
+            f"set vocab_size: {data.tokenizer.vocab_size} or choose another tokenizer"
+        )
 
 
 def describe(spec: ArchSpec, cfg: TrainConfig) -> dict[str, Any]:
@@ -42,10 +52,16 @@ def describe(spec: ArchSpec, cfg: TrainConfig) -> dict[str, Any]:
     params = count_params(spec)
     flops = count_flops(spec, cfg.seq_len)
     return {
-        "family": spec.family, "spec": spec.to_json(), "structure": spec.structure(),
-        **count_columns(params), "params_attention": params["attention"], "params_ffn": params["ffn"],
-        "flops_per_token_train": flops["train"], "flops_per_token_infer": flops["infer"],
-        "training": json.dumps(asdict(cfg), sort_keys=True), "seed": cfg.seed,
+        "family": spec.family,
+        "spec": spec.to_json(),
+        "structure": spec.structure(),
+        **count_columns(params),
+        "params_attention": params["attention"],
+        "params_ffn": params["ffn"],
+        "flops_per_token_train": flops["train"],
+        "flops_per_token_infer": flops["infer"],
+        "training": json.dumps(asdict(cfg), sort_keys=True),
+        "seed": cfg.seed,
     }
 
 
@@ -64,8 +80,10 @@ def loop_columns(by_loops: Mapping[int, dict]) -> dict[str, Any]:
     (as the loop-scaling plot reads it), and each of the registry's LOOP_COUNTS evaluated is its
     own metric (val_loss_r4); a count the spec did not evaluate is null."""
     curve = json.dumps({r: e["val_ppl"] for r, e in by_loops.items()}) if by_loops else None
-    return {"val_ppl_by_loops": curve, **{loop_loss(r): by_loops[r]["val_loss"] if r in by_loops else None
-                                          for r in LOOP_COUNTS}}
+    return {
+        "val_ppl_by_loops": curve,
+        **{loop_loss(r): by_loops[r]["val_loss"] if r in by_loops else None for r in LOOP_COUNTS},
+    }
 
 
 CALIB_BATCH = 8  # calibration sequences per forward pass
@@ -75,16 +93,19 @@ def calibration(data: PreparedData, cfg: TrainConfig, sequences: int) -> list[to
     """`sequences` windows of seq_len tokens of the training split, drawn as one batch so that its
     parts follow the training mixture (another seed than training's), in forward passes of
     CALIB_BATCH: GPTQ calibrates on training text (Hyperloop §4: FineWeb-Edu, its training corpus)."""
-    x, _ = next(batches(data.train, cfg.seq_len, sequences, cfg.seed + 1))   # (sequences, seq_len)
+    x, _ = next(batches(data.train, cfg.seq_len, sequences, cfg.seed + 1))  # (sequences, seq_len)
     return list(x.split(CALIB_BATCH))
 
 
-def quantized_columns(model, evals, data: PreparedData, cfg: TrainConfig, quant: QuantizeConfig,
-                      ppl: float) -> dict[str, Any]:
+def quantized_columns(
+    model, evals, data: PreparedData, cfg: TrainConfig, quant: QuantizeConfig, ppl: float
+) -> dict[str, Any]:
     """Post-training weight quantisation: INT8 and INT4 with GPTQ (loop-aware Hessians), INT4 with
     round-to-nearest; perplexity of each on the held-out set, the model size at each precision, and
     what INT4 costs: the perplexity it adds over full precision (`ppl`), relative."""
-    hessians = calibrate(model, calibration(data, cfg, quant.calib_sequences))  # once for both GPTQ widths
+    hessians = calibrate(
+        model, calibration(data, cfg, quant.calib_sequences)
+    )  # once for both GPTQ widths
     out: dict[str, Any] = {"quantize": json.dumps(asdict(quant), sort_keys=True)}
     for bits, method, col in ((8, "gptq", "int8"), (4, "gptq", "int4"), (4, "rtn", "int4_rtn")):
         qcfg = QuantConfig(bits=bits, method=method, group_size=quant.group_size)
@@ -98,12 +119,19 @@ def quantized_columns(model, evals, data: PreparedData, cfg: TrainConfig, quant:
     return out
 
 
-def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: DataConfig | None = None, *,
-              data: PreparedData | None = None, checkpoint_dir: str | Path | None = None,
-              on_step: Callable[[int, int, float], None] | None = None,
-              on_eval: Callable[[dict], None] | None = None,
-              quantize: QuantizeConfig | None = QuantizeConfig(), ranks=None,
-              on_point: Callable[[dict], None] | None = None) -> dict[str, Any]:
+def run_trial(
+    spec: ArchSpec | Mapping[str, Any],
+    cfg: TrainConfig,
+    data_cfg: DataConfig | None = None,
+    *,
+    data: PreparedData | None = None,
+    checkpoint_dir: str | Path | None = None,
+    on_step: Callable[[int, int, float], None] | None = None,
+    on_eval: Callable[[dict], None] | None = None,
+    quantize: QuantizeConfig | None = QuantizeConfig(),
+    ranks=None,
+    on_point: Callable[[dict], None] | None = None,
+) -> dict[str, Any]:
     """Train and evaluate one candidate. Returns one results row (docs/reference.md "Results columns"); a NaN/inf
     loss gives status `diverged` instead of raising. `quantize` (a space's `quantize:` section)
     adds the INT8/INT4 columns; None (or False) leaves them out. `ranks`: one rank of a
@@ -113,44 +141,86 @@ def run_trial(spec: ArchSpec | Mapping[str, Any], cfg: TrainConfig, data_cfg: Da
     spec = spec if isinstance(spec, ArchSpec) else ArchSpec.from_dict(spec)
     data = data or prepare(data_cfg or DataConfig())
     check_vocab(spec, data)
-    row = {**describe(spec, cfg), "status": "ok", "error": None, "started_at": now(),
-           "dataset_id": data.dataset_id, "tokenizer_id": data.tokenizer.tokenizer_id,
-           "code_version": code_version(), "packages": json.dumps(package_versions()), "hardware": hardware()}
+    row = {
+        **describe(spec, cfg),
+        "status": "ok",
+        "error": None,
+        "started_at": now(),
+        "dataset_id": data.dataset_id,
+        "tokenizer_id": data.tokenizer.tokenizer_id,
+        "code_version": code_version(),
+        "packages": json.dumps(package_versions()),
+        "hardware": hardware(),
+    }
     evals = eval_sets(data.val, cfg.seq_len, cfg.eval_tokens)
     t0 = time.perf_counter()
     try:
-        result = train(spec, cfg, batches(data.train, cfg.seq_len, cfg.batch_size, cfg.seed), evals,
-                       on_step, on_eval, ranks=ranks, on_point=on_point)
+        result = train(
+            spec,
+            cfg,
+            batches(data.train, cfg.seq_len, cfg.batch_size, cfg.seed),
+            evals,
+            on_step,
+            on_eval,
+            ranks=ranks,
+            on_point=on_point,
+        )
     except TrialDiverged as e:  # the tokens it trained and where its time went, as for any row
-        done = {"tokens_trained": e.result.tokens_trained, **Clock(e.result).split(cfg), CURVE: e.result.curve,
-                "loss_spike": e.result.loss_spike} if e.result else {}
-        return {**row, "status": "diverged", "error": str(e), **done, "wall_s": time.perf_counter() - t0,
-                "finished_at": now()}
+        done = (
+            {
+                "tokens_trained": e.result.tokens_trained,
+                **Clock(e.result).split(cfg),
+                CURVE: e.result.curve,
+                "loss_spike": e.result.loss_spike,
+            }
+            if e.result
+            else {}
+        )
+        return {
+            **row,
+            "status": "diverged",
+            "error": str(e),
+            **done,
+            "wall_s": time.perf_counter() - t0,
+            "finished_at": now(),
+        }
     model = result.model
     if model is None:  # a data-parallel trial's other rank: rank 0 writes the row
         return {}
     clock = Clock(result)
     with clock("eval_s"):
         final = evaluate(model, evals, cfg)
-        row.update({
-            "tokens_trained": result.tokens_trained, "train_loss": result.train_loss,
-            "val_loss": final["val_loss"], "val_ppl": final["val_ppl"],
-            "val_ppl_unigram": unigram_perplexity(data.train.counts(spec.vocab_size), evals),
-            "val_loss_by_source": json.dumps(final["val_loss_by_source"]),
-            **loop_columns(evaluate_loops(model, evals, spec.eval_loops, cfg)),
-            "evals": json.dumps(result.evals), CURVE: result.curve, "loss_spike": result.loss_spike,
-            "tokens_per_s": result.tokens_per_s,
-            "flops_per_s": result.flops_per_s, "peak_mem_bytes": result.peak_mem_bytes, "precision": result.precision,
-            **result.parallel,
-            **hyper_diagnostics(model, diagnostic_tokens(evals, model)),
-            **stream_record(spec.hyper, next(model.parameters()).device.type, result.precision),
-        })
+        row.update(
+            {
+                "tokens_trained": result.tokens_trained,
+                "train_loss": result.train_loss,
+                "val_loss": final["val_loss"],
+                "val_ppl": final["val_ppl"],
+                "val_ppl_unigram": unigram_perplexity(data.train.counts(spec.vocab_size), evals),
+                "val_loss_by_source": json.dumps(final["val_loss_by_source"]),
+                **loop_columns(evaluate_loops(model, evals, spec.eval_loops, cfg)),
+                "evals": json.dumps(result.evals),
+                CURVE: result.curve,
+                "loss_spike": result.loss_spike,
+                "tokens_per_s": result.tokens_per_s,
+                "flops_per_s": result.flops_per_s,
+                "peak_mem_bytes": result.peak_mem_bytes,
+                "precision": result.precision,
+                **result.parallel,
+                **hyper_diagnostics(model, diagnostic_tokens(evals, model)),
+                **stream_record(spec.hyper, next(model.parameters()).device.type, result.precision),
+            }
+        )
     if quantize:
         with clock("quantize_s"):
             row.update(quantized_columns(model, evals, data, cfg, quantize, final["val_ppl"]))
     if checkpoint_dir is not None:
-        save_checkpoint(checkpoint_dir, model, meta={k: row[k] for k in ("training", "dataset_id", "tokenizer_id", "code_version")},
-                        tokenizer_json=data.tokenizer.inner.to_str())
+        save_checkpoint(
+            checkpoint_dir,
+            model,
+            meta={k: row[k] for k in ("training", "dataset_id", "tokenizer_id", "code_version")},
+            tokenizer_json=data.tokenizer.inner.to_str(),
+        )
     row["wall_s"] = time.perf_counter() - t0
     row["finished_at"] = now()
     row.update(clock.split(cfg))
@@ -191,5 +261,10 @@ def remember_speed(family: str, cfg: TrainConfig, row: Mapping[str, Any]) -> Non
     compile, evaluations, quantisation), for the estimates of later plans on this machine."""
     if not (row.get("tokens_per_s") and row.get("flops_per_s")):
         return
-    speeds.record_trial(speeds.path_in(cache_root()), speeds.policy_key(cfg.precision, cfg.compile), family,
-                        row["flops_per_s"], row["wall_s"] - row["train_s"])
+    speeds.record_trial(
+        speeds.path_in(cache_root()),
+        speeds.policy_key(cfg.precision, cfg.compile),
+        family,
+        row["flops_per_s"],
+        row["wall_s"] - row["train_s"],
+    )

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
-from benchmark.arch import count_flops, count_params, ArchSpec
+from benchmark.arch import ArchSpec, count_flops, count_params
 from benchmark.models import build_model, weight_decays
 from benchmark.recipe import TrainConfig
 from benchmark.trial.curve import Curve, largest_rise
@@ -42,17 +42,26 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
     named = list(model.named_parameters())
     decay = [p for name, p in named if weight_decays(name, p)]
     other = [p for name, p in named if not weight_decays(name, p)]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": other, "weight_decay": 0.0}]
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": other, "weight_decay": 0.0},
+    ]
     # On CUDA the fused kernel: one launch for every parameter instead of ~20 passes over them.
     fused = bool(named) and named[0][1].device.type == "cuda"
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused or None)
 
 
-
 def single_columns(batch_size: int, grad_accum: int) -> dict[str, Any]:
     """The data-parallel columns of a one-process trial (a Train job's: trial/distributed.py)."""
-    return {"world_size": 1, "parallel": "none", "backend": None, "rank_batch_size": batch_size,
-            "rank_grad_accum": grad_accum, "peak_mem_bytes_by_rank": None}
+    return {
+        "world_size": 1,
+        "parallel": "none",
+        "backend": None,
+        "rank_batch_size": batch_size,
+        "rank_grad_accum": grad_accum,
+        "peak_mem_bytes_by_rank": None,
+    }
+
 
 @dataclass
 class TrainResult:
@@ -60,25 +69,33 @@ class TrainResult:
     steps: int
     tokens_trained: int
     train_loss: float
-    losses: list[float] = field(default_factory=list)   # every step's training loss
-    evals: list[dict] = field(default_factory=list)     # periodic evaluations (step, val_loss)
-    curve: list[dict] = field(default_factory=list)     # the training curve's points (curve.Curve)
-    loss_spike: float = 0.0                             # curve.largest_rise of every step's loss
+    losses: list[float] = field(default_factory=list)  # every step's training loss
+    evals: list[dict] = field(default_factory=list)  # periodic evaluations (step, val_loss)
+    curve: list[dict] = field(default_factory=list)  # the training curve's points (curve.Curve)
+    loss_spike: float = 0.0  # curve.largest_rise of every step's loss
     tokens_per_s: float = 0.0
     flops_per_s: float = 0.0
     wall_s: float = 0.0
-    first_step_s: float = 0.0                           # the first step, setup and compilation included
-    timed_from: float | None = None                     # perf_counter when the first step ended
-    eval_s: float = 0.0                                 # periodic evaluations during training
+    first_step_s: float = 0.0  # the first step, setup and compilation included
+    timed_from: float | None = None  # perf_counter when the first step ended
+    eval_s: float = 0.0  # periodic evaluations during training
     peak_mem_bytes: int = 0
-    precision: str = "fp32"                             # what the steps ran in (step.precision_name)
-    parallel: dict = field(default_factory=dict)        # the row's data-parallel columns (distributed.columns)
+    precision: str = "fp32"  # what the steps ran in (step.precision_name)
+    parallel: dict = field(
+        default_factory=dict
+    )  # the row's data-parallel columns (distributed.columns)
 
 
-def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, torch.Tensor] | None = None,
-          on_step: Callable[[int, int, float], None] | None = None,
-          on_eval: Callable[[dict], None] | None = None, ranks=None,
-          on_point: Callable[[dict], None] | None = None) -> TrainResult:
+def train(
+    spec: ArchSpec,
+    cfg: TrainConfig,
+    batches,
+    eval_data: Mapping[str, torch.Tensor] | None = None,
+    on_step: Callable[[int, int, float], None] | None = None,
+    on_eval: Callable[[dict], None] | None = None,
+    ranks=None,
+    on_point: Callable[[dict], None] | None = None,
+) -> TrainResult:
     """Train a fresh model of `spec` on `batches` (an iterator of (x, y) token tensors) for the
     configured token budget. `on_step(step, total, loss)` reports progress; `on_eval(record)`
     receives every periodic evaluation (step, tokens, val_loss, val_ppl, ...); `on_point(point)`
@@ -97,16 +114,35 @@ def train(spec: ArchSpec, cfg: TrainConfig, batches, eval_data: Mapping[str, tor
     torch.manual_seed(cfg.seed)
     model = build_model(spec).to(device).train()
     opt = make_optimizer(model, cfg)
-    step_fn = TrainStep(model, opt, policy_of(cfg), device, clip=cfg.grad_clip,
-                        parallel=None if ranks is None else ranks.ready(model, cfg))
+    step_fn = TrainStep(
+        model,
+        opt,
+        policy_of(cfg),
+        device,
+        clip=cfg.grad_clip,
+        parallel=None if ranks is None else ranks.ready(model, cfg),
+    )
     params = count_params(spec)
     total = cfg.steps(params)
-    result = TrainResult(model=model, steps=total, tokens_trained=0, train_loss=float("nan"),
-                         precision=precision_name(step_fn.dtype, device))
+    result = TrainResult(
+        model=model,
+        steps=total,
+        tokens_trained=0,
+        train_loss=float("nan"),
+        precision=precision_name(step_fn.dtype, device),
+    )
     curve = Curve(total, cfg.tokens_per_step, lambda step: cfg.lr_at(step, total), on_point)
     try:
-        loop = _Loop(step_fn=step_fn, device=device, cfg=cfg, total=total, batches=batches, eval_data=eval_data,
-                     on_step=on_step, on_eval=on_eval)
+        loop = _Loop(
+            step_fn=step_fn,
+            device=device,
+            cfg=cfg,
+            total=total,
+            batches=batches,
+            eval_data=eval_data,
+            on_step=on_step,
+            on_eval=on_eval,
+        )
         _loop(loop, result, curve)
     except TrialDiverged as e:  # its row still says how far it got and where the time went
         # On CUDA the losses are read every SYNC_EVERY_CUDA steps: the clock has run up to 15
@@ -143,8 +179,11 @@ def _time(result: TrainResult, cfg: TrainConfig, spec: ArchSpec, device, t0: flo
     result.first_step_s = (timed_from or end) - t0
     timed = end - (timed_from or t0) - result.eval_s
     timed_tokens = result.tokens_trained - (cfg.tokens_per_step if timed_from else 0)
-    result.tokens_per_s = (timed_tokens / timed if timed_tokens
-                           else result.tokens_trained / max(result.wall_s - result.eval_s, 1e-9))
+    result.tokens_per_s = (
+        timed_tokens / timed
+        if timed_tokens
+        else result.tokens_trained / max(result.wall_s - result.eval_s, 1e-9)
+    )
     result.flops_per_s = result.tokens_per_s * count_flops(spec, cfg.seq_len)["train"]
 
 
@@ -153,6 +192,7 @@ class _Loop:
     """What the training loop runs: the step (its model and optimiser) on `device`, for `total`
     steps of `cfg` over `batches`, evaluating on `eval_data`, and who hears of each (train's on_step
     and on_eval)."""
+
     step_fn: TrainStep
     device: torch.device
     cfg: TrainConfig
@@ -167,7 +207,13 @@ def _loop(loop: _Loop, result: TrainResult, curve: Curve) -> None:
     """The steps, into `result` and `curve`. `result.timed_from` is when the first one ended (it
     pays for compilation, so throughput is timed after it); periodic evaluations add their time to
     `result.eval_s`."""
-    step_fn, device, cfg, total, eval_data = loop.step_fn, loop.device, loop.cfg, loop.total, loop.eval_data
+    step_fn, device, cfg, total, eval_data = (
+        loop.step_fn,
+        loop.device,
+        loop.cfg,
+        loop.total,
+        loop.eval_data,
+    )
     pending, last = [], float("nan")
     for step in range(total):
         for group in step_fn.optimizer.param_groups:
@@ -175,10 +221,14 @@ def _loop(loop: _Loop, result: TrainResult, curve: Curve) -> None:
         micro = [next(loop.batches) for _ in range(cfg.grad_accum)]
         mine = micro if step_fn.parallel is None else step_fn.parallel.share(micro)
         loss = step_fn.accumulate([(to_device(x, device), to_device(y, device)) for x, y in mine])
-        pending.append(torch.stack([loss.float(), step_fn.grad_norm.float()]))   # (2,): read together
+        pending.append(
+            torch.stack([loss.float(), step_fn.grad_norm.float()])
+        )  # (2,): read together
         evaluating = eval_data is not None and cfg.evaluates(step + 1, total)
         if len(pending) >= sync_every(device) or step == 0 or step + 1 == total or evaluating:
-            last = _read_losses(pending, result, step, total, curve)  # the one host sync, every few steps on CUDA
+            last = _read_losses(
+                pending, result, step, total, curve
+            )  # the one host sync, every few steps on CUDA
         result.tokens_trained += sum(x.numel() for x, _ in micro)
         if step == 0:
             result.timed_from = time.perf_counter()
@@ -186,13 +236,21 @@ def _loop(loop: _Loop, result: TrainResult, curve: Curve) -> None:
             loop.on_step(step + 1, total, last)
         if evaluating:
             t = time.perf_counter()
-            scored = step_fn.model if step_fn.parallel is None else step_fn.parallel.full_model(step_fn.model)
+            scored = (
+                step_fn.model
+                if step_fn.parallel is None
+                else step_fn.parallel.full_model(step_fn.model)
+            )
             record = None
             if scored is not None:
                 # eagerly, as the final evaluation runs: through the compiled regions no_grad, eval
                 # mode and a short last batch would each compile every region again
                 with torch.compiler.set_stance("force_eager"):
-                    record = {"step": step + 1, "tokens": result.tokens_trained, **evaluate(scored, eval_data, cfg)}
+                    record = {
+                        "step": step + 1,
+                        "tokens": result.tokens_trained,
+                        **evaluate(scored, eval_data, cfg),
+                    }
                 result.evals.append(record)
                 step_fn.model.train()
             if loop.on_eval is not None:
@@ -209,10 +267,12 @@ def sync_every(device: torch.device) -> int:
     return SYNC_EVERY_CUDA if device.type == "cuda" else 1
 
 
-def _read_losses(pending: list[torch.Tensor], result: TrainResult, step: int, total: int, curve: Curve) -> float:
+def _read_losses(
+    pending: list[torch.Tensor], result: TrainResult, step: int, total: int, curve: Curve
+) -> float:
     """Read the losses (and gradient norms) kept on the device since the last read, into the
     result and the curve; TrialDiverged at a NaN/inf loss."""
-    values = torch.stack(pending).tolist()   # (n, 2): loss, gradient norm
+    values = torch.stack(pending).tolist()  # (n, 2): loss, gradient norm
     first = step + 1 - len(values)
     pending.clear()
     for k, (loss, norm) in enumerate(values):

@@ -51,5 +51,18 @@ from benchmark.leaderboard.claims.check import NO_DATA, ONE_SEED, Group, Pair, R
 from benchmark.leaderboard.claims.file import Claim, ClaimsError, ClaimsFile, load
 from benchmark.leaderboard.claims.report import table, to_json, verdicts
 
-__all__ = ["NO_DATA", "ONE_SEED", "Claim", "ClaimsError", "ClaimsFile", "Group", "Pair", "Result", "evaluate", "load",
-           "table", "to_json", "verdicts"]
+__all__ = [
+    "NO_DATA",
+    "ONE_SEED",
+    "Claim",
+    "ClaimsError",
+    "ClaimsFile",
+    "Group",
+    "Pair",
+    "Result",
+    "evaluate",
+    "load",
+    "table",
+    "to_json",
+    "verdicts",
+]

@@ -25,8 +25,8 @@ from typing import Any
 import pandas as pd
 
 from benchmark.arch import PRESETS, ArchSpec, HyperSpec, SpecError
-from benchmark.space import SOLVE_NONE
 from benchmark.arch.describe import describe
+from benchmark.space import SOLVE_NONE
 
 # Keys that are bookkeeping of the solver or the preset rather than the model's shape: ratios are
 # compared as the derived `ffn.width_ratio` of the trained width, multiple_of is the width's lattice.
@@ -36,12 +36,30 @@ _WIDTHS = ("ffn.d_ff", "ffn.d_h", "ffn.width_ratio")
 _HEADS = ("n_heads", "n_kv_heads")
 HYPER_KEYS = tuple(f"hyper.{f.name}" for f in fields(HyperSpec))
 # Results columns a claim may filter on, as the spec keys they stand for.
-_COLUMNS = {"streams": ("hyper.streams",), "loops": ("loops",), "d_model": ("d_model",), "K": ("ffn.K",),
-            "L": ("layers.begin", "layers.middle", "layers.end"), "depth": _STRUCTURE,
-            "structure": _STRUCTURE, "variant": ("hyper", "lora_rank")}
+_COLUMNS = {
+    "streams": ("hyper.streams",),
+    "loops": ("loops",),
+    "d_model": ("d_model",),
+    "K": ("ffn.K",),
+    "L": ("layers.begin", "layers.middle", "layers.end"),
+    "depth": _STRUCTURE,
+    "structure": _STRUCTURE,
+    "variant": ("hyper", "lora_rank"),
+}
 # The arms table: the shape a reader checks first, in this order (facts() names).
-SHOWN = ("family", "d_model", "n_heads", "head_dim", "ffn.kind", "ffn.K", "ffn.width", "ffn.width_ratio",
-         "structure", "hyper", "tie_embeddings")
+SHOWN = (
+    "family",
+    "d_model",
+    "n_heads",
+    "head_dim",
+    "ffn.kind",
+    "ffn.K",
+    "ffn.width",
+    "ffn.width_ratio",
+    "structure",
+    "hyper",
+    "tie_embeddings",
+)
 
 
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -64,9 +82,16 @@ def facts(spec: Mapping[str, Any] | str) -> dict[str, Any]:
     except (SpecError, TypeError, ValueError):
         return {k: v for k, v in _flatten(raw).items() if k not in _IGNORED}
     out = {k: v for k, v in _flatten(s.to_dict()).items() if k not in _IGNORED}
-    out.update({"head_dim": s.head_dim, "ffn.width": s.ffn.width, "ffn.width_ratio": round(s.ffn.width / s.d_model, 3),
-                "depth": s.unrolled_layers(), "structure": s.structure(),
-                "hyper": "none" if s.hyper is None else s.hyper.label})
+    out.update(
+        {
+            "head_dim": s.head_dim,
+            "ffn.width": s.ffn.width,
+            "ffn.width_ratio": round(s.ffn.width / s.d_model, 3),
+            "depth": s.unrolled_layers(),
+            "structure": s.structure(),
+            "hyper": "none" if s.hyper is None else s.hyper.label,
+        }
+    )
     for k in ("ffn.d_ff", "ffn.d_h"):
         if out.get(k) is None:
             out.pop(k, None)
@@ -76,10 +101,11 @@ def facts(spec: Mapping[str, Any] | str) -> dict[str, Any]:
 @dataclass(frozen=True, kw_only=True)
 class Arms:
     """One claim's arms: each group's candidates as facts(), what differs and what is unaccounted."""
-    groups: dict[str, list[dict[str, Any]]]   # group -> its candidates' facts (and `params`)
-    differ: tuple[str, ...]                   # every key whose values are not the same in each group
-    confounded: tuple[str, ...]               # the differing keys neither tested nor solved
-    not_as_set: tuple[str, ...] = ()          # "ffn.dh_ratio 0.405 → 0.236": a key set, trained otherwise
+
+    groups: dict[str, list[dict[str, Any]]]  # group -> its candidates' facts (and `params`)
+    differ: tuple[str, ...]  # every key whose values are not the same in each group
+    confounded: tuple[str, ...]  # the differing keys neither tested nor solved
+    not_as_set: tuple[str, ...] = ()  # "ffn.dh_ratio 0.405 → 0.236": a key set, trained otherwise
 
     @property
     def label(self) -> str:
@@ -107,7 +133,9 @@ def differing(groups: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[str, .
     return tuple(out)
 
 
-def tested(filters: Iterable[str], declared: Mapping[str, Any], values: Mapping[str, Iterable[Any]]) -> set[str]:
+def tested(
+    filters: Iterable[str], declared: Mapping[str, Any], values: Mapping[str, Iterable[Any]]
+) -> set[str]:
     """The spec keys a claim's group filters account for. `values`: filter -> the values its groups
     take (a variant's keys are those it sets in the space, from the study's declaration)."""
     out: set[str] = set()
@@ -115,8 +143,17 @@ def tested(filters: Iterable[str], declared: Mapping[str, Any], values: Mapping[
         key = column.removeprefix("axes.")
         if key == "family":
             # a family is its preset and its structure; a section one arm lacks (hyper) differs whole
-            out |= {"family", "structure", "hyper", "eval_loops", "injection", "loop_residual_from", "lora_rank",
-                    *_STRUCTURE, *HYPER_KEYS}
+            out |= {
+                "family",
+                "structure",
+                "hyper",
+                "eval_loops",
+                "injection",
+                "loop_residual_from",
+                "lora_rank",
+                *_STRUCTURE,
+                *HYPER_KEYS,
+            }
             for fam in values.get(column, ()):
                 out |= set(_flatten(PRESETS.get(str(fam), {})))
         elif key == "variant" and column.startswith("axes."):
@@ -141,7 +178,11 @@ def _set_by(arch: Mapping[str, Any], shape: Mapping[str, Any]) -> set[str]:
     if any(k.startswith("ffn.") for k in arch):
         out |= {*_WIDTHS, "ffn.width"}
     if any(k.startswith("layers.") or k == "loops" for k in arch) or set(shape) & {
-            "shape.layers", "shape.middle_frac", "shape.unrolled_layers", "shape.d_model_per_layer"}:
+        "shape.layers",
+        "shape.middle_frac",
+        "shape.unrolled_layers",
+        "shape.d_model_per_layer",
+    }:
         out |= {*_STRUCTURE, "structure"}
     if "shape.d_model_per_layer" in shape:
         out |= {"d_model", *_HEADS}
@@ -165,19 +206,29 @@ def solved(declared: Mapping[str, Any]) -> set[str]:
     return {"d_model", "ffn.d_ff", "ffn.d_h", "ffn.width", *(_HEADS if heads else ())}
 
 
-def compare(groups: Mapping[str, list[dict[str, Any]]], filters: Mapping[str, Mapping[str, Sequence[Any]]],
-            declared: Mapping[str, Any]) -> Arms:
+def compare(
+    groups: Mapping[str, list[dict[str, Any]]],
+    filters: Mapping[str, Mapping[str, Sequence[Any]]],
+    declared: Mapping[str, Any],
+) -> Arms:
     """The arms of one claim: `groups` name -> its candidates' facts; `filters` name -> the group's
     column filters (with the claim's `where`); `declared` the study's declaration (_study.json)."""
     # A filter every group shares (the claim's `where: {budget: 1M}`) tests nothing.
     columns = dict.fromkeys(c for f in filters.values() for c in f)
-    values = {c: {str(v) for f in filters.values() for v in f.get(c, ())} for c in columns
-              if len({tuple(sorted(map(str, f.get(c, ())))) for f in filters.values()}) > 1}
+    values = {
+        c: {str(v) for f in filters.values() for v in f.get(c, ())}
+        for c in columns
+        if len({tuple(sorted(map(str, f.get(c, ())))) for f in filters.values()}) > 1
+    }
     differ = differing(groups)
     accounted = tested(values, declared, values) | solved(declared)
     not_set = _not_as_set(groups, filters, declared)
-    return Arms(groups=dict(groups), differ=differ, confounded=tuple(k for k in differ if k not in accounted),
-                not_as_set=not_set)
+    return Arms(
+        groups=dict(groups),
+        differ=differ,
+        confounded=tuple(k for k in differ if k not in accounted),
+        not_as_set=not_set,
+    )
 
 
 def _not_as_set(groups, filters, declared) -> tuple[str, ...]:
@@ -193,7 +244,10 @@ def _not_as_set(groups, filters, declared) -> tuple[str, ...]:
                     continue
                 for f in cands:
                     trained = f.get("ffn.width_ratio")
-                    if trained is not None and abs(trained * f["d_model"] - ffn[ratio] * f["d_model"]) > 1.5:
+                    if (
+                        trained is not None
+                        and abs(trained * f["d_model"] - ffn[ratio] * f["d_model"]) > 1.5
+                    ):
                         out.append(f"{variant} ffn.{ratio} {ffn[ratio]:g} → {trained:g}")
     return tuple(dict.fromkeys(out))
 
@@ -214,10 +268,15 @@ def candidates_of(rows: pd.DataFrame, count: str | None) -> list[dict[str, Any]]
 
 # --- the arms of a plan, before anything is trained ----------------------------------------------
 
+
 def declaration(space) -> dict[str, Any]:
     """What a study of `space` (a SearchSpace) declares about its shape, as _study.json holds it."""
-    return {"solve": space.solve, "anchor": space.anchor, "axes": {a.key: None for a in space.axes},
-            "variants": {n: {"arch": v.arch, "shape": v.shape} for n, v in space.variants.items()}}
+    return {
+        "solve": space.solve,
+        "anchor": space.anchor,
+        "axes": {a.key: None for a in space.axes},
+        "variants": {n: {"arch": v.arch, "shape": v.shape} for n, v in space.variants.items()},
+    }
 
 
 def plan_rows(plan) -> pd.DataFrame:
@@ -227,7 +286,15 @@ def plan_rows(plan) -> pd.DataFrame:
     for c in plan.candidates:
         config = c.config()
         spec = config.pop("spec")
-        rows.append({"study": plan.space.name, "status": "ok", **describe(spec), **config,
-                     "budget_count": plan.space.count, "axes": json.dumps(config, default=str),
-                     "spec": json.dumps(spec, sort_keys=True)})
+        rows.append(
+            {
+                "study": plan.space.name,
+                "status": "ok",
+                **describe(spec),
+                **config,
+                "budget_count": plan.space.count,
+                "axes": json.dumps(config, default=str),
+                "spec": json.dumps(spec, sort_keys=True),
+            }
+        )
     return pd.DataFrame(rows)

@@ -14,7 +14,14 @@ import pandas as pd
 
 from benchmark.leaderboard import stats
 from benchmark.leaderboard.claims.arms import Arms, candidates_of, compare
-from benchmark.leaderboard.claims.file import GROUP_METRIC, Claim, ClaimsError, ClaimsFile, Filters, error
+from benchmark.leaderboard.claims.file import (
+    GROUP_METRIC,
+    Claim,
+    ClaimsError,
+    ClaimsFile,
+    Filters,
+    error,
+)
 from benchmark.space import Source, select
 
 ONE_SEED, NO_DATA = "not decided (1 seed)", "no data"
@@ -28,31 +35,37 @@ UNDERPOWERED = 0.5
 @dataclass(frozen=True, kw_only=True)
 class Group:
     name: str
-    filters: str                     # "family=hyperloop"
-    metric: str                      # the column its values are read from
-    values: dict[int, float]         # seed -> the group's mean over its candidates with that seed
+    filters: str  # "family=hyperloop"
+    metric: str  # the column its values are read from
+    values: dict[int, float]  # seed -> the group's mean over its candidates with that seed
     mean: float
     se: float
 
 
 @dataclass(frozen=True, kw_only=True)
 class Pair:
-    better: str                      # expected better
+    better: str  # expected better
     worse: str
-    expected: str                    # "< 0" or "> 0": the sign of better - worse the claim expects
+    expected: str  # "< 0" or "> 0": the sign of better - worse the claim expects
     difference: stats.Difference | None
-    verdict: str                     # the direction: reproduced / contradicted / not decided, at the adjusted p
-    published: float | None = None   # the paper's better - worse
-    p_adjusted: float = math.nan     # the difference's p-value, adjusted over every pair evaluated together
-    adjustment: str = stats.DEFAULT_ADJUSTMENT   # how (stats.ADJUSTMENTS)
-    seeds: int = 0                   # the fewer seeds of the two groups
+    verdict: str  # the direction: reproduced / contradicted / not decided, at the adjusted p
+    published: float | None = None  # the paper's better - worse
+    p_adjusted: float = (
+        math.nan
+    )  # the difference's p-value, adjusted over every pair evaluated together
+    adjustment: str = stats.DEFAULT_ADJUSTMENT  # how (stats.ADJUSTMENTS)
+    seeds: int = 0  # the fewer seeds of the two groups
 
     @property
     def below_detectable(self) -> bool:
         """The paper's difference is smaller than what these seeds detect with 80% power."""
         d = self.difference
-        return (self.published is not None and d is not None and math.isfinite(d.detectable)
-                and abs(self.published) < d.detectable)
+        return (
+            self.published is not None
+            and d is not None
+            and math.isfinite(d.detectable)
+            and abs(self.published) < d.detectable
+        )
 
     @property
     def power(self) -> float:
@@ -88,20 +101,27 @@ class Result:
     groups: tuple[Group, ...]
     pairs: tuple[Pair, ...]
     verdict: str
-    why: str = ""                    # for "no data": what is missing
-    count: str = ""                  # the parameter count the groups' budgets matched (budget_count)
-    arms: Arms | None = None         # what the groups' models differ in (arms.compare); None without specs
+    why: str = ""  # for "no data": what is missing
+    count: str = ""  # the parameter count the groups' budgets matched (budget_count)
+    arms: Arms | None = None  # what the groups' models differ in (arms.compare); None without specs
 
 
-def evaluate(claims: ClaimsFile, trials: pd.DataFrame, adjust: str = stats.DEFAULT_ADJUSTMENT,
-             declared: Mapping[str, dict] | None = None) -> list[Result]:
+def evaluate(
+    claims: ClaimsFile,
+    trials: pd.DataFrame,
+    adjust: str = stats.DEFAULT_ADJUSTMENT,
+    declared: Mapping[str, dict] | None = None,
+) -> list[Result]:
     """Every claim checked against `trials` (a board's trials: every row read, any status), in its
     study, or in each study when it names none; verdicts at the p-values adjusted by `adjust`
     (stats.ADJUSTMENTS). `declared`: each study's declaration (_study.json), which says what its
     space solved and what its variants set, for the arms' check."""
     studies = list(pd.unique(trials["study"]))
-    results = [_evaluate(claims.origin, c, study, trials, (declared or {}).get(study) or {})
-               for c in claims.claims for study in ([c.study] if c.study else studies)]
+    results = [
+        _evaluate(claims.origin, c, study, trials, (declared or {}).get(study) or {})
+        for c in claims.claims
+        for study in ([c.study] if c.study else studies)
+    ]
     return _adjusted(results, adjust)
 
 
@@ -111,10 +131,17 @@ def _adjusted(results: list[Result], method: str) -> list[Result]:
     and a verdict states the error rate it was decided at (Holm: the family-wise rate)."""
     pairs = [p for r in results for p in r.pairs]
     # a pair without data, or with one seed a side (no standard error), has no p and is no test
-    adjusted = iter(stats.adjust([p.difference.p if p.difference is not None else math.nan for p in pairs], method))
+    adjusted = iter(
+        stats.adjust(
+            [p.difference.p if p.difference is not None else math.nan for p in pairs], method
+        )
+    )
     out = []
     for r in results:
-        decided = tuple(_decide(replace(p, p_adjusted=float(next(adjusted)), adjustment=method)) for p in r.pairs)
+        decided = tuple(
+            _decide(replace(p, p_adjusted=float(next(adjusted)), adjustment=method))
+            for p in r.pairs
+        )
         out.append(replace(r, pairs=decided, verdict=_overall([p.verdict for p in decided])))
     return out
 
@@ -129,22 +156,46 @@ def _decide(p: Pair) -> Pair:
     return replace(p, verdict=REPRODUCED if agrees else CONTRADICTED)
 
 
-def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame, declared: Mapping[str, Any]) -> Result:
+def _evaluate(
+    src: Source, claim: Claim, study: str, trials: pd.DataFrame, declared: Mapping[str, Any]
+) -> Result:
     rows = trials[trials["study"] == study]
     published = claim.published or (None,) * (len(claim.order) - 1)
     if rows.empty:
         found = ", ".join(pd.unique(trials["study"]))
-        pairs = tuple(Pair(better=a, worse=b, expected=claim.expected, difference=None, verdict=NO_DATA, published=p)
-                      for a, b, p in zip(claim.order, claim.order[1:], published))
-        return Result(claim=claim, study=study, groups=(), pairs=pairs, verdict=NO_DATA,
-                      why=f"no study {study} here ({found})")
+        pairs = tuple(
+            Pair(
+                better=a,
+                worse=b,
+                expected=claim.expected,
+                difference=None,
+                verdict=NO_DATA,
+                published=p,
+            )
+            for a, b, p in zip(claim.order, claim.order[1:], published)
+        )
+        return Result(
+            claim=claim,
+            study=study,
+            groups=(),
+            pairs=pairs,
+            verdict=NO_DATA,
+            why=f"no study {study} here ({found})",
+        )
     at = ("claims", claim.index)
     for name in claim.order:
         if (col := claim.metric_of(name).column) not in rows:
-            key = (*at, "groups", name, GROUP_METRIC) if name in claim.group_metrics else (*at, "metric")
+            key = (
+                (*at, "groups", name, GROUP_METRIC)
+                if name in claim.group_metrics
+                else (*at, "metric")
+            )
             raise error(src, key, f"the results have no column {col}")
     shared = rows[_match(src, (*at, "where"), rows, claim.where)]
-    every = {name: shared[_match(src, (*at, "groups", name), shared, claim.groups[name])] for name in claim.order}
+    every = {
+        name: shared[_match(src, (*at, "groups", name), shared, claim.groups[name])]
+        for name in claim.order
+    }
     matched = {name: m[(m["status"] == "ok").to_numpy()] for name, m in every.items()}
     groups = tuple(_group(name, matched[name], claim) for name in claim.order)
     pairs = tuple(_pair(a, b, claim, p) for a, b, p in zip(groups, groups[1:], published))
@@ -152,20 +203,44 @@ def _evaluate(src: Source, claim: Claim, study: str, trials: pd.DataFrame, decla
     for g in groups:
         if not g.values:
             empty.setdefault(g.metric, []).append(g.name)
-    why = "; ".join(f"no ok rows with a finite {col} in group {', '.join(names)}" for col, names in empty.items())
+    why = "; ".join(
+        f"no ok rows with a finite {col} in group {', '.join(names)}"
+        for col, names in empty.items()
+    )
     if empty:  # what the empty groups' rows were instead (a pruned candidate, a failed one)
         statuses = pd.concat([every[n]["status"] for names in empty.values() for n in names])
         statuses = statuses[statuses != "ok"].value_counts()
         if len(statuses):
-            why += f" ({', '.join(f'{status} {n}' for status, n in statuses.items())})"   # most first
-    counts = sorted({str(c) for rows in matched.values() if "budget_count" in rows
-                     for c in rows["budget_count"].dropna()})
+            why += (
+                f" ({', '.join(f'{status} {n}' for status, n in statuses.items())})"  # most first
+            )
+    counts = sorted(
+        {
+            str(c)
+            for rows in matched.values()
+            if "budget_count" in rows
+            for c in rows["budget_count"].dropna()
+        }
+    )
     arms = None
     if "spec" in rows and all(len(m) for m in matched.values()):
-        cands = {name: candidates_of(m, counts[0] if len(counts) == 1 else None) for name, m in matched.items()}
-        arms = compare(cands, {n: {**claim.where, **claim.groups[n]} for n in claim.order}, declared)
-    return Result(claim=claim, study=study, groups=groups, pairs=pairs, verdict=_overall([p.verdict for p in pairs]),
-                  why=why, count=", ".join(counts), arms=arms)
+        cands = {
+            name: candidates_of(m, counts[0] if len(counts) == 1 else None)
+            for name, m in matched.items()
+        }
+        arms = compare(
+            cands, {n: {**claim.where, **claim.groups[n]} for n in claim.order}, declared
+        )
+    return Result(
+        claim=claim,
+        study=study,
+        groups=groups,
+        pairs=pairs,
+        verdict=_overall([p.verdict for p in pairs]),
+        why=why,
+        count=", ".join(counts),
+        arms=arms,
+    )
 
 
 def _match(src: Source, at: tuple, rows: pd.DataFrame, filters: Filters) -> np.ndarray:
@@ -185,7 +260,9 @@ def _group(name: str, rows: pd.DataFrame, claim: Claim) -> Group:
         values = {-1 - i: float(v) for i, v in enumerate(rows[col])}
     mean, se, _ = stats.mean_se(list(values.values()))
     filters = " ".join(f"{k}={'|'.join(map(str, v))}" for k, v in claim.groups[name].items())
-    return Group(name=name, filters=filters, metric=col, values=values, mean=float(mean), se=float(se))
+    return Group(
+        name=name, filters=filters, metric=col, values=values, mean=float(mean), se=float(se)
+    )
 
 
 def _pair(a: Group, b: Group, claim: Claim, published: float | None) -> Pair:
@@ -193,8 +270,15 @@ def _pair(a: Group, b: Group, claim: Claim, published: float | None) -> Pair:
     seeds = min(len(a.values), len(b.values))
     # decided once every pair's p is adjusted (_adjusted)
     verdict = NO_DATA if diff is None else ONE_SEED if seeds < 2 else UNDECIDED
-    return Pair(better=a.name, worse=b.name, expected=claim.expected, difference=diff, verdict=verdict,
-                published=published, seeds=seeds)
+    return Pair(
+        better=a.name,
+        worse=b.name,
+        expected=claim.expected,
+        difference=diff,
+        verdict=verdict,
+        published=published,
+        seeds=seeds,
+    )
 
 
 def _overall(verdicts: list[str]) -> str:

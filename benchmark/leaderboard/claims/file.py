@@ -16,10 +16,10 @@ from benchmark.space.source import Source
 from benchmark.space.yamlsafe import YamlError, load_yaml
 from benchmark.store.metrics import MetricError
 
-TOP_KEYS = ("description", "claims", "instability")   # instability: stability.py
+TOP_KEYS = ("description", "claims", "instability")  # instability: stability.py
 CLAIM_KEYS = ("claim", "source", "study", "metric", "order", "groups", "where", "published", "note")
 SOURCE_KEYS = ("paper", "where")
-GROUP_METRIC = "metric"              # in a group's mapping: its metric, not a column filter
+GROUP_METRIC = "metric"  # in a group's mapping: its metric, not a column filter
 
 
 class ClaimsError(LeaderboardError):
@@ -31,12 +31,12 @@ Filters = Mapping[str, tuple]  # column -> the values it may take
 
 @dataclass(frozen=True, kw_only=True)
 class Claim:
-    index: int                       # its position in the file's `claims` list
+    index: int  # its position in the file's `claims` list
     claim: str
     source: str
-    study: str | None                # None: every study read
+    study: str | None  # None: every study read
     metric: Objective
-    order: tuple[str, ...]           # group names, best first
+    order: tuple[str, ...]  # group names, best first
     groups: Mapping[str, Filters]
     where: Filters
     note: str = ""
@@ -55,7 +55,9 @@ class Claim:
         """'val_loss:min', or 'val_loss_r4 vs val_loss_r2 (min)' when groups name their own."""
         if not self.group_metrics:
             return str(self.metric)
-        return f"{' vs '.join(self.metric_of(g).column for g in self.order)} ({self.metric.direction})"
+        return (
+            f"{' vs '.join(self.metric_of(g).column for g in self.order)} ({self.metric.direction})"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,7 +65,7 @@ class ClaimsFile:
     path: str
     description: str
     claims: tuple[Claim, ...]
-    origin: Source                   # positions of every key, for errors found against the rows
+    origin: Source  # positions of every key, for errors found against the rows
 
 
 def load(path: str | os.PathLike) -> ClaimsFile:
@@ -83,7 +85,9 @@ def load(path: str | os.PathLike) -> ClaimsFile:
     if not isinstance(listed, list) or not listed:
         raise error(src, ("claims",), "expected a non-empty list of claims")
     claims = tuple(_claim(src, i, raw) for i, raw in enumerate(listed))
-    return ClaimsFile(path=path, description=str(top.get("description") or ""), claims=claims, origin=src)
+    return ClaimsFile(
+        path=path, description=str(top.get("description") or ""), claims=claims, origin=src
+    )
 
 
 def error(src: Source, path: tuple, reason: str) -> ClaimsError:
@@ -108,7 +112,11 @@ def _text(src: Source, at: tuple, value: Any) -> str:
 def _claim(src: Source, i: int, raw: Any) -> Claim:
     at = ("claims", i)
     if not isinstance(raw, dict):
-        raise error(src, at, f"expected a mapping (claim, source, study, metric, order, groups), got {raw!r}")
+        raise error(
+            src,
+            at,
+            f"expected a mapping (claim, source, study, metric, order, groups), got {raw!r}",
+        )
     only_known(src, at, raw, CLAIM_KEYS)
     for key in ("claim", "source", "metric", "order", "groups"):
         if key not in raw:
@@ -116,44 +124,77 @@ def _claim(src: Source, i: int, raw: Any) -> Claim:
     metric = _metric(src, (*at, "metric"), raw["metric"])
     groups = raw["groups"]
     if not isinstance(groups, dict) or len(groups) < 2:
-        raise error(src, (*at, "groups"), "expected a mapping of 2 or more group names to column filters")
+        raise error(
+            src, (*at, "groups"), "expected a mapping of 2 or more group names to column filters"
+        )
     order = raw["order"]
     if not isinstance(order, list) or len(order) < 2 or len(set(map(str, order))) != len(order):
-        raise error(src, (*at, "order"), "expected a list of 2 or more distinct group names, best first")
+        raise error(
+            src, (*at, "order"), "expected a list of 2 or more distinct group names, best first"
+        )
     for k, name in enumerate(order):
         if name not in groups:
-            raise error(src, (*at, "order", k), f"no group {name!r} under groups ({', '.join(groups)})")
+            raise error(
+                src, (*at, "order", k), f"no group {name!r} under groups ({', '.join(groups)})"
+            )
     for name in groups:
         if name not in order:
-            raise ClaimsError(str(src.error((*at, "groups", name), "group not in `order`", value=False)))
-    own = {g: _group_metric(src, (*at, "groups", g, GROUP_METRIC), f[GROUP_METRIC], metric)
-           for g, f in groups.items() if isinstance(f, dict) and GROUP_METRIC in f}
-    filters = {g: {k: v for k, v in f.items() if k != GROUP_METRIC} if isinstance(f, dict) else f
-               for g, f in groups.items()}
-    return Claim(index=i, claim=_text(src, (*at, "claim"), raw["claim"]), source=_source(src, at, raw["source"]),
-                 study=_text(src, (*at, "study"), raw["study"]) if "study" in raw else None, metric=metric,
-                 order=tuple(order),
-                 groups={g: _filters(src, (*at, "groups", g), f, empty=g in own) for g, f in filters.items()},
-                 where=_filters(src, (*at, "where"), raw.get("where") or {}, empty=True),
-                 note=str(raw.get("note") or "").strip(), group_metrics=own,
-                 published=_published(src, (*at, "published"), raw["published"], order, metric)
-                 if "published" in raw else None)
+            raise ClaimsError(
+                str(src.error((*at, "groups", name), "group not in `order`", value=False))
+            )
+    own = {
+        g: _group_metric(src, (*at, "groups", g, GROUP_METRIC), f[GROUP_METRIC], metric)
+        for g, f in groups.items()
+        if isinstance(f, dict) and GROUP_METRIC in f
+    }
+    filters = {
+        g: {k: v for k, v in f.items() if k != GROUP_METRIC} if isinstance(f, dict) else f
+        for g, f in groups.items()
+    }
+    return Claim(
+        index=i,
+        claim=_text(src, (*at, "claim"), raw["claim"]),
+        source=_source(src, at, raw["source"]),
+        study=_text(src, (*at, "study"), raw["study"]) if "study" in raw else None,
+        metric=metric,
+        order=tuple(order),
+        groups={
+            g: _filters(src, (*at, "groups", g), f, empty=g in own) for g, f in filters.items()
+        },
+        where=_filters(src, (*at, "where"), raw.get("where") or {}, empty=True),
+        note=str(raw.get("note") or "").strip(),
+        group_metrics=own,
+        published=_published(src, (*at, "published"), raw["published"], order, metric)
+        if "published" in raw
+        else None,
+    )
 
 
-def _published(src: Source, at: tuple, raw: Any, order: list, metric: Objective) -> tuple[float, ...]:
+def _published(
+    src: Source, at: tuple, raw: Any, order: list, metric: Objective
+) -> tuple[float, ...]:
     """The paper's differences, one per adjacent pair of the order (a bare number for one pair),
     each on the side the order expects (a slip of sign would say the paper found the opposite)."""
     pairs = len(order) - 1
     values = raw if isinstance(raw, list) else [raw]
-    if len(values) != pairs or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                                       for v in values):
+    if len(values) != pairs or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values
+    ):
         want = "a number" if pairs == 1 else f"a list of {pairs} numbers"
-        raise error(src, at, f"expected {want} (the paper's better - worse for each adjacent pair of "
-                              f"`order`), got {raw!r}")
+        raise error(
+            src,
+            at,
+            f"expected {want} (the paper's better - worse for each adjacent pair of "
+            f"`order`), got {raw!r}",
+        )
     for k, v in enumerate(values):
         if (v > 0) != metric.maximize and v != 0:
-            raise error(src, at, f"{order[k]} - {order[k + 1]} = {v:g} is not {_side(metric)}, the side the order "
-                                  f"expects for {metric} ({order[k]} better): check the sign, or the order")
+            raise error(
+                src,
+                at,
+                f"{order[k]} - {order[k + 1]} = {v:g} is not {_side(metric)}, the side the order "
+                f"expects for {metric} ({order[k]} better): check the sign, or the order",
+            )
     return tuple(float(v) for v in values)
 
 
@@ -174,21 +215,31 @@ def _group_metric(src: Source, at: tuple, raw: Any, claim: Objective) -> Objecti
     own = _metric(src, at, raw)
     a, b = own.metric, claim.metric
     if (a.kind, a.unit, own.maximize) != (b.kind, b.unit, claim.maximize):
-        raise error(src, at, f"{own} cannot be compared with the claim's metric {claim}: a group's metric shares "
-                              "its kind, unit and direction (val_loss_r4 with val_loss, val_ppl_int4 with val_ppl)")
+        raise error(
+            src,
+            at,
+            f"{own} cannot be compared with the claim's metric {claim}: a group's metric shares "
+            "its kind, unit and direction (val_loss_r4 with val_loss, val_ppl_int4 with val_ppl)",
+        )
     return own
 
 
 def _source(src: Source, at: tuple, raw: Any) -> str:
     if not isinstance(raw, dict):
-        raise error(src, (*at, "source"), "expected {paper: ..., where: ...} (the section or table)")
+        raise error(
+            src, (*at, "source"), "expected {paper: ..., where: ...} (the section or table)"
+        )
     only_known(src, (*at, "source"), raw, SOURCE_KEYS)
     return ", ".join(_text(src, (*at, "source", k), raw.get(k)) for k in SOURCE_KEYS)
 
 
 def _filters(src: Source, at: tuple, raw: Any, empty: bool) -> dict[str, tuple]:
     if not isinstance(raw, dict) or (not raw and not empty):
-        raise error(src, at, f"expected a mapping of results columns to values (e.g. {{family: hyperloop}}), got {raw!r}")
+        raise error(
+            src,
+            at,
+            f"expected a mapping of results columns to values (e.g. {{family: hyperloop}}), got {raw!r}",
+        )
     out = {}
     for column, value in raw.items():
         values = value if isinstance(value, list) else [value]

@@ -14,9 +14,18 @@ from benchmark.leaderboard.claims import arms as arms_
 from benchmark.leaderboard.claims.file import ClaimsError, ClaimsFile, load
 from benchmark.space import SpaceError, load_space, make_plan, parse_set, select
 
-COLUMNS = (("group", "arm"), ("family", "family"), ("d_model", "d_model"), ("n_heads", "heads"),
-           ("head_dim", "head_dim"), ("ffn", "FFN width (× d_model)"), ("structure", "layers"),
-           ("hyper", "hyper-connections"), ("tie_embeddings", "tied emb."), ("params", "params"))
+COLUMNS = (
+    ("group", "arm"),
+    ("family", "family"),
+    ("d_model", "d_model"),
+    ("n_heads", "heads"),
+    ("head_dim", "head_dim"),
+    ("ffn", "FFN width (× d_model)"),
+    ("structure", "layers"),
+    ("hyper", "hyper-connections"),
+    ("tie_embeddings", "tied emb."),
+    ("params", "params"),
+)
 
 
 def claim_arms(claims: ClaimsFile, plans: dict) -> list[tuple]:
@@ -28,23 +37,46 @@ def claim_arms(claims: ClaimsFile, plans: dict) -> list[tuple]:
             continue
         rows = arms_.plan_rows(plan)
         shared = rows[select.mask(rows, c.where)]
-        groups = {g: arms_.candidates_of(shared[select.mask(shared, c.groups[g])], plan.space.count)
-                  for g in c.order}
+        groups = {
+            g: arms_.candidates_of(shared[select.mask(shared, c.groups[g])], plan.space.count)
+            for g in c.order
+        }
         filters = {g: {**c.where, **c.groups[g]} for g in c.order}
-        out.append((c, c.study, plan.space.count, arms_.compare(groups, filters, arms_.declaration(plan.space))))
+        out.append(
+            (
+                c,
+                c.study,
+                plan.space.count,
+                arms_.compare(groups, filters, arms_.declaration(plan.space)),
+            )
+        )
     return out
 
 
 def markdown(found: list[tuple]) -> str:
     parts = []
     for claim, study, count, arms in found:
-        head = "| " + " | ".join(h if k != "params" else f"params ({count})" for k, h in COLUMNS) + " |"
-        lines = [f"### {claim.claim}", f"`{study}` — **{arms.label}**; differ in: "
-                 + (", ".join(arms.differ) or "nothing"), "", head, "|" + "---|" * len(COLUMNS)]
+        head = (
+            "| "
+            + " | ".join(h if k != "params" else f"params ({count})" for k, h in COLUMNS)
+            + " |"
+        )
+        lines = [
+            f"### {claim.claim}",
+            f"`{study}` — **{arms.label}**; differ in: " + (", ".join(arms.differ) or "nothing"),
+            "",
+            head,
+            "|" + "---|" * len(COLUMNS),
+        ]
         for g in claim.order:
             for f in arms.groups[g] or [{}]:
-                cells = {**f, "group": g, "ffn": f"{f.get('ffn.kind', '?')} {f.get('ffn.K', 1)}×{f.get('ffn.width', '?')} "
-                         f"({f.get('ffn.width_ratio', '?')})", "params": f"{f.get('params', 0):,}"}
+                cells = {
+                    **f,
+                    "group": g,
+                    "ffn": f"{f.get('ffn.kind', '?')} {f.get('ffn.K', 1)}×{f.get('ffn.width', '?')} "
+                    f"({f.get('ffn.width_ratio', '?')})",
+                    "params": f"{f.get('params', 0):,}",
+                }
                 lines.append("| " + " | ".join(str(cells.get(k, "—")) for k, _ in COLUMNS) + " |")
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n"
@@ -62,17 +94,30 @@ def for_plan(path: str, plan, out) -> int:
     found = claim_arms(claims, {plan.space.name: plan})
     if not found:
         studies = ", ".join(dict.fromkeys(c.study for c in claims.claims))
-        print(f"note: no claim of {path} is on study {plan.space.name} (its studies: {studies})", file=sys.stderr)
+        print(
+            f"note: no claim of {path} is on study {plan.space.name} (its studies: {studies})",
+            file=sys.stderr,
+        )
         return 0
-    out.write(f"\nClaims of {path} on {plan.space.name}, their arms as planned:\n\n" + markdown(found))
+    out.write(
+        f"\nClaims of {path} on {plan.space.name}, their arms as planned:\n\n" + markdown(found)
+    )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmark.leaderboard.claims.planned", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmark.leaderboard.claims.planned", description=__doc__
+    )
     p.add_argument("claims", help="a claims file (search_spaces/claims/*.yaml)")
     p.add_argument("spaces", nargs="+", help="the search spaces of its studies")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="set a space key (every space)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a space key (every space)",
+    )
     args = p.parse_args(argv)
     try:
         claims = load(args.claims)

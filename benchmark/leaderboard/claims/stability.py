@@ -31,9 +31,9 @@ from benchmark.leaderboard.stats import DEFAULT_ADJUSTMENT
 from benchmark.space import select
 from benchmark.store import PHASES
 
-KEY = "instability"   # the claims file's top-level key
-TUNE = PHASES[0]      # a row's phase: a tuning run (space/tuning.py), which no claim or rank reads
-MAD_SD = 1.4826       # the normal's s.d. per median absolute deviation
+KEY = "instability"  # the claims file's top-level key
+TUNE = PHASES[0]  # a row's phase: a tuning run (space/tuning.py), which no claim or rank reads
+MAD_SD = 1.4826  # the normal's s.d. per median absolute deviation
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,12 +41,14 @@ class Rule:
     spike: float = 1.0
     laggard: float = 5.0
     laggard_min: float = 0.05
-    metric: str = "val_loss"   # the final loss a laggard is judged by
+    metric: str = "val_loss"  # the final loss a laggard is judged by
 
     def describe(self) -> str:
-        return (f"a training loss that rose more than {self.spike:g} nats above its best so far (spike), or a final "
-                f"{self.metric} more than {self.laggard:g} robust s.d. and {self.laggard_min:g} nats behind its "
-                "candidate's median over seeds (laggard)")
+        return (
+            f"a training loss that rose more than {self.spike:g} nats above its best so far (spike), or a final "
+            f"{self.metric} more than {self.laggard:g} robust s.d. and {self.laggard_min:g} nats behind its "
+            "candidate's median over seeds (laggard)"
+        )
 
 
 DEFAULTS = {f.name: f.default for f in fields(Rule)}
@@ -95,9 +97,13 @@ def mark(trials: pd.DataFrame, rule: Rule) -> pd.Series:
     rows = trials[usable]
     keys = [k for k in ("study", "candidate") if k in rows] or ["study"]
     median = rows.groupby(keys)[rule.metric].transform("median")
-    mad = (rows[rule.metric] - median).abs().groupby([rows[k] for k in keys]).transform("median") * MAD_SD
+    mad = (rows[rule.metric] - median).abs().groupby([rows[k] for k in keys]).transform(
+        "median"
+    ) * MAD_SD
     behind = (rows[rule.metric] - median).to_numpy(float)
-    z = np.divide(behind, mad.to_numpy(float), out=np.full(len(rows), np.inf), where=mad.to_numpy(float) > 0)
+    z = np.divide(
+        behind, mad.to_numpy(float), out=np.full(len(rows), np.inf), where=mad.to_numpy(float) > 0
+    )
     lagging = (behind > rule.laggard_min) & (z > rule.laggard)
     for index, b, score in zip(rows.index[lagging], behind[lagging], z[lagging]):
         z_text = f"z {score:.0f}" if math.isfinite(score) else "the other seeds agree exactly"
@@ -108,12 +114,13 @@ def mark(trials: pd.DataFrame, rule: Rule) -> pd.Series:
 @dataclass(frozen=True, kw_only=True)
 class Stability:
     """One claim in one study: its marked runs per arm, and its verdict without them."""
+
     claim: str
     study: str
-    marked: Mapping[str, list[str]]   # arm -> "t0003-s0: spike 3.72" for each marked run
-    runs: Mapping[str, int]           # arm -> ok runs
+    marked: Mapping[str, list[str]]  # arm -> "t0003-s0: spike 3.72" for each marked run
+    runs: Mapping[str, int]  # arm -> ok runs
     verdict: str
-    without: str                      # the verdict with the marked runs left out
+    without: str  # the verdict with the marked runs left out
 
 
 def assess(claims, results: list, trials: pd.DataFrame) -> tuple[Rule, list[Stability], pd.Series]:
@@ -124,9 +131,17 @@ def assess(claims, results: list, trials: pd.DataFrame) -> tuple[Rule, list[Stab
     rule = rule_of(claims)
     trials = final(trials)
     why = mark(trials, rule)
-    method = next((p.adjustment for r in results for p in r.pairs), DEFAULT_ADJUSTMENT)   # the verdicts' own rule
-    again = {(r.claim.index, r.study): r for r in evaluate(claims, trials[(why == "").to_numpy()], method)} \
-        if (why != "").any() else {}
+    method = next(
+        (p.adjustment for r in results for p in r.pairs), DEFAULT_ADJUSTMENT
+    )  # the verdicts' own rule
+    again = (
+        {
+            (r.claim.index, r.study): r
+            for r in evaluate(claims, trials[(why == "").to_numpy()], method)
+        }
+        if (why != "").any()
+        else {}
+    )
     out = []
     for r in results:
         c = r.claim
@@ -139,31 +154,63 @@ def assess(claims, results: list, trials: pd.DataFrame) -> tuple[Rule, list[Stab
             runs[name] = len(arm)
             marked[name] = [f"{t}: {why[i]}" for i, t in zip(arm.index, arm["trial_id"]) if why[i]]
         other = again.get((c.index, r.study))
-        out.append(Stability(claim=c.claim, study=r.study, marked=marked, runs=runs, verdict=r.verdict,
-                             without=other.verdict if other is not None else r.verdict))
+        out.append(
+            Stability(
+                claim=c.claim,
+                study=r.study,
+                marked=marked,
+                runs=runs,
+                verdict=r.verdict,
+                without=other.verdict if other is not None else r.verdict,
+            )
+        )
     return rule, out, why
 
 
 def table(rule: Rule, assessed: list[Stability]) -> Table:
-    heads = {"claim": "Claim", "study": "Study", "marked": "Marked runs per arm", "verdict": "Verdict",
-             "without": "Without marked runs", "which": "Marked runs"}
+    heads = {
+        "claim": "Claim",
+        "study": "Study",
+        "marked": "Marked runs per arm",
+        "verdict": "Verdict",
+        "without": "Without marked runs",
+        "which": "Marked runs",
+    }
     cells: dict[str, list[str]] = {k: [] for k in heads}
     for s in assessed:
         any_marked = any(s.marked.values())
-        row = {"claim": s.claim, "study": s.study,
-               "marked": ", ".join(f"{arm} {len(m)} of {s.runs[arm]}" for arm, m in s.marked.items()),
-               "verdict": s.verdict,
-               "without": (s.without + (" (holds)" if s.without == s.verdict else " (changes)")) if any_marked
-               else "— (none marked)",
-               "which": "; ".join(x for m in s.marked.values() for x in m) or "—"}
+        row = {
+            "claim": s.claim,
+            "study": s.study,
+            "marked": ", ".join(f"{arm} {len(m)} of {s.runs[arm]}" for arm, m in s.marked.items()),
+            "verdict": s.verdict,
+            "without": (s.without + (" (holds)" if s.without == s.verdict else " (changes)"))
+            if any_marked
+            else "— (none marked)",
+            "which": "; ".join(x for m in s.marked.values() for x in m) or "—",
+        }
         for k, v in row.items():
             cells[k].append(v)
-    return Table(title="Unstable runs", columns=[Column(header=h, cells=cells[k]) for k, h in heads.items()],
-                 caption=f"marked: {rule.describe()} (the claims file's `{KEY}:`); marked runs stay in every verdict "
-                         "above; 'without marked runs' checks each claim again with them left out")
+    return Table(
+        title="Unstable runs",
+        columns=[Column(header=h, cells=cells[k]) for k, h in heads.items()],
+        caption=f"marked: {rule.describe()} (the claims file's `{KEY}:`); marked runs stay in every verdict "
+        "above; 'without marked runs' checks each claim again with them left out",
+    )
 
 
 def to_json(rule: Rule, assessed: list[Stability]) -> dict[str, Any]:
-    return {"rule": {f.name: getattr(rule, f.name) for f in fields(rule)},
-            "claims": [{"claim": s.claim, "study": s.study, "verdict": s.verdict, "without": s.without,
-                        "marked": dict(s.marked), "runs": dict(s.runs)} for s in assessed]}
+    return {
+        "rule": {f.name: getattr(rule, f.name) for f in fields(rule)},
+        "claims": [
+            {
+                "claim": s.claim,
+                "study": s.study,
+                "verdict": s.verdict,
+                "without": s.without,
+                "marked": dict(s.marked),
+                "runs": dict(s.runs),
+            }
+            for s in assessed
+        ],
+    }

@@ -52,14 +52,14 @@ def _sinkhorn_bwd(X, G, DX, floor, n: tl.constexpr, NP: tl.constexpr, ITERS: tl.
     g = tl.load(G + offs, mask=ok, other=0.0).to(tl.float32)
     for back in range(0, 2 * ITERS - 1):  # steps t = 2 ITERS - 1, ..., 1, last first
         t = 2 * ITERS - 1 - back
-        mat = _col_softmax(x, ok)         # recompute step t's input: steps 0 .. t - 1
+        mat = _col_softmax(x, ok)  # recompute step t's input: steps 0 .. t - 1
         for s in range(1, t):
             mat = mat / tl.maximum(_divisor(mat, s % 2 == 1, NP), floor)
         rows = t % 2 == 1
         div = _divisor(mat, rows, NP)
         clamped = tl.maximum(div, floor)
         gy = g * (mat / clamped)
-        dot = _divisor(gy, rows, NP)   # Σ over the same row or column of G ∘ out
+        dot = _divisor(gy, rows, NP)  # Σ over the same row or column of G ∘ out
         g = tl.where(ok, (g - tl.where(div >= floor, dot, 0.0)) / clamped, 0.0)
     p = _col_softmax(x, ok)
     dx = p * (g - tl.sum(g * p, axis=0)[None, :])
@@ -67,6 +67,7 @@ def _sinkhorn_bwd(X, G, DX, floor, n: tl.constexpr, NP: tl.constexpr, ITERS: tl.
 
 
 # ---- custom ops --------------------------------------------------------------------------------
+
 
 @torch.library.custom_op("shapebench::hc_sinkhorn", mutates_args=())
 def _sinkhorn(logits: torch.Tensor, iters: int, floor: float) -> torch.Tensor:
@@ -82,7 +83,9 @@ def _(logits, iters, floor):
 
 
 @torch.library.custom_op("shapebench::hc_sinkhorn_bwd", mutates_args=())
-def _sinkhorn_backward(logits: torch.Tensor, g: torch.Tensor, iters: int, floor: float) -> torch.Tensor:
+def _sinkhorn_backward(
+    logits: torch.Tensor, g: torch.Tensor, iters: int, floor: float
+) -> torch.Tensor:
     M, n, _ = logits.shape
     dx = torch.empty_like(logits)
     _sinkhorn_bwd[(M,)](logits, g.contiguous(), dx, floor, n, _np(n), iters)
