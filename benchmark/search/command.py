@@ -471,7 +471,7 @@ def _options(space: SearchSpace, args: argparse.Namespace, name: str):
 
     return SearchOptions(
         name=name,
-        results_dir=args.results or Path("results"),
+        results_dir=args.results or Path(RESULTS_ROOT),
         seed=args.seed,
         seeds=args.seeds or space.seeds,
         concurrency=args.concurrency,

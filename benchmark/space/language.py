@@ -26,7 +26,7 @@ from benchmark.recipe import (
     parse_tolerance,
 )
 from benchmark.space.align import Align, parse_align
-from benchmark.space.budget import SOLVE_NONE, SOLVES
+from benchmark.space.budget import DEFAULT_TOLERANCE, SOLVE_NONE, SOLVES
 from benchmark.space.domains import Axis, Choice, read_domain
 from benchmark.space.expr import Condition
 from benchmark.space.keys import LEAF_KEYS, SECTIONS, checked, first_key
@@ -159,7 +159,7 @@ class SearchSpace:
         int, ...
     ] = ()  # `budget: [0.5M, 1M, 2M]`: every candidate at every budget (the `budget` axis)
     count: str = "total"
-    tolerance: float = 0.005
+    tolerance: float = DEFAULT_TOLERANCE
     solve: str = "d_model"
     align: Align | None = None  # hardware-friendly multiples of d_model, FFN width, head_dim
     anchor: dict[str, Any] | None = None
@@ -378,7 +378,7 @@ class _Reader:
             budget=budgets[-1] if budgets else None,
             ladder=budgets if len(budgets) > 1 else (),
             count=self.parsed("count", lambda v: one_of(v, COUNTS), "total"),
-            tolerance=self.parsed("tolerance", parse_tolerance, 0.005),
+            tolerance=self.parsed("tolerance", parse_tolerance, DEFAULT_TOLERANCE),
             solve=self.solve,
             align=self.parsed("align", parse_align, None),
             anchor=anchor,

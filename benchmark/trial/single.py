@@ -37,7 +37,7 @@ def run_single(
     try:
         if tokens:
             training["tokens"] = tokens
-        cfg = TrainConfig.from_dict({"tokens": "20x", **training, "seed": seed, **policy})
+        cfg = TrainConfig.from_dict({**training, "seed": seed, **policy})
         quant = QuantizeConfig.from_dict(arch.quantize)
     except (ValueError, TypeError) as e:
         print(f"shapebench search: {e}", file=sys.stderr)
