@@ -22,10 +22,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmark.store import location
+from benchmark.store.errors import ResultsPathError
 from benchmark.store.location import check_results, free_bytes
 from benchmark.store.results import (
     COLUMNS,
-    ResultsPathError,
     ResultsWarning,
     StoreFull,
     damaged_files,
