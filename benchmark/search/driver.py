@@ -457,7 +457,7 @@ def _tune(run: _Run, ctx: TrialContext, sampler, res):
         quota=driving.quota,
     )
     searcher.asked = driving.asked  # the driver's list: what this search asked, for its summary
-    scheduler = _asha(space, ctx, modes) if ctx.training["eval_every"] else None
+    scheduler = _scheduler(space, ctx, modes) if ctx.training["eval_every"] else None
     view = LiveView(
         run.console,
         opts.name,
@@ -502,7 +502,7 @@ def _tune(run: _Run, ctx: TrialContext, sampler, res):
     return view, callback.halt or searcher.halt
 
 
-def _asha(space, ctx: TrialContext, modes):
+def _scheduler(space, ctx: TrialContext, modes):
     """ASHA's successive halving over training tokens, on the first objective."""
     from ray.tune.schedulers import ASHAScheduler  # Ray only when a search runs (as _tune)
 
