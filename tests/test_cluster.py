@@ -111,7 +111,7 @@ def _options(corpus: Path, results, name: str, **kw) -> SearchOptions:
 def test_results_on_s3_from_every_node(cluster, corpus, tmp_path, s3_endpoint):
     import optuna
 
-    import leaderboard
+    from benchmark.leaderboard.command import main as board
     from benchmark.search.study import OPTUNA_DB
     from benchmark.store.location import resolve
 
@@ -132,10 +132,7 @@ def test_results_on_s3_from_every_node(cluster, corpus, tmp_path, s3_endpoint):
     local.write_bytes(fs.open_input_file(path).read())  # the study, copied beside the rows
     study = optuna.load_study(study_name="ons3", storage=f"sqlite:///{local}")
     assert len([t for t in study.trials if t.state.name == "COMPLETE"]) == 4
-    assert (
-        leaderboard.main([f"{results}", "--out", str(tmp_path / "site"), "--format", "html,md"])
-        == 0
-    )
+    assert board([f"{results}", "--out", str(tmp_path / "site"), "--format", "html,md"]) == 0
     page = (tmp_path / "site" / "index.html").read_text()
     assert "ons3" in page and "transformer" in page
 
