@@ -304,6 +304,7 @@ DECLARED = (
     "training",
     "quantize",
     "tune",
+    "controlled",
 )
 
 
@@ -346,6 +347,7 @@ def declaration(space) -> dict[str, Any]:
             "quantize": dict(space.quantize),
             "pruner": space.pruner,
             "tune": space.tune.declared() if getattr(space, "tune", None) else None,
+            "controlled": space.controlled,  # the shape held across candidates, or preferred
         }
     )
 
