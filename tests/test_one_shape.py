@@ -110,7 +110,7 @@ def test_the_plan_prints_each_count_over_the_anchors(tmp_path, capsys):
 
 
 def test_the_reference_space_is_the_hyperloop_of_the_other_claims():
-    """search_spaces/reference-2/twice.yaml: its Hyperloop is ref2-hyperloop's at 1M (d_ff 301)."""
+    """search_spaces/reference-2/twice.yaml: its Hyperloop is ref2-hyperloop's at 250K (d_ff 146)."""
     plan = make_plan(load_space(TWICE))
     assert [
         (
@@ -121,7 +121,7 @@ def test_the_reference_space_is_the_hyperloop_of_the_other_claims():
             c.solution.params["non_embedding_head"],
         )
         for c in plan.candidates
-    ] == [("hyperloop", 128, 4, 301, 1_000_350), ("transformer", 128, 4, 301, 1_350_528)]
+    ] == [("hyperloop", 64, 2, 146, 250_078), ("transformer", 64, 2, 146, 332_864)]
 
 
 @pytest.mark.parametrize(
@@ -225,7 +225,7 @@ def test_the_plan_lists_the_claims_arms_and_what_differs(capsys):
         "injection, structure, hyper"
     ) in out
     assert (
-        "| transformer | transformer | 128 | 4 | 32 | swiglu 1×301 (2.352) | 6L | none | False | 1,350,528 |"
+        "| transformer | transformer | 64 | 2 | 32 | swiglu 1×146 (2.281) | 6L | none | False | 332,864 |"
         in out
     )
     assert out.count("### ") == 1  # only the claims on this space's study
