@@ -5,11 +5,11 @@ and the measure reaches the Markdown, the page and decision.json."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from fixture_studies import fixture_study
 
 from benchmark.leaderboard import (
     Settings,
@@ -23,10 +23,7 @@ from benchmark.leaderboard import (
 )
 from benchmark.leaderboard.objectives import objectives
 
-ROOT = Path(__file__).resolve().parents[1]
-LADDER = (
-    ROOT / "results" / "quickstart-ladder" / "quickstart-ladder"
-)  # committed rows (results/quickstart-ladder/README.md)
+LADDER = fixture_study("quickstart-ladder")  # frozen rows (tests/fixtures/README.md)
 
 # Mean val_loss of each recipe (family, shape.x) at each budget, lower is better:
 #   1M:  H < L < T1 < T2        (and L2, a recipe measured at 1M only)
@@ -204,9 +201,9 @@ def test_differences_pair_by_seed_as_compare_does():
 
 
 def test_the_committed_quickstart_ladder():
-    """The quickstart's three families at 500K, 1M and 2M with 2 seeds (results/README.md): the
-    Looped-Transformer order flips between neighbouring rungs, and at 2 seeds (t with 1 degree of
-    freedom) every pair is within noise."""
+    """The quickstart's three families at 500K, 1M and 2M with 2 seeds (tests/fixtures/README.md):
+    the Looped-Transformer order flips between neighbouring rungs, and at 2 seeds (t with 1 degree
+    of freedom) every pair is within noise."""
     studies = find_studies([str(LADDER)])
     board = build_board(read_studies(studies), Settings(), read_declarations(studies))
     result = decision.measure(board)

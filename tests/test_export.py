@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fixture_studies import fixture_study
 
 from benchmark.leaderboard import (
     build_board,
@@ -20,10 +21,7 @@ from benchmark.leaderboard import (
     read_studies,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-KEPT = (
-    ROOT / "results" / "quickstart-faithful-families" / "quickstart-faithful-families"
-)  # committed rows (its record: results/quickstart-faithful-families/README.md)
+KEPT = fixture_study("quickstart-faithful-families")  # frozen rows (tests/fixtures/README.md)
 SYNE_TUNE = (
     "hyperparameters.parquet",
     "configspace.json",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixture_studies import fixture_study
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 from synthetic_studies import synthetic_trials
@@ -25,7 +26,6 @@ from benchmark.leaderboard import (
 from benchmark.leaderboard.layout import axis_label, new, style
 from benchmark.store.metrics import metric
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
 KEPT = ["quickstart-faithful-families", "quickstart-original-families", "hyper-init-and-read"]
 
 
@@ -34,9 +34,7 @@ def _kept(tmp: Path, *names: str, declare: dict | None = None, at_300k: bool = F
     moves the parameter counts into a band of about 100 just above 300k, where the per-family
     figure's ticks once ran together ('300k 300.02k300.04k', '300.1k300k' across panels)."""
     for name in names:
-        shutil.copytree(
-            RESULTS / name / name, tmp / name
-        )  # a record folder holds its study and README
+        shutil.copytree(fixture_study(name), tmp / name)  # frozen rows (tests/fixtures/README.md)
         if declare:
             (tmp / name / "_study.json").write_text(json.dumps(declare))
     studies = find_studies([tmp / n for n in names])

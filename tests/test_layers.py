@@ -143,3 +143,50 @@ def test_the_drivers_functions_stay_short():
                 assert node.end_lineno - node.lineno + 1 <= MAX_DRIVER_FUNCTION_LINES, (
                     f"{path.name}:{node.name}"
                 )
+
+
+# A test reads frozen copies (tests/fixtures/README.md), not the records under results/: a record
+# may be regenerated, extended or renamed. Only the records' own checks read them. A record is
+# reached from the repository's root as the tests spell it (ROOT, parents[1], parent.parent, or a
+# path relative to it); a test's own folder under tmp_path is not.
+RECORD_CHECKS = {"test_reference_report.py", "test_docs.py"}
+_READS_RECORDS = re.compile(
+    r"""(?:\bROOT|\.parents\[1\]|\.parent\.parent)\s*(?:/|\.joinpath\(|\.r?glob\()\s*["']results\b"""
+    r"""|\bPath\(\s*["']results\b"""
+)
+
+
+def _reads_records(source: str) -> list[str]:
+    return [m.group(0) for m in _READS_RECORDS.finditer(source)]
+
+
+def test_only_the_records_checks_read_results():
+    readers = {
+        p.name: found
+        for p in sorted((ROOT / "tests").glob("*.py"))
+        if p.name not in RECORD_CHECKS and (found := _reads_records(p.read_text()))
+    }
+    assert readers == {}, "read tests/fixtures (fixture_study) instead of results/"
+    assert _reads_records((ROOT / "tests" / "test_reference_report.py").read_text())
+
+
+def test_a_test_reading_a_record_is_found():
+    q = '"'  # the samples' quotes come from here, so this file itself does not read as a reader
+    assert _reads_records(
+        f"KEPT = (\n    ROOT / {q}results{q} / {q}x{q} / {q}x{q}\n)\n"
+        f"R = Path(__file__).resolve().parents[1] / {q}results{q}\n"
+        f"R = Path(__file__).parent.parent.joinpath({q}results/demo{q})\n"
+        f"pages = ROOT.glob({q}results/**/README.md{q})\n"
+        f"pd.read_parquet(Path({q}results{q}) / {q}x{q})\n"
+    ) == [
+        f"ROOT / {q}results",
+        f".parents[1] / {q}results",
+        f".parent.parent.joinpath({q}results",
+        f"ROOT.glob({q}results",
+        f"Path({q}results",
+    ]
+    assert not _reads_records(
+        f"folder = tmp_path / {q}results{q} / {q}quickstart{q}\n"
+        f"root / {q}results{q} / {q}demo{q}\n"
+        f"opts = options(corpus, tmp_path / {q}results{q}, {q}tiny{q})\n"
+    )

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fixture_studies import fixture_study
 from rich.console import Console
 from synthetic_studies import LAYOUTS, synthetic_trials, write_study
 
@@ -47,9 +48,7 @@ from benchmark.store import ResultsWarning
 from benchmark.store.study import write_study_info
 
 ROOT = Path(__file__).resolve().parents[1]
-KEPT = (
-    ROOT / "results" / "quickstart-faithful-families" / "quickstart-faithful-families"
-)  # committed rows (its record: results/quickstart-faithful-families/README.md)
+KEPT = fixture_study("quickstart-faithful-families")  # frozen rows (tests/fixtures/README.md)
 
 # --- fixtures -----------------------------------------------------------------------------------
 
@@ -834,7 +833,7 @@ def test_cli_prints_markdown_and_writes_a_site(results, tmp_path, capsys):
         ),
         (
             [
-                ROOT / "results" / "quickstart-original-families" / "quickstart-original-families",
+                fixture_study("quickstart-original-families"),
                 KEPT,
                 "--format",
                 "md",
