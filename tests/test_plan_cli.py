@@ -474,3 +474,78 @@ def test_the_plan_counts_the_search_around_the_trials_as_measured_here(
     ]
     path.write_text(json.dumps(data))
     assert speeds.search_times(path, SEARCH_START_S) == (25.0, 1.5, 2)
+
+
+TUNED = ["--set", "tune={grid: {lr: [1e-3, 3e-3]}, seeds: [100, 101]}", "--set", "pruner=none"]
+
+
+def _gpu_hours(err: str) -> float:
+    return float(err.split(" GPU-hours at an assumed")[0].rsplit("about ", 1)[1].replace(",", ""))
+
+
+def test_the_plan_counts_every_run_a_candidate_trains(capsys):
+    """A candidate trains its final seeds and, under `tune:`, every point of the grid on every tuning
+    seed first (2 points x 2 seeds here): the summary, the records and the estimate count them all."""
+    rows, err = plan_json(capsys, QUICKSTART)
+    assert [r["runs"] for r in rows] == [
+        2,
+        2,
+        2,
+    ] and "3 (the whole grid) candidates x 2 seeds at" in err
+    trials = sum(r["est_seconds"] for r in rows) * 2
+    assert f"the trials {trials / 60:.1f} min" in err
+    tuned, err = plan_json(capsys, QUICKSTART, *TUNED)
+    assert [r["runs"] for r in tuned] == [6, 6, 6]
+    assert "3 (the whole grid) candidates x (4 tuning + 2 seeds) runs at" in err
+    assert [r["est_seconds"] for r in tuned] == [r["est_seconds"] for r in rows]  # one run each
+    assert f"the trials {trials * 3 / 60:.1f} min" in err
+    _, err = plan_json(capsys, QUICKSTART, *TUNED, "--set", "seeds=1")
+    assert "candidates x (4 tuning + 1 seed) runs at" in err
+
+
+@pytest.mark.parametrize("extra", [[], TUNED])
+def test_the_plan_prints_the_searchs_gpu_hours_at_an_assumed_rate(capsys, extra):
+    """FLOPs per token x tokens x runs, summed over the candidates, at 400 TFLOP/s per GPU unless
+    --gpu-tflops says otherwise; the quickstart's FLOPs counted by hand from its records."""
+    rows, err = plan_json(capsys, QUICKSTART, *extra)
+    flops = sum(r["flops_per_token_train"] * r["tokens"] * r["runs"] for r in rows)
+    runs = 6 if extra else 2
+    assert flops == runs * 600_000 * sum(count_flops(r["spec"], 128)["train"] for r in rows)
+    assert _gpu_hours(err) == pytest.approx(flops / 400e12 / 3600, rel=5e-3)
+    assert (
+        "GPU-hours at an assumed 400 TFLOP/s per GPU" in err
+        and f"({flops:.3g} training FLOPs" in err
+    )
+    _, slower = plan_json(capsys, QUICKSTART, *extra, "--gpu-tflops", "100")
+    assert _gpu_hours(slower) == pytest.approx(flops / 100e12 / 3600, rel=5e-3)
+    assert "GPU-hours at an assumed 100 TFLOP/s per GPU" in slower
+    assert _gpu_hours(slower) == pytest.approx(4 * _gpu_hours(err), rel=1e-2)
+
+
+def test_gpu_tflops_must_be_positive(capsys):
+    with pytest.raises(SystemExit) as e:
+        plan_main([QUICKSTART, "--gpu-tflops", "0"])
+    assert e.value.code == 2 and "expected a positive number, got '0'" in capsys.readouterr().err
+
+
+def test_the_cluster_gate_counts_the_tuning_runs(capsys):
+    """The quickstart at 113M is about 13 h of final seeds at FLOPS here: under the gate's day. Its
+    4 tuning runs a candidate triple that, and the search asks first, with the GPU-hours of all
+    18 runs (the flag's rate)."""
+    from benchmark.search.gate import too_big
+    from benchmark.space.language import load_space
+    from benchmark.space.plan import make_plan, records
+    from benchmark.space.source import Override, parse_set
+
+    budget = [Override.flag("budget", "budget", "113M")]
+    plain = make_plan(load_space(QUICKSTART, budget))
+    cfg = TrainConfig.from_dict(plain.space.trial_training)
+    rows = records(plain, FLOPS)
+    assert 8 < sum(r["est_seconds"] for r in rows) * 2 / 3600 < 24
+    assert too_big(plain, cfg, 2, "q", QUICKSTART, "113M") is None
+    tuned = make_plan(load_space(QUICKSTART, [parse_set(t) for t in TUNED[1::2]] + budget))
+    assert too_big(tuned, cfg, 2, "q", QUICKSTART, "113M", gpu_flops=200e12) == 2
+    err = capsys.readouterr().err
+    flops = sum(r["flops_per_token_train"] * r["tokens"] for r in rows) * 6
+    assert "q: 3 candidates x 6 runs estimated at" in err and "at an assumed 200 TFLOP/s" in err
+    assert _gpu_hours(err) == pytest.approx(flops / 200e12 / 3600, rel=5e-3)

@@ -2,6 +2,7 @@
 
     shapebench plan [SPACE.yaml] --budget 113M [--count total] [--trials N] [--tokens 20x|5M]
         [--set KEY=VALUE ...] [--seed S] [--json] [--claims FILE] [--data SOURCE] [--tokenizer bpe]
+        [--gpu-tflops 400]
     shapebench search [SPACE.yaml] --budget 113M [the plan's flags] [--name STUDY] [--results DIR]
         [--resume] [--address auto] [--seeds N] [--time-budget 30m] [--concurrency N] ...
     shapebench search --spec ARCH.yaml [--tokens 2M] [--data SOURCE] [--checkpoint DIR]
@@ -33,6 +34,7 @@ from benchmark.recipe import PRECISIONS, TrainConfig, parse_tokens
 from benchmark.search import SAMPLERS, STORAGE_WAIT_S, loggers
 from benchmark.search.gate import LIMIT_HOURS, too_big
 from benchmark.space.language import SearchSpace, SpaceError, load_space, parse_budgets
+from benchmark.space.plan import ASSUMED_GPU_FLOPS
 from benchmark.space.source import Override, parse_set
 from benchmark.store.location import RESULTS_ROOT, check_results, is_dir
 from benchmark.store.results import ResultsError, check_study_name
@@ -127,6 +129,13 @@ def _space_flags(p: argparse.ArgumentParser) -> None:
         f"training.precision, else {TrainConfig.precision})",
     )
     p.add_argument("--no-compile", action="store_true", help="train eagerly (no torch.compile)")
+    p.add_argument(
+        "--gpu-tflops",
+        type=_amount,
+        default=ASSUMED_GPU_FLOPS / 1e12,
+        help="the achieved training TFLOP/s per GPU the estimate's GPU-hours assume "
+        "(default: %(default)g, an H100 at ~40%% of its dense bf16 peak)",
+    )
 
 
 def _search_flags(p: argparse.ArgumentParser, hidden: bool) -> None:
@@ -352,7 +361,7 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
         records(plan, probe.estimates(plan, _trial_config(space, args))),
         timing.search_times(),
     )
-    render(plan, rows, wide_console(), search, as_json=args.json)
+    render(plan, rows, wide_console(), search, as_json=args.json, gpu_flops=args.gpu_tflops * 1e12)
     if (
         args.claims
     ):  # each claim of the file on this space's study: its arms, what differs, what is confounded
@@ -414,7 +423,13 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
             not (args.yes or args.address or args.resume)
             and (
                 stop := too_big(
-                    plan, _trial_config(space, args), opts.seeds, name, args.space, args.budget
+                    plan,
+                    _trial_config(space, args),
+                    opts.seeds,
+                    name,
+                    args.space,
+                    args.budget,
+                    args.gpu_tflops * 1e12,
                 )
             )
             is not None

@@ -8,37 +8,37 @@ import sys
 
 from benchmark.perf import probe
 from benchmark.recipe import TrainConfig
-from benchmark.space.plan import Plan, records
+from benchmark.space.plan import ASSUMED_GPU_FLOPS, Plan, fmt_hours, gpu_hours, records
 
 # A search estimated to take longer than this on one machine is a cluster job: it asks first.
 LIMIT_HOURS = 24
-# For the GPU-hours in that message only (no GPU is measured here): an assumed achieved training
-# rate per GPU, an H100 SXM at ~40% of its 989 TFLOP/s dense bf16 peak.
-ASSUMED_GPU_FLOPS = 400e12
 
 
 def too_big(
-    plan: Plan, cfg: TrainConfig, seeds: int, name: str, space_arg: str | None, budget: str | None
+    plan: Plan,
+    cfg: TrainConfig,
+    seeds: int,
+    name: str,
+    space_arg: str | None,
+    budget: str | None,
+    gpu_flops: float = ASSUMED_GPU_FLOPS,
 ) -> int | None:
     """Estimate first, ask before hours of training: None to go on, else the exit code. `cfg`: the
     trials' training settings (their precision and compilation, which the estimate trains with);
-    `space_arg` and `budget` as given on the command line (None: not given), for the cluster command."""
+    every run of each candidate counts, its `seeds` and its tuning runs (records' `runs`);
+    `space_arg` and `budget` as given on the command line (None: not given), for the cluster command;
+    `gpu_flops`: the achieved training FLOP/s per GPU the GPU-hours assume."""
     space = plan.space
     speed = probe.estimates(plan, cfg)
-    flops, recs = speed(plan.candidates[0].spec.family).flops_per_s, records(plan, speed)
-    hours = sum(r["est_seconds"] for r in recs) * seeds / 3600
+    flops, recs = speed(plan.candidates[0].spec.family).flops_per_s, records(plan, speed, seeds)
+    hours = sum(r["est_seconds"] * r["runs"] for r in recs) / 3600
     if hours <= LIMIT_HOURS:
         return None
-    gpu_hours = (
-        sum(r["flops_per_token_train"] * r["tokens"] for r in recs)
-        * seeds
-        / ASSUMED_GPU_FLOPS
-        / 3600
-    )
     print(
-        f"shapebench search: {name}: {len(recs)} trials estimated at {hours:,.0f} machine-hours on this machine "
-        f"({flops / 1e9:.0f} GFLOP/s measured here), about {gpu_hours:,.1f} GPU-hours at an assumed "
-        f"{ASSUMED_GPU_FLOPS / 1e12:.0f} TFLOP/s per GPU. This is a cluster job (docs/clusters.md):\n"
+        f"shapebench search: {name}: {len(recs)} candidates x {recs[0]['runs']} runs estimated at "
+        f"{hours:,.0f} machine-hours on this machine ({flops / 1e9:.0f} GFLOP/s measured here), "
+        f"about {fmt_hours(gpu_hours(recs, gpu_flops))} GPU-hours at an assumed "
+        f"{gpu_flops / 1e12:g} TFLOP/s per GPU. This is a cluster job (docs/clusters.md):\n"
         f"  ray start --head --port 6379 --num-cpus 0   (each worker: ray start --address HEAD_IP:6379)\n"
         f"  shapebench search {f'{space_arg} ' if space_arg else ''}--budget {budget or ','.join(map(str, space.budgets))}"
         f" --address auto --results s3://BUCKET/results "

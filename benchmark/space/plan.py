@@ -33,6 +33,10 @@ TRIAL_REST_S = 6.0
 # the search's start, so the interpreter's start and imports are not in it): the quickstart's on a
 # 2-core CPU (benchmarks/2026-11-24-quickstart-timings.md, "The plan's estimate").
 SEARCH_START_S = 15.0
+# The GPU-hours a plan prints, and the cluster-job gate's (search/gate.py), at an assumed achieved
+# training rate per GPU, as no GPU is measured here: an H100 SXM at ~40% of its 989 TFLOP/s dense
+# bf16 peak. `--gpu-tflops` assumes another.
+ASSUMED_GPU_FLOPS = 400e12
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,11 +104,22 @@ def make_plan(space: SearchSpace, seed: int = 0) -> Plan:
     )
 
 
-def records(plan: Plan, speed: float | Callable[[str], Any]) -> list[dict[str, Any]]:
+def runs_per_candidate(space: SearchSpace, seeds: int | None = None) -> int:
+    """The runs each candidate trains: its final seeds (`seeds`, else the space's) and, under
+    `tune:`, every point of the grid on every tuning seed before them (tuning.Tune.runs)."""
+    return (seeds or space.seeds) + (space.tune.runs if space.tune else 0)
+
+
+def records(
+    plan: Plan, speed: float | Callable[[str], Any], seeds: int | None = None
+) -> list[dict[str, Any]]:
     """One JSON-able record per candidate (`shapebench plan --json`). `speed` is
     this machine's training FLOP/s, or family -> Speed (store/speeds.py: what trials measured
-    here, with their time outside training) so that the estimate learns from finished trials."""
+    here, with their time outside training) so that the estimate learns from finished trials.
+    `est_seconds` is one run; `runs` how many the candidate trains (runs_per_candidate, `seeds`
+    final seeds, else the space's)."""
     space = plan.space
+    runs = runs_per_candidate(space, seeds)
     speed_of = speed if callable(speed) else (lambda family: _Fixed(speed, TRIAL_REST_S, 0))
     out = []
     for i, c in enumerate(plan.candidates):
@@ -129,6 +144,7 @@ def records(plan: Plan, speed: float | Callable[[str], Any]) -> list[dict[str, A
                 "warmup_steps": warmup,
                 "est_seconds": flops["train"] * tokens / known.flops_per_s + known.overhead_s,
                 "est_from_trials": known.trials,
+                "runs": runs,
             }
         )
     return out
@@ -141,6 +157,16 @@ class _Fixed:  # the shape of store.speeds.Speed, for a single machine-wide FLOP
     trials: int
 
 
+def train_flops(rows: list[dict[str, Any]]) -> float:
+    """The training FLOPs of every run of every candidate: FLOPs per token x tokens x runs."""
+    return sum(r["flops_per_token_train"] * r["tokens"] * r["runs"] for r in rows)
+
+
+def gpu_hours(rows: list[dict[str, Any]], gpu_flops: float = ASSUMED_GPU_FLOPS) -> float:
+    """train_flops at `gpu_flops` achieved training FLOP/s per GPU."""
+    return train_flops(rows) / gpu_flops / 3600
+
+
 def median_distance(plan: Plan) -> float:
     return statistics.median(abs(c.distance) for c in plan.candidates)
 
@@ -150,6 +176,11 @@ def median_distance(plan: Plan) -> float:
 
 def fmt_seconds(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def fmt_hours(h: float) -> str:
+    """Three significant figures, thousands separated from 100 up: 0.0123, 12.3, 1,234."""
+    return f"{h:,.0f}" if h >= 100 else f"{h:.3g}"
 
 
 def _ffn(spec) -> str:
@@ -173,13 +204,14 @@ def render(
     console,
     search: tuple[float, float, int] | None = None,
     as_json: bool = False,
+    gpu_flops: float = ASSUMED_GPU_FLOPS,
 ) -> None:
     """A rich table of the candidates and a one-line summary; `as_json` (`--plan --json`): one JSON
     object per candidate on stdout, the summary and notes on stderr."""
     if as_json:
         for row in rows:
             print(json.dumps(row, sort_keys=True))
-        print(summary(plan, rows, search), file=sys.stderr)
+        print(summary(plan, rows, search, gpu_flops), file=sys.stderr)
         for line in warnings(plan.space):
             print(f"note: {line}", file=sys.stderr)
         return
@@ -233,7 +265,7 @@ def render(
         )
     console.print(table)
     console.print(
-        summary(plan, rows, search), markup=False
+        summary(plan, rows, search, gpu_flops), markup=False
     )  # `--set 'axes.family=[a, b]'` is not markup
     for line in warnings(space):
         console.print(f"[yellow]note:[/yellow] {line}")
@@ -271,17 +303,21 @@ def _step(space: SearchSpace) -> str:
 
 
 def summary(
-    plan: Plan, rows: list[dict[str, Any]], search: tuple[float, float, int] | None = None
+    plan: Plan,
+    rows: list[dict[str, Any]],
+    search: tuple[float, float, int] | None = None,
+    gpu_flops: float = ASSUMED_GPU_FLOPS,
 ) -> str:
     """The plan's last line. `search`: (start_s, per_trial_s, searches) of store.speeds.search_times,
-    the time a search spends outside its trials; None: SEARCH_START_S."""
+    the time a search spends outside its trials; None: SEARCH_START_S. `gpu_flops`: the achieved
+    training FLOP/s per GPU its GPU-hours assume."""
     space = plan.space
     how = (
         f"{len(rows)} sampled (seed {plan.seed})"
         if plan.sampled
         else f"{len(rows)} (the whole grid)"
     )
-    trials = sum(r["est_seconds"] for r in rows) * space.seeds
+    trials = sum(r["est_seconds"] * r["runs"] for r in rows)
     start_s, per_trial_s, searches = search or (SEARCH_START_S, 0.0, 0)
     around = start_s + per_trial_s * len(rows)  # a candidate's seeds run in one trial
     source = (
@@ -290,15 +326,33 @@ def summary(
         else "until a search has run here"
     )
     at = ", ".join(fmt_count(b) for b in space.budgets)
-    seeds = f" x {space.seeds} seeds" if space.seeds > 1 else ""
     return (
-        f"{how} candidates{seeds} at {at} {space.count} parameters "
+        f"{how} candidates{_runs(space)} at {at} {space.count} parameters "
         f"± {fmt_fraction(space.tolerance)}; "
         f"{_matched(plan)}; {_tokens(space)} tokens each, {_step(space)}, "
         f"{_steps(rows)}; "
         f"est. {fmt_seconds(trials + around)} here: the trials {fmt_seconds(trials)} ({_basis(rows)}), "
-        f"the search around them {fmt_seconds(around)} ({source}); planned in {plan.seconds:.2f} s"
+        f"the search around them {fmt_seconds(around)} ({source}); {_gpu_hours(rows, gpu_flops)}; "
+        f"planned in {plan.seconds:.2f} s"
         + (f"; set on the command line: {' '.join(space.overrides)}" if space.overrides else "")
+    )
+
+
+def _runs(space: SearchSpace) -> str:
+    """The runs of each candidate (runs_per_candidate): " x 3 seeds", under `tune:`
+    " x (4 tuning + 3 seeds) runs"; nothing for one seed alone."""
+    seeds = f"{space.seeds} seed{'s' if space.seeds > 1 else ''}"
+    if space.tune:
+        return f" x ({space.tune.runs} tuning + {seeds}) runs"
+    return f" x {seeds}" if space.seeds > 1 else ""
+
+
+def _gpu_hours(rows: list[dict[str, Any]], gpu_flops: float) -> str:
+    """The whole search's GPU-hours at an assumed rate: no probe, the FLOPs are counted exactly."""
+    return (
+        f"about {fmt_hours(gpu_hours(rows, gpu_flops))} GPU-hours at an assumed "
+        f"{gpu_flops / 1e12:g} TFLOP/s per GPU ({train_flops(rows):.3g} training FLOPs: "
+        "FLOPs per token x tokens x runs, summed over the candidates)"
     )
 
 
