@@ -64,3 +64,47 @@ def test_the_readmes_quote_the_reports_verdicts(readme):
         f"python -m benchmark.leaderboard.quote results/reference/REPORT.md {readme}"
     )
     assert "| Verdict | Size | Arms |" in verdicts_table(report)
+
+
+def test_the_comparison_with_the_second_study_lists_every_first_study_row(
+    capsys, monkeypatch, tmp_path
+):
+    """Every row of the first study's verdicts appears, with its cells, in the comparison with the
+    second study's claims (reference-2.yaml, read here on its pilot record, whose rows no claim's
+    study holds): its reworded hourglass claims matched by their pairs and source, its float32
+    claims not run again."""
+    from benchmark.leaderboard.claims import compare
+
+    monkeypatch.chdir(ROOT)
+    capsys.readouterr()
+    pilot = ["results/reference-2-pilot", "--claims", "search_spaces/claims/reference-2.yaml"]
+    assert main([*pilot, "--format", "md"]) == 0
+    (tmp_path / "REPORT.md").write_text(capsys.readouterr().out)
+    first = compare.read(RECORD / "REPORT.md")
+    table = compare.table(first, compare.read(tmp_path / "REPORT.md"))
+    rows = [dict(zip((c.header for c in table.columns), row)) for row in table.rows()]
+    assert len(first.rows) == 19 == len(rows)
+    assert [(r.claim, r.pair, r.difference, r.p, r.verdict) for r in first.rows] == [
+        (
+            row["Claim"].split(" → ")[0],
+            row["Better − worse (metric)"],
+            row["First: difference [95% CI]"],
+            row["First: p (Holm)"],
+            row["First: verdict"],
+        )
+        for row in rows
+    ]
+    changed = {row["Claim"]: row["What changed"] for row in rows}
+    assert {c for c, what in changed.items() if what == "not run in the second study"} == {
+        "HC with n = 4 beats n = 1 (trained in float32)",
+        "HC with n = 4 beats the plain residual (trained in float32)",
+    }
+    assert [c for c in changed if " → " in c] == [
+        "An hourglass FFN (K = 4, d_h/d_model 0.405) beats the conventional FFN at a matched "
+        "non-embedding budget → An hourglass FFN (K = 4) beats the conventional FFN at fixed "
+        "attention and a matched non-embedding budget",
+        "An hourglass FFN (K = 2 at L = 12) beats the conventional FFN at a matched non-embedding "
+        "budget → An hourglass FFN (K = 2 at L = 12) beats the conventional FFN at fixed attention "
+        "and a matched non-embedding budget",
+    ]
+    assert set(changed.values()) == {"no data in the second study", "not run in the second study"}

@@ -44,7 +44,8 @@ with a 95% t interval, paired when both groups hold the same seeds, Welch's othe
 that adjusted p (reproduced, contradicted, not decided), and the smallest difference these seeds
 detect with 80% power. One seed a side gives no interval: "not decided (1 seed)", never a verdict.
 What the groups' models differ in, and whether that is only what the claim tests: arms.py.
-Reading the file: file.py; checking its claims against the rows: check.py.
+Reading the file: file.py; checking its claims against the rows: check.py; two studies' reports
+compared claim by claim: compare.py.
 """
 
 from benchmark.leaderboard.claims.check import NO_DATA, ONE_SEED, Group, Pair, Result, evaluate
