@@ -1,69 +1,77 @@
-"""The reference study's report (results/reference/REPORT.md) is the tool's own output on the
-committed rows: regenerating it with the command its record names gives the committed file, so
-every number in it comes from the rows (results/reference/README.md)."""
+"""The reference studies' reports (results/reference/REPORT.md, results/reference-2/REPORT.md) are
+the tool's own output on the committed rows: regenerating each with the command its record names
+gives the committed file, so every number in it comes from the rows (each record's README)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from benchmark.leaderboard.command import main
+from benchmark.leaderboard.quote import quoted, verdicts_table
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORD = ROOT / "results" / "reference"
-# The command REPORT.md and the record's README name, from the repository's root.
-COMMAND = [
-    "results/reference",
-    "--claims",
-    "search_spaces/claims/reference.yaml",
-    "--predict",
-    "113M",
-    "--format",
-    "md",
-]
+# Each record and the command its REPORT.md and README name, from the repository's root.
+RECORDS = {
+    "reference": "search_spaces/claims/reference.yaml",
+    "reference-2": "search_spaces/claims/reference-2.yaml",
+}
 
 
-def test_the_committed_report_is_what_the_committed_rows_give(capsys, monkeypatch):
-    if not (RECORD / "REPORT.md").exists():
-        pytest.fail(
-            "results/reference/REPORT.md is missing: shapebench board "
-            + " ".join(COMMAND)
-            + " > results/reference/REPORT.md"
-        )
+def command(record: str) -> list[str]:
+    return [
+        f"results/{record}",
+        "--claims",
+        RECORDS[record],
+        "--predict",
+        "113M",
+        "--format",
+        "md",
+    ]
+
+
+@pytest.mark.parametrize("record", RECORDS)
+def test_the_committed_report_is_what_the_committed_rows_give(record, capsys, monkeypatch):
+    report = ROOT / "results" / record / "REPORT.md"
+    how = f"shapebench board {' '.join(command(record))} > results/{record}/REPORT.md"
+    if not report.exists():
+        pytest.fail(f"results/{record}/REPORT.md is missing: {how}")
     monkeypatch.chdir(ROOT)
     capsys.readouterr()
-    assert main(COMMAND) == 0
-    assert capsys.readouterr().out == (RECORD / "REPORT.md").read_text(), (
-        "results/reference/REPORT.md is stale: shapebench board "
-        + " ".join(COMMAND)
-        + " > results/reference/REPORT.md"
+    assert main(command(record)) == 0
+    assert capsys.readouterr().out == report.read_text(), (
+        f"results/{record}/REPORT.md is stale: {how}"
     )
 
 
-def test_the_record_names_the_command():
-    assert "shapebench board " + " ".join(COMMAND) in (RECORD / "README.md").read_text()
+@pytest.mark.parametrize("record", RECORDS)
+def test_the_record_names_the_command(record):
+    readme = (ROOT / "results" / record / "README.md").read_text()
+    assert "shapebench board " + " ".join(command(record)) in readme
 
 
-BEGIN, END = "<!-- verdicts: results/reference/REPORT.md -->", "<!-- /verdicts -->"
+BLOCK = re.compile(r"<!-- verdicts: (\S+) -->\n")
 
 
 @pytest.mark.parametrize("readme", ["README.md", "results/reference/README.md"])
 def test_the_readmes_quote_the_reports_verdicts(readme):
-    """Each README's verdicts are the report's, written by benchmark.leaderboard.quote: no figure in
+    """Each README's verdicts are a report's, written by benchmark.leaderboard.quote: no figure in
     them is copied by hand."""
-    from benchmark.leaderboard.quote import quoted, verdicts_table
-
     text = (ROOT / readme).read_text()
-    assert BEGIN in text and END in text, (
-        f"{readme} quotes the reference verdicts between {BEGIN} and {END}"
+    reports = BLOCK.findall(text)
+    assert reports and "<!-- /verdicts -->" in text, (
+        f"{readme} quotes a reference study's verdicts between <!-- verdicts: REPORT --> and "
+        "<!-- /verdicts -->"
     )
-    report = (RECORD / "REPORT.md").read_text()
-    assert text == quoted(text, report), (
-        f"{readme}'s verdict table differs from results/reference/REPORT.md's: "
-        f"python -m benchmark.leaderboard.quote results/reference/REPORT.md {readme}"
-    )
-    assert "| Verdict | Size | Arms |" in verdicts_table(report)
+    for name in reports:
+        report = (ROOT / name).read_text()
+        assert text == quoted(text, report), (
+            f"{readme}'s verdict table differs from {name}'s: "
+            f"python -m benchmark.leaderboard.quote {name} {readme}"
+        )
+        assert "| Verdict | Size | Arms |" in verdicts_table(report)
 
 
 def test_the_comparison_with_the_second_study_lists_every_first_study_row(
@@ -80,7 +88,7 @@ def test_the_comparison_with_the_second_study_lists_every_first_study_row(
     pilot = ["results/reference-2-pilot", "--claims", "search_spaces/claims/reference-2.yaml"]
     assert main([*pilot, "--format", "md"]) == 0
     (tmp_path / "REPORT.md").write_text(capsys.readouterr().out)
-    first = compare.read(RECORD / "REPORT.md")
+    first = compare.read(ROOT / "results" / "reference" / "REPORT.md")
     table = compare.table(first, compare.read(tmp_path / "REPORT.md"))
     rows = [dict(zip((c.header for c in table.columns), row)) for row in table.rows()]
     assert len(first.rows) == 19 == len(rows)
