@@ -116,3 +116,20 @@ def test_the_comparison_with_the_second_study_lists_every_first_study_row(
         "and a matched non-embedding budget",
     ]
     assert set(changed.values()) == {"no data in the second study", "not run in the second study"}
+
+
+def test_the_second_record_quotes_the_comparison_with_the_first(tmp_path, monkeypatch):
+    """results/reference-2/README.md's first-study-against-second table is the one
+    benchmark.leaderboard.claims.compare writes from the two committed reports."""
+    from benchmark.leaderboard.claims import compare
+
+    readme = ROOT / "results" / "reference-2" / "README.md"
+    copy = tmp_path / "README.md"
+    copy.write_text(readme.read_text())
+    monkeypatch.chdir(ROOT)
+    reports = ["results/reference/REPORT.md", "results/reference-2/REPORT.md"]
+    assert compare.main([*reports, "--readme", str(copy)]) == 0
+    assert copy.read_text() == readme.read_text(), (
+        "results/reference-2/README.md's comparison is stale: python -m "
+        f"benchmark.leaderboard.claims.compare {' '.join(reports)} --readme {readme.relative_to(ROOT)}"
+    )
