@@ -284,6 +284,19 @@ trials: {trials}
 """
 
 
+# Ray Train's settings for these tests (Ray's defaults stay for users). Its controller polls the
+# workers every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (Ray's default: 2 s), and a worker's
+# `ray.train.report` waits for that poll to take the previous report (a queue of one): the tiny
+# trials here report at every step (ASHA's rungs), so at the default they mostly waited for the
+# poll. Polled this often, a report waits a moment and a lost worker is seen as soon, by the same
+# failed health check. The preemption watcher (an actor per Train run that polls for draining
+# nodes) has no node to see drain here: one process fewer to start a trial.
+TRAIN_ENV = {
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1",
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+}
+
+
 @pytest.fixture(scope="module")
 def ray_here(tmp_path_factory):
     import ray
@@ -291,9 +304,14 @@ def ray_here(tmp_path_factory):
     from benchmark.search import ray_session
 
     slot = ray_session.claim(tmp_path_factory.mktemp("dp-ray"))
-    ray_session.start(None, slot)
-    yield
-    ray.shutdown()
+    with pytest.MonkeyPatch.context() as mp:
+        # Ray's processes inherit the environment of the one that starts it; the Tune trial
+        # passes these on to its Train controller and workers.
+        for key, value in TRAIN_ENV.items():
+            mp.setenv(key, value)
+        ray_session.start(None, slot)
+        yield
+        ray.shutdown()
     slot.release()
 
 
