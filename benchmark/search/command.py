@@ -521,7 +521,7 @@ def _resume_command(args: argparse.Namespace, name: str) -> str:
 def as_declared(space: SearchSpace, args: argparse.Namespace, study_dir) -> SearchSpace:
     """A study resumes as it was declared: the `--set`s its _study.json recorded are set again
     when none are given; different ones are refused, as a study is one experiment."""
-    from benchmark.store.study import read_study_info
+    from benchmark.store.declaration import read_study_info
 
     recorded = [
         t for t in read_study_info(study_dir).get("overrides") or () if t.startswith("--set ")
