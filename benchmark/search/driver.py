@@ -32,16 +32,21 @@ kept, and the message says how to go on.
 from __future__ import annotations
 
 import math
+import sys
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import optuna
+
 from benchmark.data import DataConfig, cache_root, prepare
 from benchmark.recipe import parse_tokens
-from benchmark.search import disk, optuna_study, ray_session, resume, roster
+from benchmark.search import disk, loggers, optuna_study, ray_session, resume, roster
 from benchmark.search.context import TrialContext
 from benchmark.search.halt import Halt, SearchHalted
+from benchmark.search.live import LiveView
 from benchmark.search.progress import Poll, start_board
 from benchmark.search.rows import best_row
 from benchmark.search.storage import STORAGE_WAIT_S, StorageUnavailable
@@ -281,8 +286,6 @@ def _mirror_quietly(opts: SearchOptions) -> None:
     try:
         optuna_study.mirror(opts.study_dir, opts.storage, push=True)
     except OSError as e:  # the rows are where they belong; the study copy is a convenience
-        import warnings
-
         warnings.warn(f"could not copy the Optuna study to {opts.study_dir}: {e}", stacklevel=2)
 
 
@@ -354,7 +357,6 @@ def _run(run: _Run, ctx: TrialContext, summary: SearchSummary) -> Halt | None:
         _account(summary, view, timed=alone)
     finally:
         ray_session.stop(owned)
-    import optuna
 
     # after a full disk or a storage away, trials stay RUNNING: --resume closes them
     if not halt or halt.kind not in ("store_full", "storage"):
@@ -378,8 +380,6 @@ def _account(summary: SearchSummary, view, timed: bool) -> None:
 
 def _say_stopped(opts: SearchOptions, line: str) -> None:
     """The one line of a driver that ends at once (its Ray's head is gone), as the search command's."""
-    import sys
-
     then = f"; then: {opts.resume_command}" if opts.resume_command else "; then resume the study"
     print(f"shapebench search: {opts.name}: stopped: {line}{then}", file=sys.stderr, flush=True)
 
@@ -440,9 +440,7 @@ def _tune(run: _Run, ctx: TrialContext, sampler, res):
     from ray import tune
     from ray.tune.search import ConcurrencyLimiter
 
-    from benchmark.search import loggers
     from benchmark.search.callback import SearchCallback, StopAll
-    from benchmark.search.live import LiveView
     from benchmark.search.searcher import make_searcher
     from benchmark.search.trainable import trainable
 

@@ -5,6 +5,7 @@ study's seeds continued, and the candidates whose rows were set aside run again.
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 from benchmark.search import rows, tuning
@@ -137,8 +138,6 @@ def supersede(study_dir: str, rerun: Sequence[str], others: Sequence = ()) -> li
     run_again to train those candidates anew (after a change to the code they run). Returns the
     new locations; StudyError when another driver runs the study, a filter is malformed or names
     no column, or no row matches."""
-    import time
-
     given = " ".join(rerun)
     if others:
         raise StudyError(
