@@ -7,7 +7,7 @@ Public API (private modules re-exported here, loaded on first use so that light 
   count_params, count_flops       analytic accounting (arch/counting.py)
 """
 
-import importlib
+from benchmark.lazy import lazy_face
 
 _EXPORTS = {
     "ArchSpec": "arch.spec",
@@ -20,8 +20,4 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(f"module 'benchmark' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)

@@ -112,7 +112,7 @@ def test_results_on_s3_from_every_node(cluster, corpus, tmp_path, s3_endpoint):
     import optuna
 
     from benchmark.leaderboard.command import main as board
-    from benchmark.search.study import OPTUNA_DB
+    from benchmark.search.optuna_study import OPTUNA_DB
     from benchmark.store.location import resolve
 
     c, workers = cluster

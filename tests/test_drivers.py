@@ -18,7 +18,7 @@ import pytest
 
 from benchmark.search import ray_session
 from benchmark.search.command import search_main as main
-from benchmark.search.study import StudyError, check_declared, declaration
+from benchmark.search.optuna_study import StudyError, check_declared, declaration
 from benchmark.space.language import load_space
 from benchmark.space.source import parse_set
 
@@ -128,7 +128,7 @@ def assert_recorded_once(study_dir: Path, storage: str, logs: list[str]) -> None
 @pytest.mark.slow
 def test_two_drivers_share_a_study_in_postgresql(tmp_path, corpus, postgres_url):
     study_dir, logs = two_drivers(tmp_path, corpus, "--storage", postgres_url)
-    from benchmark.search.study import engine_url
+    from benchmark.search.optuna_study import engine_url
 
     assert_recorded_once(study_dir, engine_url(postgres_url), logs)
     assert not (study_dir / "_optuna.db").exists()
@@ -213,11 +213,11 @@ time.sleep(120)
 def test_the_registry_keeps_live_drivers_and_drops_dead_ones(tmp_path, monkeypatch):
     import json
 
-    from benchmark.search import drivers
+    from benchmark.search import roster
 
     study = str(tmp_path / "s")
-    me = drivers.Registry(study, "sqlite")
-    folder = tmp_path / "s" / drivers.FOLDER
+    me = roster.Registry(study, "sqlite")
+    folder = tmp_path / "s" / roster.FOLDER
     folder.mkdir(parents=True)
     here, now = socket.gethostname(), time.time()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -231,14 +231,14 @@ def test_the_registry_keeps_live_drivers_and_drops_dead_ones(tmp_path, monkeypat
         (folder / f"{name}.json").write_text(json.dumps(record))
 
     enter(
-        "live", here, os.getppid(), drivers._started(os.getppid()), now - 10 * drivers.GRACE_S
+        "live", here, os.getppid(), roster._started(os.getppid()), now - 10 * roster.GRACE_S
     )  # runs: beat no matter
     enter("dead", here, dead.pid, "1", now)  # its pid ended: fresh beat no matter
     enter(
-        "no-proc", here, dead.pid, None, now - 2 * drivers.GRACE_S
+        "no-proc", here, dead.pid, None, now - 2 * roster.GRACE_S
     )  # no start time (macOS): by its beat
     enter("remote-fresh", "elsewhere", 1, "1", now)
-    enter("remote-stale", "elsewhere", 2, "1", now - 2 * drivers.GRACE_S)
+    enter("remote-stale", "elsewhere", 2, "1", now - 2 * roster.GRACE_S)
     me.beat(force=True)
     assert sorted(d.pid for d in me.others()) == [1, os.getppid()]
     assert sorted(f.name for f in folder.iterdir()) == sorted(

@@ -45,7 +45,7 @@ from benchmark.leaderboard.bands import bands, cluster
 from benchmark.leaderboard.objectives import DEFAULT, objectives
 from benchmark.leaderboard.report import FILES
 from benchmark.store import ResultsWarning
-from benchmark.store.study import write_study_info
+from benchmark.store.declaration import write_study_info
 
 ROOT = Path(__file__).resolve().parents[1]
 KEPT = fixture_study("quickstart-faithful-families")  # frozen rows (tests/fixtures/README.md)

@@ -15,11 +15,11 @@ from benchmark.perf import probe
 from benchmark.search.command import as_declared, build_search_parser, plan_main
 from benchmark.search.command import search_main as main
 from benchmark.search.driver import SearchOptions, study_info
-from benchmark.search.study import Sample
+from benchmark.search.optuna_study import Sample
 from benchmark.space.language import load_space
 from benchmark.space.source import Override, apply_overrides, parse_set
+from benchmark.store.declaration import read_study_info, write_study_info
 from benchmark.store.speeds import Speed
-from benchmark.store.study import read_study_info, write_study_info
 
 ROOT = Path(__file__).resolve().parent.parent
 HYPERLOOP = str(ROOT / "search_spaces" / "papers" / "hyperloop-table1-136m.yaml")
@@ -475,7 +475,7 @@ def test_the_resume_command_a_stopped_search_prints_resumes_the_same_study(tiny,
     import shlex
 
     from benchmark.search.command import _resume_command, overrides
-    from benchmark.search.study import check_declared
+    from benchmark.search.optuna_study import check_declared
 
     argv = [
         tiny,
@@ -561,7 +561,7 @@ def test_pruner_none_trains_every_trial_to_its_end(tiny):
     `pruner: none` (here through --set) turns it off, the study records it, and a study may resume
     with another pruner (trials cut before stay cut)."""
     from benchmark.search import driver
-    from benchmark.search.study import check_declared, declaration
+    from benchmark.search.optuna_study import check_declared, declaration
 
     asha, none = load_space(tiny), load_space(tiny, [parse_set("pruner=none")])
     opts = SearchOptions(name="tiny-set")

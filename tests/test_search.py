@@ -369,8 +369,8 @@ def test_the_optuna_study_speaks_the_declared_names_and_carries_each_row(
     import socket
 
     from benchmark.search import StudyError
+    from benchmark.store.declaration import read_study_info
     from benchmark.store.metrics import BY_NAME, LOOP_LOSSES, SEARCHABLE, row_value
-    from benchmark.store.study import read_study_info
 
     # every metric these families report: none evaluates loop counts, so none has a val_loss_r*
     names = [

@@ -528,7 +528,7 @@ def test_ray_tune_can_checkpoint_the_searcher_of_every_space(path, tmp_path):
     '_Parser.compare.<locals>.<lambda>'"). The restored searcher samples the same candidate."""
     from ray.tune.search.optuna import OptunaSearch
 
-    from benchmark.search.study import Sample as _Sample
+    from benchmark.search.optuna_study import Sample as _Sample
 
     space = load_space(path)
     searcher = OptunaSearch(

@@ -23,7 +23,7 @@ import pytest
 from benchmark.search import rows as trial_rows
 from benchmark.search import searcher as searcher_module
 from benchmark.search.command import search_main as main
-from benchmark.search.study import DRIVER, engine_url
+from benchmark.search.optuna_study import DRIVER, engine_url
 
 ROOT = Path(__file__).resolve().parent.parent
 

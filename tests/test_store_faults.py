@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmark.store import location
+from benchmark.store.declaration import read_study_info, write_study_info
 from benchmark.store.errors import ResultsPathError
 from benchmark.store.location import check_results, free_bytes
 from benchmark.store.results import (
@@ -40,7 +41,6 @@ from benchmark.store.results import (
     trial_files,
     write_row,
 )
-from benchmark.store.study import read_study_info, write_study_info
 
 ROOT = Path(__file__).resolve().parents[1]
 

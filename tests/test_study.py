@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from benchmark.search.context import TrialContext
+from benchmark.search.optuna_study import StudyError, resolve_sampler
 from benchmark.search.rows import trial_rows, user_attrs, values
-from benchmark.search.study import StudyError, resolve_sampler
 from benchmark.space import SpaceError, load_space
 from benchmark.store import metrics
 from benchmark.store.results import write_row
@@ -215,9 +215,9 @@ def test_a_trial_stopped_between_its_seeds_is_continued_with_the_seeds_it_lacks(
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState
 
+    from benchmark.search.optuna_study import Quota
     from benchmark.search.resume import close_running
     from benchmark.search.rows import CONTINUES, finished_seeds
-    from benchmark.search.study import Quota
 
     ctx, study = _context(tmp_path, 3), _study()
     stopped = study.ask({"family": CategoricalDistribution(["looped", "hyperloop"])})
@@ -333,7 +333,7 @@ def test_a_continuing_trial_trains_only_the_seeds_it_lacks(tmp_path, monkeypatch
 
 def test_a_resumed_study_keeps_its_first_seed(tmp_path):
     """Its trials' seeds are the list from the first one: another would make every trial lack seeds."""
-    from benchmark.search.study import check_declared, declaration
+    from benchmark.search.optuna_study import check_declared, declaration
 
     s = space(tmp_path)
     recorded = {**declaration(s), "seeds": 3, "seed": 0}

@@ -16,9 +16,7 @@ from benchmark.leaderboard.claims import ClaimsError
 from benchmark.leaderboard.claims import evaluate as evaluate_claims
 from benchmark.leaderboard.claims import load as load_claims
 from benchmark.leaderboard.export import write as export_benchmark
-from benchmark.leaderboard.objectives import Objective
-from benchmark.leaderboard.report import FORMATS, publish
-from benchmark.leaderboard.studies import (
+from benchmark.leaderboard.loading import (
     LeaderboardError,
     NoResults,
     find_studies,
@@ -27,6 +25,8 @@ from benchmark.leaderboard.studies import (
     read_studies,
     skipped_notes,
 )
+from benchmark.leaderboard.objectives import Objective
+from benchmark.leaderboard.report import FORMATS, publish
 
 __all__ = [
     "Board",

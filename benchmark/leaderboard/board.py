@@ -13,8 +13,8 @@ import pandas as pd
 from benchmark.arch import describe
 from benchmark.leaderboard import frontier, objectives, tuning
 from benchmark.leaderboard.bands import DEFAULT_TOLERANCE, bands, cohorts
+from benchmark.leaderboard.loading import LeaderboardError, NoResults
 from benchmark.leaderboard.objectives import Objective
-from benchmark.leaderboard.studies import LeaderboardError, NoResults
 from benchmark.store import METRICS
 
 # The registry's results columns; the study-dependent `params_{count}` is one of the two params
@@ -85,7 +85,7 @@ def build(
     declared: Mapping[str, dict] | None = None,
     notes: Sequence[str] = (),
 ) -> Board:
-    """`declared`: each study's declaration (studies.read_declarations), whose objectives the board
+    """`declared`: each study's declaration (loading.read_declarations), whose objectives the board
     takes when the settings name none; None when the trials come from no study folder. `notes`:
     what reading the studies left out (studies.skipped_notes), said first among the board's notes."""
     objs, said, defaulted = _objectives(settings, declared)

@@ -34,17 +34,17 @@ from benchmark.leaderboard.claims import evaluate as evaluate_claims
 from benchmark.leaderboard.claims import load as load_claims
 from benchmark.leaderboard.curves import read_study_curves
 from benchmark.leaderboard.export import write as export_benchmark
-from benchmark.leaderboard.objectives import Objective, counted
-from benchmark.leaderboard.report import FORMATS, publish
-from benchmark.leaderboard.scaling import BY
-from benchmark.leaderboard.stats import ADJUSTMENTS, DEFAULT_ADJUSTMENT
-from benchmark.leaderboard.studies import (
+from benchmark.leaderboard.loading import (
     LeaderboardError,
     find_studies,
     read_declarations,
     read_studies,
     skipped_notes,
 )
+from benchmark.leaderboard.objectives import Objective, counted
+from benchmark.leaderboard.report import FORMATS, publish
+from benchmark.leaderboard.scaling import BY
+from benchmark.leaderboard.stats import ADJUSTMENTS, DEFAULT_ADJUSTMENT
 from benchmark.recipe import parse_amount
 from benchmark.store import RESULTS_ROOT
 

@@ -38,7 +38,7 @@ import pandas as pd
 
 from benchmark.arch import describe
 from benchmark.leaderboard.board import Board
-from benchmark.leaderboard.studies import LeaderboardError
+from benchmark.leaderboard.loading import LeaderboardError
 from benchmark.store import METRICS, PARAM_COLUMNS
 
 FIDELITY = "hp_tokens"

@@ -131,7 +131,7 @@ def normed_linear(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Te
     (mHC §4.3.1, kernel fusion, reorders its gates' norm the same way): the same numbers without
     a normalised copy of the streams written and read back, forward and backward."""
     if fused(x):
-        from benchmark.models.kernels import hc
+        from benchmark.models.kernels import hc  # triton: loads only where it runs (fused)
 
         return hc.normed_linear(x, weight, eps)
     dt = compute_dtype(x.dtype)
@@ -172,7 +172,7 @@ class Connection(nn.Module):
         if stored == torch.float32:  # fp32 or wider: float64 streams (gradcheck) stay float64
             stored = compute_dtype(Y.dtype)
         if fused(Y):
-            from benchmark.models.kernels import hc
+            from benchmark.models.kernels import hc  # triton: loads only where it runs (fused)
 
             return hc.write(Y, out, post, res, stored)
         dt = compute_dtype(Y.dtype)
@@ -374,7 +374,7 @@ def weigh(pre: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     """u = H_pre Y: (B, T, n) read weights over (B, T, n, d) streams -> (B, T, d), summed in
     float32 for bf16 streams (compute_dtype)."""
     if fused(Y):
-        from benchmark.models.kernels import hc
+        from benchmark.models.kernels import hc  # triton: loads only where it runs (fused)
 
         return hc.read(Y, pre)
     return (pre.unsqueeze(-1).to(compute_dtype(Y.dtype)) * Y).sum(-2)

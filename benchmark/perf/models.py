@@ -218,7 +218,7 @@ def paired_ratio(a: Measurement, b: Measurement) -> tuple[float, float, float, i
 def _judged(lo: float, hi: float, limit: float, unresolved: str) -> str:
     """A time-ratio target's verdict from an interval (lo, hi): `met` only with the whole interval
     at or under `limit`, `missed` with all of it over, else `unresolved`."""
-    from benchmark.leaderboard.stats import VERDICTS, verdict
+    from benchmark.leaderboard.stats import VERDICTS, verdict  # scipy, as paired_ratio
 
     return dict(zip(VERDICTS, ("met", "missed", unresolved)))[
         str(verdict(lo - limit, hi - limit, expected_sign=-1))
@@ -228,7 +228,7 @@ def _judged(lo: float, hi: float, limit: float, unresolved: str) -> str:
 def paired_line(label: str, a: Measurement, b: Measurement, limit: float) -> str | None:
     """`label`: a's time per token over b's from their paired rounds, with its interval, judged
     against the target `limit`; None with fewer than MIN_ROUNDS rounds (no interval)."""
-    from benchmark.leaderboard.stats import LEVEL
+    from benchmark.leaderboard.stats import LEVEL  # scipy, as paired_ratio
 
     est, lo, hi, rounds = paired_ratio(a, b)
     if rounds < MIN_ROUNDS:
@@ -294,7 +294,7 @@ def across_runs(results, path, code: str, now: float) -> list[str]:
     machine (store/speeds.py); from three runs on, a t interval between runs judges the target. One
     run's interval says how steady its rounds were, not how the ratio moves with a shared CPU's
     hours (paired_ratio): that needs runs at different times, and their spread is this interval."""
-    from benchmark.leaderboard.stats import LEVEL, interval, mean_se
+    from benchmark.leaderboard.stats import LEVEL, interval, mean_se  # scipy, as paired_ratio
 
     lines = []
     for a, b, limit in HYPER_TARGETS:

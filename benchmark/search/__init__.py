@@ -2,7 +2,7 @@
 its sampler, the rows a search writes, the live view. Names load on first use, so that reading
 `SAMPLERS` (the command line does) imports neither Ray nor torch."""
 
-import importlib
+from benchmark.lazy import lazy_face
 
 _EXPORTS = {
     "SearchOptions": "driver",
@@ -12,16 +12,12 @@ _EXPORTS = {
     "SearchHalted": "halt",
     "ray_processes": "ray_session",
     "temp_dir": "ray_session",
-    "OPTUNA_DB": "study",
-    "SAMPLERS": "study",
-    "StudyError": "study",
-    "storage_url": "study",
+    "OPTUNA_DB": "optuna_study",
+    "SAMPLERS": "optuna_study",
+    "StudyError": "optuna_study",
+    "storage_url": "optuna_study",
     "STORAGE_WAIT_S": "storage",
 }
 __all__ = list(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"benchmark.search.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'benchmark.search' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)

@@ -9,7 +9,7 @@ leaves reserved, and decides when the whole search must stop (`StopAll`):
   node was lost, or resources were asked that no node has): say which, never hang.
 
 Each decision is a `Halt` (search/halt.py), the first one kept. On each step it also refreshes
-this driver's entry in the study's registry (search/drivers.py)."""
+this driver's entry in the study's registry (search/roster.py)."""
 
 from __future__ import annotations
 

@@ -29,13 +29,26 @@ from rich.console import Console
 from rich.markup import escape
 
 from benchmark.arch.counting import COUNTS
+from benchmark.console import console as wide_console
 from benchmark.data import DataConfig
+from benchmark.perf import probe, timing
 from benchmark.recipe import PRECISIONS, TrainConfig, parse_tokens
-from benchmark.search import SAMPLERS, STORAGE_WAIT_S, loggers
+from benchmark.search import (
+    SAMPLERS,
+    STORAGE_WAIT_S,
+    SearchHalted,
+    SearchOptions,
+    StudyError,
+    check_declared,
+    loggers,
+    run_search,
+    storage_url,
+)
 from benchmark.search.gate import LIMIT_HOURS, too_big
 from benchmark.space.language import SearchSpace, SpaceError, load_space, parse_budgets
-from benchmark.space.plan import ASSUMED_GPU_FLOPS
+from benchmark.space.plan import ASSUMED_GPU_FLOPS, make_plan, records, render
 from benchmark.space.source import Override, parse_set
+from benchmark.store.declaration import read_study_info
 from benchmark.store.location import RESULTS_ROOT, check_results, is_dir
 from benchmark.store.results import ResultsError, check_study_name
 
@@ -352,10 +365,6 @@ def overrides(args: argparse.Namespace) -> list[Override]:
 
 
 def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
-    from benchmark.console import console as wide_console
-    from benchmark.perf import probe, timing
-    from benchmark.space.plan import records, render
-
     plan = _plan(space, args)
     rows, search = (
         records(plan, probe.estimates(plan, _trial_config(space, args))),
@@ -365,6 +374,7 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
     if (
         args.claims
     ):  # each claim of the file on this space's study: its arms, what differs, what is confounded
+        # the leaderboard (pandas, scipy, matplotlib) loads only for --claims
         from benchmark.leaderboard.claims.planned import for_plan
 
         return for_plan(args.claims, plan, sys.stderr if args.json else sys.stdout)
@@ -392,13 +402,6 @@ def _data(args: argparse.Namespace):
 
 def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
     """Run (or continue) the search: Ray Tune + OptunaSearch over `candidates.define_by_run(space)`."""
-    from benchmark.search import (  # Ray, torch: a search only
-        SearchHalted,
-        StudyError,
-        check_declared,
-        run_search,
-    )
-
     console = Console(stderr=True)
     name = args.name or space.name
     try:
@@ -482,8 +485,6 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
 
 
 def _options(space: SearchSpace, args: argparse.Namespace, name: str):
-    from benchmark.search import SearchOptions
-
     return SearchOptions(
         name=name,
         results_dir=args.results or Path(RESULTS_ROOT),
@@ -536,8 +537,6 @@ def _resume_command(args: argparse.Namespace, name: str) -> str:
 def as_declared(space: SearchSpace, args: argparse.Namespace, study_dir) -> SearchSpace:
     """A study resumes as it was declared: the `--set`s its _study.json recorded are set again
     when none are given; different ones are refused, as a study is one experiment."""
-    from benchmark.store.study import read_study_info
-
     recorded = [
         t for t in read_study_info(study_dir).get("overrides") or () if t.startswith("--set ")
     ]
@@ -559,8 +558,6 @@ def _plan(space: SearchSpace, args: argparse.Namespace):
     """The candidates a plan shows; SpaceError for one that cannot be built or trained as asked."""
     import optuna
 
-    from benchmark.space.plan import make_plan
-
     optuna.logging.set_verbosity(
         optuna.logging.WARNING
     )  # no "study created" chatter from a sampled plan
@@ -568,8 +565,6 @@ def _plan(space: SearchSpace, args: argparse.Namespace):
 
 
 def _print_summary(console, s) -> None:
-    from benchmark.search import storage_url
-
     for note in s.notes:
         console.print(f"note: {note}")
     if s.others:

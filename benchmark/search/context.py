@@ -4,6 +4,7 @@ attributes read (in place of a loose dict)."""
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -69,7 +70,5 @@ class TrialContext:
             return None
 
         if is_uri(self.study_dir):
-            import tempfile
-
             return Path(tempfile.gettempdir()) / "shapebench-checkpoints" / self.study / trial_id
         return Path(self.study_dir) / "_checkpoints" / trial_id

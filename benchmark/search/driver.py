@@ -1,7 +1,8 @@
 """Search orchestration: Ray Tune drives the trials, Optuna chooses them, Parquet keeps them.
 
-    space (YAML) -> define-by-run function -> OptunaSearch (sampler: study.py; the Optuna study
-    persisted in <study>/_optuna.db, its metrics named, each trial carrying its row as attributes)
+    space (YAML) -> define-by-run function -> OptunaSearch (sampler: optuna_study.py; the Optuna
+    study persisted in <study>/_optuna.db, its metrics named, each trial carrying its row as
+    attributes)
     -> Ray Tune (trials sized to the nodes: resources.py; concurrency limit, actor reuse, ASHA over
     training tokens for one objective that is reported during training; a trial whose worker or
     node is lost runs again) -> trainable.py: run_trial for each seed -> one Parquet row per attempt
@@ -16,10 +17,10 @@ come back. Processes of a killed local Ray instance are found by their session d
 (ray_session.claim: only a dead driver's).
 
 Several drivers may run one study together, on one machine or several: each registers in the study
-(drivers.py), starts its own Ray, asks trials until the study's `trials:` are taken by all of
-them (study.Quota), and closes only a dead driver's RUNNING trials. They share the Optuna study
-through `--storage` (an RDB), or through the SQLite file beside rows in a local folder on one
-machine (SQLite's file locks serialise its writers there). A study on a URI keeps its SQLite copy
+(roster.py), starts its own Ray, asks trials until the study's `trials:` are taken by all of
+them (optuna_study.Quota), and closes only a dead driver's RUNNING trials. They share the Optuna
+study through `--storage` (an RDB), or through the SQLite file beside rows in a local folder on
+one machine (SQLite's file locks serialise its writers there). A study on a URI keeps its SQLite copy
 per driver, which a second driver would overwrite: that one is refused, in one line.
 
 The search stops early (SearchHalted, carrying a halt.Halt) when the results disk is full, no trial
@@ -31,17 +32,21 @@ kept, and the message says how to go on.
 from __future__ import annotations
 
 import math
+import sys
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import optuna
+
 from benchmark.data import DataConfig, cache_root, prepare
 from benchmark.recipe import parse_tokens
-from benchmark.search import disk, drivers, ray_session, resume
-from benchmark.search import study as studies
+from benchmark.search import disk, loggers, optuna_study, ray_session, resume, roster
 from benchmark.search.context import TrialContext
 from benchmark.search.halt import Halt, SearchHalted
+from benchmark.search.live import LiveView
 from benchmark.search.progress import Poll, start_board
 from benchmark.search.rows import best_row
 from benchmark.search.storage import STORAGE_WAIT_S, StorageUnavailable
@@ -81,7 +86,7 @@ class SearchOptions:
     parallel: str = "auto"  # such a trial's wrapper: ddp, fsdp, or auto (trial/distributed.py)
     address: str | None = None  # an existing Ray cluster ("auto", "HOST:PORT")
     storage: str | None = (
-        None  # an Optuna RDB URL; default: SQLite beside the rows (study.storage_url)
+        None  # an Optuna RDB URL; default: SQLite beside the rows (optuna_study.storage_url)
     )
     storage_wait_s: float = (
         STORAGE_WAIT_S  # how long its database may be away: a restart, a failover (storage.py)
@@ -95,7 +100,7 @@ class SearchOptions:
     data: DataConfig = field(default_factory=DataConfig)
     asha: bool = True  # successive halving over tokens when there is one objective
     checkpoints: bool = False  # keep each trial's weights under <study>/_checkpoints
-    sampler: str | None = None  # None: the study's recorded sampler, else "auto" (study.py)
+    sampler: str | None = None  # None: the study's recorded sampler, else "auto" (optuna_study.py)
     resume_command: str = ""  # how the user goes on after a stop, for the one line that says so
     rerun: tuple[
         str, ...
@@ -151,9 +156,9 @@ def run_search(
     shared as asked; SearchHalted when it stops early."""
     check_declared(space, opts)
     location.check_results(opts.study_dir)
-    registry = drivers.Registry(opts.study_dir, _storage_kind(opts))
+    registry = roster.Registry(opts.study_dir, _storage_kind(opts))
     others = registry.others()
-    drivers.check_shared(registry, others, location.is_uri(opts.study_dir))
+    roster.check_shared(registry, others, location.is_uri(opts.study_dir))
     slot = None if opts.address else ray_session.claim(opts.study_dir)
     try:
         registry.beat(force=True)
@@ -168,7 +173,7 @@ def run_search(
 
 def check_declared(space, opts: SearchOptions) -> None:
     """StudyError, writing nothing, when `space` is not the space the study declared."""
-    studies.check_declared(
+    optuna_study.check_declared(
         space,
         opts.seeds,
         read_study_info(opts.study_dir),
@@ -178,7 +183,7 @@ def check_declared(space, opts: SearchOptions) -> None:
     )
     final = range(opts.seed, opts.seed + opts.seeds)
     if space.tune and (shared := space.tune.shared(final)):
-        raise studies.StudyError(
+        raise optuna_study.StudyError(
             f"{space.source.file}: tune.seeds: {seeds_message(shared, final)} (--seed, --seeds)"
         )
 
@@ -193,11 +198,11 @@ def _search(space, opts: SearchOptions, console, policy, registry, others, slot)
         opts.study_dir, opts.storage, fallback_dir(opts), others, opts.rerun
     )
     before = set(trial_files(opts.study_dir))
-    done = studies.finished_numbers(finished_trials(opts.study_dir))
+    done = optuna_study.finished_numbers(finished_trials(opts.study_dir))
     names, modes = [n for n, _ in space.objectives], [m for _, m in space.objectives]
     study, storage = _open(space, opts, names, modes)
     resume.run_again(study, set_aside, done)
-    sampler = studies.resolve_sampler(
+    sampler = optuna_study.resolve_sampler(
         opts.sampler, study.user_attrs.get("sampler"), space, len(names)
     )
     ctx = _context(space, opts, names, policy, asha=_asha(space, opts, names))
@@ -212,7 +217,7 @@ def _search(space, opts: SearchOptions, console, policy, registry, others, slot)
         notes=notes,
         others=[d.describe() for d in others],
     )
-    quota = studies.Quota(ctx.study_dir, space.trials)
+    quota = optuna_study.Quota(ctx.study_dir, space.trials)
     remaining = max(0, space.trials - quota.taken(study))
     if remaining == 0:
         return _finish(summary, opts, t0, before)
@@ -255,9 +260,9 @@ class _Driving:
     """This driver's share of a study that several may run: its registry entry, its Ray slot,
     the study's quota, and the trial numbers it asks (filled in as it runs)."""
 
-    registry: drivers.Registry
+    registry: roster.Registry
     slot: ray_session.Slot | None
-    quota: studies.Quota
+    quota: optuna_study.Quota
     asked: list[int]
 
 
@@ -270,19 +275,17 @@ class _Run:
     opts: SearchOptions
     console: Any
     driving: _Driving
-    study: Any  # the optuna.Study (study.open_study)
+    study: Any  # the optuna.Study (optuna_study.open_study)
     storage: Any  # its storage, which Ray's searcher opens again
-    sampler: str  # the sampler's name (study.resolve_sampler)
+    sampler: str  # the sampler's name (optuna_study.resolve_sampler)
     modes: list[str]  # each objective's "min" or "max"
     remaining: int
 
 
 def _mirror_quietly(opts: SearchOptions) -> None:
     try:
-        studies.mirror(opts.study_dir, opts.storage, push=True)
+        optuna_study.mirror(opts.study_dir, opts.storage, push=True)
     except OSError as e:  # the rows are where they belong; the study copy is a convenience
-        import warnings
-
         warnings.warn(f"could not copy the Optuna study to {opts.study_dir}: {e}", stacklevel=2)
 
 
@@ -293,8 +296,8 @@ def fallback_dir(opts: SearchOptions) -> str:
 
 
 def _open(space, opts: SearchOptions, names, modes):
-    return studies.open_study(
-        studies.storage_url(opts.study_dir, opts.storage),
+    return optuna_study.open_study(
+        optuna_study.storage_url(opts.study_dir, opts.storage),
         opts.name,
         names,
         [f"{m}imize" for m in modes],
@@ -311,7 +314,7 @@ def _run(run: _Run, ctx: TrialContext, summary: SearchSummary) -> Halt | None:
     data = prepare(opts.data)  # tokenise once on this node, before any local worker needs the cache
     summary.prepare_s = time.perf_counter() - start
     info = study_info(space, opts, run.sampler, data)
-    studies.set_study_attrs(study, info)
+    optuna_study.set_study_attrs(study, info)
     write_study_info(opts.study_dir, info)
     owned = False
     try:  # whatever happens, the Ray this search started ends (or disconnects) here
@@ -334,7 +337,7 @@ def _run(run: _Run, ctx: TrialContext, summary: SearchSummary) -> Halt | None:
         seed = opts.seed + len(
             study.trials
         )  # a restored sampler's random state is not in the storage
-        optuna_sampler = studies.make_sampler(
+        optuna_sampler = optuna_study.make_sampler(
             run.sampler, seed, len(run.modes), res.concurrency > 1, space.trials
         )
         watching = ray_session.watch_head(
@@ -354,7 +357,6 @@ def _run(run: _Run, ctx: TrialContext, summary: SearchSummary) -> Halt | None:
         _account(summary, view, timed=alone)
     finally:
         ray_session.stop(owned)
-    import optuna
 
     # after a full disk or a storage away, trials stay RUNNING: --resume closes them
     if not halt or halt.kind not in ("store_full", "storage"):
@@ -378,8 +380,6 @@ def _account(summary: SearchSummary, view, timed: bool) -> None:
 
 def _say_stopped(opts: SearchOptions, line: str) -> None:
     """The one line of a driver that ends at once (its Ray's head is gone), as the search command's."""
-    import sys
-
     then = f"; then: {opts.resume_command}" if opts.resume_command else "; then resume the study"
     print(f"shapebench search: {opts.name}: stopped: {line}{then}", file=sys.stderr, flush=True)
 
@@ -440,15 +440,13 @@ def _tune(run: _Run, ctx: TrialContext, sampler, res):
     from ray import tune
     from ray.tune.search import ConcurrencyLimiter
 
-    from benchmark.search import loggers
     from benchmark.search.callback import SearchCallback, StopAll
-    from benchmark.search.live import LiveView
     from benchmark.search.searcher import make_searcher
     from benchmark.search.trainable import trainable
 
     space, opts, modes, driving = run.space, run.opts, run.modes, run.driving
     searcher = make_searcher(
-        studies.Sample(space),
+        optuna_study.Sample(space),
         ctx,
         sampler,
         modes,
@@ -531,7 +529,7 @@ def study_info(space, opts: SearchOptions, sampler: str, data) -> dict[str, Any]
         "dataset_id": data.dataset_id,
         "tokenizer_id": data.tokenizer.tokenizer_id,
         "overrides": list(space.overrides),
-        **studies.declaration(space),
+        **optuna_study.declaration(space),
     }
 
 
@@ -552,7 +550,7 @@ def _finish(
 ) -> SearchSummary:
     mine = set(asked)
     summary.written = sum(
-        1 for f in set(trial_files(opts.study_dir)) - before if studies.trial_number(f) in mine
+        1 for f in set(trial_files(opts.study_dir)) - before if optuna_study.trial_number(f) in mine
     )
     df = read_study(opts.study_dir)
     summary.rows = len(df)

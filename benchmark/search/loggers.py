@@ -13,6 +13,7 @@ SQLite file `DIR/mlflow.db` (`mlflow ui --backend-store-uri sqlite:///DIR/mlflow
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,6 @@ def callbacks(tensorboard: bool, mlflow: str | None, study: str) -> list:
     """The logger callbacks asked for (an MLflow experiment per study, named as the study)."""
     out = []
     if tensorboard or mlflow:
-        import os
-
         # The curve points are results without the objective, which Tune's controller refuses
         # unless told; ASHA and the searcher skip them (searcher.AttributedSearch.on_trial_result).
         os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"

@@ -22,7 +22,11 @@ import logging
 import os
 import re
 import signal
+import socket
+import sys
 import tempfile
+import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,8 +136,6 @@ def start(address: str | None, slot: Slot | None) -> bool:
 
     if ray.is_initialized():
         if address and address != ray.get_runtime_context().gcs_address:
-            import warnings
-
             warnings.warn(
                 f"--address {address}: this process is connected to a Ray already; the search runs "
                 "on that one",
@@ -191,9 +193,6 @@ def watch_head(
     the head, then end the process with a raw message; the study stays resumable either way (the
     next driver closes this one's RUNNING trials, as its owner is dead). Returns the event that
     stops it; a Ray this search does not own (`owned` False) is not watched."""
-    import socket
-    import threading
-
     import ray
 
     stopped = threading.Event()
@@ -285,7 +284,5 @@ def free_resources() -> str:
 
 def stop(owned: bool) -> None:
     """Disconnect from (or end) the Ray instance if `start` started or connected it (`owned`)."""
-    import sys
-
     if owned and "ray" in sys.modules and sys.modules["ray"].is_initialized():
         sys.modules["ray"].shutdown()

@@ -5,11 +5,12 @@ study's seeds continued, and the candidates whose rows were set aside run again.
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 from benchmark.search import rows, tuning
 from benchmark.search.context import TrialContext
-from benchmark.search.study import DRIVER, StudyError, mirror, trial_number
+from benchmark.search.optuna_study import DRIVER, StudyError, mirror, trial_number
 from benchmark.space import select
 from benchmark.store import location, quarantine, read_study, recover, sweep_orphans
 
@@ -26,7 +27,7 @@ def prepare_store(
     ones: its own may be mid-write), damaged row files are set aside in <study>/_quarantine (their
     trials run again), so are those `--rerun` names (supersede), rows kept in the fallback folder
     when the disk was full are brought back, and a study kept by another driver is fetched
-    (study.mirror). Returns the notes for the summary and the set-aside files."""
+    (optuna_study.mirror). Returns the notes for the summary and the set-aside files."""
     location.check_results(study_dir)
     sweep_orphans(study_dir, older_than_s=600.0 if others else 0.0)
     set_aside = quarantine(study_dir)
@@ -50,8 +51,8 @@ def close_running(study, ctx: TrialContext, live: set[str] = frozenset()) -> Non
     """No trial of a driver that has ended stays RUNNING: one with a final row for every seed is
     told its values (or failed if none was ok); one stopped part-way through its seeds is failed,
     its rows kept, and continued (continue_unfinished); one without rows never finished and is
-    failed and enqueued to run again (continuing it when it has tuning rows: search/tuning.py). The trials of the `live` drivers (ids: drivers.Driver.id) are
-    theirs to finish."""
+    failed and enqueued to run again (continuing it when it has tuning rows: search/tuning.py). The
+    trials of the `live` drivers (ids: roster.Driver.id) are theirs to finish."""
     from optuna.trial import TrialState
 
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -137,8 +138,6 @@ def supersede(study_dir: str, rerun: Sequence[str], others: Sequence = ()) -> li
     run_again to train those candidates anew (after a change to the code they run). Returns the
     new locations; StudyError when another driver runs the study, a filter is malformed or names
     no column, or no row matches."""
-    import time
-
     given = " ".join(rerun)
     if others:
         raise StudyError(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import statistics
 import time
 import traceback
@@ -240,7 +241,6 @@ def upload_checkpoint(ctx: TrialContext, trial_id: str) -> None:
     local = ctx.checkpoint_dir(trial_id)
     if local is None or not is_uri(ctx.study_dir) or not local.is_dir():
         return
-    import shutil
 
     import pyarrow.fs as pafs
 

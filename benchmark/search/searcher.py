@@ -7,8 +7,8 @@ One that ended because the results disk is full is not told at all: it stays RUN
 next `--resume` closes it from its row once the row is recovered (resume.close_running).
 
 Each trial it asks names this driver (user attribute `driver`), and it asks none once the study's
-`trials:` are taken by every driver running the study together (study.Quota): then it tells Tune
-the search is finished.
+`trials:` are taken by every driver running the study together (optuna_study.Quota): then it tells
+Tune the search is finished.
 
 A call to the study rides through its database being away for a moment (search/storage.py); one
 that fails for the whole wait, or finds the study's disk full, stops the search (`halt`), keeping
@@ -24,8 +24,8 @@ from ray.tune.search.optuna import OptunaSearch
 from benchmark.search import rows
 from benchmark.search.context import TrialContext
 from benchmark.search.halt import Halt
+from benchmark.search.optuna_study import DRIVER, Quota
 from benchmark.search.storage import StorageUnavailable
-from benchmark.search.study import DRIVER, Quota
 from benchmark.store import disk_full
 
 NOT_TOLD = "store_full"

@@ -8,7 +8,7 @@ behind it, lowest first:
     metrics     the metric registry: every number a trial reports, its column and direction
     results     the Parquet rows: the schema, writing one row, reading a study back
     curves      training curves beside the rows
-    study       what a study declared (`_study.json`)
+    declaration what a study declared (`_study.json`)
     speeds      speeds measured on this machine, for time estimates
     provenance  what produced a result: code and package versions, hardware
 
@@ -16,7 +16,7 @@ The names load on first use (PEP 562), so that importing one module costs only t
 spec's counts read metrics.py without loading pyarrow and pandas.
 """
 
-import importlib
+from benchmark.lazy import lazy_face
 
 _EXPORTS = {
     "atomic_dir": "atomic",
@@ -60,14 +60,10 @@ _EXPORTS = {
     "sweep_orphans": "results",
     "trial_files": "results",
     "write_row": "results",
-    "STUDY_FILE": "study",
-    "read_study_info": "study",
-    "write_study_info": "study",
+    "STUDY_FILE": "declaration",
+    "read_study_info": "declaration",
+    "write_study_info": "declaration",
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)

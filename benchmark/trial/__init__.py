@@ -17,7 +17,7 @@ The names load on first use (PEP 562), so that importing one module costs only t
 search driver reads distributed.py's names without importing torch.
 """
 
-import importlib
+from benchmark.lazy import lazy_face
 
 _EXPORTS = {
     "ExecPolicy": "policy",
@@ -40,8 +40,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)

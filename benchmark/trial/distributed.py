@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from benchmark.arch import count_params
+from benchmark.data import prepare
 
 PARALLELS = ("auto", "ddp", "fsdp")
 
@@ -172,7 +173,7 @@ class Ranks:
 def unused_parameters(model, seq_len: int, device) -> list[str]:
     """Parameters one eager step of one short sequence leaves without a gradient. The probe
     runs in a forked RNG (Depth's initial state draws from it) and leaves no gradient behind."""
-    import torch
+    import torch  # torch and the trial in a worker only, as full_model
 
     from benchmark.trial.step import lm_loss
 
@@ -316,10 +317,10 @@ def run_distributed(
 
 def _worker(config: dict[str, Any]) -> dict[str, Any] | None:
     """One rank: train its share; rank 0 evaluates, quantises and returns the row."""
+    # Ray Train, torch and the trial load here, in the worker, as full_model
     import ray.train
     import torch
 
-    from benchmark.data import prepare
     from benchmark.trial.run import run_trial
 
     workers: Workers = config["workers"]

@@ -6,6 +6,7 @@ measured once per machine; fp32 on CUDA runs its matmuls in TF32. Read by the tr
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -142,8 +143,6 @@ def prepare_device(device: torch.device) -> None:
     cache folder rather than /tmp, so that a trial of shapes compiled before, in any earlier
     process on this node, reuses the generated code after a reboot too (a tenth of a cold first
     step: benchmarks/2026-11-27-measurements-from-comments.md, "The compile cache"). TORCHINDUCTOR_CACHE_DIR, when set, wins."""
-    import os
-
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True

@@ -50,7 +50,7 @@ compared claim by claim: compare.py.
 
 from benchmark.leaderboard.claims.check import NO_DATA, ONE_SEED, Group, Pair, Result, evaluate
 from benchmark.leaderboard.claims.file import Claim, ClaimsError, ClaimsFile, load
-from benchmark.leaderboard.claims.report import table, to_json, verdicts
+from benchmark.leaderboard.claims.render import table, to_json, verdicts
 
 __all__ = [
     "NO_DATA",

@@ -53,13 +53,13 @@ from pathlib import Path
 
 from benchmark.leaderboard.claims.check import CONTRADICTED, NO_DATA, REPRODUCED, UNDECIDED
 from benchmark.leaderboard.formats import Column, Table, markdown
+from benchmark.leaderboard.loading import LeaderboardError
 from benchmark.leaderboard.quote import filled, table_under
-from benchmark.leaderboard.studies import LeaderboardError
 from benchmark.leaderboard.tables import MISSING
 
 PROG = "python -m benchmark.leaderboard.claims.compare"
 TAG = "comparison"  # the README's block: <!-- comparison: A vs B --> ... <!-- /comparison -->
-PAIR = "Better − worse (metric)"  # the verdicts table's header (claims/report.py: verdicts)
+PAIR = "Better − worse (metric)"  # the verdicts table's header (claims/render.py: verdicts)
 _P_HEAD = re.compile(r"p(?: \((.+)\))?")  # "p (Holm)"; a bare "p" is unadjusted
 # What a verdict cell reads as: "not decided (1 seed)" is not decided, "no data: why" no data.
 OUTCOMES = (REPRODUCED, CONTRADICTED, NO_DATA, UNDECIDED)

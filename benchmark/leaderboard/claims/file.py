@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmark.arch.fields import did_you_mean
+from benchmark.leaderboard.loading import LeaderboardError
 from benchmark.leaderboard.objectives import Objective
-from benchmark.leaderboard.studies import LeaderboardError
 from benchmark.space.source import Source
 from benchmark.space.yamlsafe import YamlError, load_yaml
 from benchmark.store.metrics import MetricError

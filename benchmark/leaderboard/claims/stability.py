@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from benchmark.leaderboard.claims.check import evaluate
 from benchmark.leaderboard.claims.file import error, only_known
 from benchmark.leaderboard.formats import Column, Table
 from benchmark.leaderboard.stats import DEFAULT_ADJUSTMENT
@@ -126,8 +127,6 @@ class Stability:
 def assess(claims, results: list, trials: pd.DataFrame) -> tuple[Rule, list[Stability], pd.Series]:
     """The rule, each result's marked runs and its verdict without them (the claims checked again
     on the unmarked rows, adjusted as the verdicts were, over the same family), and why each row of `trials` is marked."""
-    from benchmark.leaderboard.claims.check import evaluate
-
     rule = rule_of(claims)
     trials = final(trials)
     why = mark(trials, rule)

@@ -19,7 +19,14 @@ A study also keeps its declaration (`declaration`): a space edited since is refu
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import re
+import sqlite3
 import warnings
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +59,6 @@ def storage_url(study_dir: str | Path, storage: str | None = None) -> str:
 
 
 def mirror_path(study_dir: str) -> Path:
-    import hashlib
-
     digest = hashlib.sha1(str(study_dir).encode()).hexdigest()[:12]
     return cache_root() / "studies" / digest / OPTUNA_DB
 
@@ -62,9 +67,6 @@ def mirror(study_dir: str | Path, storage: str | None, push: bool) -> bool:
     """For results on a URI: copy the driver's SQLite study to <study>/_optuna.db (push, after a
     search), or fetch that copy before one, unless this driver's own file is newer (a driver killed
     after its last copy). Returns whether a copy was made."""
-    import sqlite3
-    from contextlib import closing
-
     import pyarrow.fs as pafs
 
     if storage or not is_uri(study_dir):
@@ -147,8 +149,6 @@ def make_sampler(name: str, seed: int, n_objectives: int, parallel: bool, trials
 def engine_url(url: str) -> str:
     """SQLAlchemy's URL for an Optuna storage URL: `postgresql://` names the psycopg2 driver, so
     where only psycopg (3; the `postgres` extra) is installed it is asked for by name."""
-    import importlib.util
-
     scheme, sep, rest = url.partition("://")
     if scheme not in ("postgresql", "postgres"):
         return url
@@ -214,8 +214,6 @@ DRIVER = "driver"  # the user attribute naming the driver that asked a trial
 
 def trial_number(file_name: str) -> int | None:
     """The Optuna trial number in a row file's name (t0007-s1.a0.parquet -> 7)."""
-    import re
-
     m = re.match(r"t(\d+)", file_name.rpartition("/")[2])
     return int(m.group(1)) if m else None
 
@@ -310,8 +308,6 @@ DECLARED = (
 
 def declaration(space) -> dict[str, Any]:
     """The space as plain data, as _study.json and the Optuna study attributes record it."""
-    import dataclasses
-    import json
 
     def axis(a):
         d = a.domain

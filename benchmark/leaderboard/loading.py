@@ -3,7 +3,7 @@
 A study is a folder (local, or under a URI such as s3://bucket/results) holding `trials/*.parquet`,
 one file per finished trial attempt, as the results store writes it (benchmark.store.results,
 which also reads a study), and, since studies declare their objectives, `_study.json`
-(benchmark.store.study). A damaged trial file does not hide its study: it is skipped, and the
+(benchmark.store.declaration). A damaged trial file does not hide its study: it is skipped, and the
 board says which files and how to redo them (skipped_notes).
 """
 

@@ -16,7 +16,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from benchmark.search.study import StudyError
+from benchmark.search.optuna_study import StudyError
 from benchmark.store import location
 
 FOLDER = "_drivers"
