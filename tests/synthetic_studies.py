@@ -188,3 +188,33 @@ def write_study(root: Path, trials: pd.DataFrame, rows_per_file=1) -> Path:
         trials.iloc[i : i + rows_per_file].to_parquet(folder / f"{i:07d}.parquet", index=False)
     (folder / ".tmp-partial.parquet").write_bytes(b"PAR1 half a file")
     return folder.parent
+
+
+def seed_rows(study: str, losses: dict[str, list[float]], **spec) -> pd.DataFrame:
+    """A claims test's study as the search writes it: per family, one `ok` row per seed with the
+    given validation loss, at one shape (`spec` added to each family's), 1.5M parameters."""
+    out = []
+    for family, per_seed in losses.items():
+        family_spec = {
+            "family": family,
+            "d_model": 96,
+            "layers": {"begin": 1, "middle": 2, "end": 1},
+            **spec,
+        }
+        for seed, loss in enumerate(per_seed):
+            out.append(
+                {
+                    "study": study,
+                    "trial_id": f"{family}-s{seed}",
+                    "status": "ok",
+                    "family": family,
+                    "spec": json.dumps(family_spec),
+                    "seed": seed,
+                    "val_loss": loss,
+                    "val_ppl": math.exp(loss),
+                    "params_total": 1_500_000,
+                    "budget": 1_500_000,
+                    "tokens_trained": 800_768,
+                }
+            )
+    return pd.DataFrame(out)

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from claim_files import abbie_loops_claim
+from synthetic_studies import seed_rows
 
 from benchmark.leaderboard import ClaimsError, claims, stats
 
@@ -498,32 +499,15 @@ def test_a_group_metric_the_results_lack_is_named_at_its_key(tmp_path):
 def study_rows(study: str) -> pd.DataFrame:
     """A small study as the search writes it (specs, so seeds aggregate): Hyperloop better than
     Looped by 0.05 nats at each of 3 seeds, with seed-to-seed noise shared by both."""
-    out = []
-    for family, offset in (("hyperloop", 0.0), ("looped", 0.05)):
-        spec = {
-            "family": family,
-            "d_model": 96,
-            "layers": {"begin": 1, "middle": 2, "end": 1},
-            "loops": 3,
-        }
-        for seed, noise in enumerate((0.0, 0.02, -0.01)):
-            loss = 5.9 + offset + noise + 0.001 * seed
-            out.append(
-                {
-                    "study": study,
-                    "trial_id": f"{family}-s{seed}",
-                    "status": "ok",
-                    "family": family,
-                    "spec": json.dumps(spec),
-                    "seed": seed,
-                    "val_loss": loss,
-                    "val_ppl": math.exp(loss),
-                    "params_total": 1_500_000,
-                    "budget": 1_500_000,
-                    "tokens_trained": 800_768,
-                }
-            )
-    return pd.DataFrame(out)
+    noise = (0.0, 0.02, -0.01)
+    return seed_rows(
+        study,
+        {
+            family: [5.9 + offset + n + 0.001 * seed for seed, n in enumerate(noise)]
+            for family, offset in (("hyperloop", 0.0), ("looped", 0.05))
+        },
+        loops=3,
+    )
 
 
 def test_cli_reports_claims_in_markdown_html_and_json(tmp_path, capsys):

@@ -8,12 +8,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import math
 import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from synthetic_studies import seed_rows
 
 from benchmark.leaderboard import command as board
 from benchmark.leaderboard.claims import compare
@@ -36,27 +36,14 @@ STUDIES = {
 
 
 def study_rows(study: str) -> pd.DataFrame:
-    out = []
-    for family, offset in STUDIES[study].items():
-        spec = {"family": family, "d_model": 96, "layers": {"begin": 1, "middle": 2, "end": 1}}
-        for seed, noise in enumerate(NOISE[family]):
-            loss = 5.9 + offset + noise
-            out.append(
-                {
-                    "study": study,
-                    "trial_id": f"{family}-s{seed}",
-                    "status": "ok",
-                    "family": family,
-                    "spec": json.dumps({**spec, "loops": 2}),
-                    "seed": seed,
-                    "val_loss": loss,
-                    "val_ppl": math.exp(loss),
-                    "params_total": 1_500_000,
-                    "budget": 1_500_000,
-                    "tokens_trained": 800_768,
-                }
-            )
-    return pd.DataFrame(out)
+    return seed_rows(
+        study,
+        {
+            family: [5.9 + offset + n for n in NOISE[family]]
+            for family, offset in STUDIES[study].items()
+        },
+        loops=2,
+    )
 
 
 def claim(text: str, study: str, where: str, chain: bool = False) -> str:
