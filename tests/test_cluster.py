@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import tiny_search
 
-from benchmark.data import DataConfig
 from benchmark.search import SearchHalted, SearchOptions, run_search
 from benchmark.search.resources import Node, ResourcesError, per_trial
 from benchmark.space.language import load_space
@@ -100,9 +100,7 @@ def _options(corpus: Path, results, name: str, **kw) -> SearchOptions:
         results_dir=results,
         asha=False,
         retries=0,
-        data=DataConfig(
-            source=str(corpus / "text.txt"), tokenizer="bpe:320", cache_dir=str(corpus / "cache")
-        ),
+        data=tiny_search.data(corpus),
         **kw,
     )
 
@@ -270,13 +268,7 @@ def test_the_cli_against_a_cluster_started_with_ray_start(corpus, tmp_path):
                 f"127.0.0.1:{port}",
                 "--results",
                 str(tmp_path / "results"),
-                "--data",
-                str(corpus / "text.txt"),
-                "--tokenizer",
-                "bpe:320",
-                "--no-compile",
-                "--precision",
-                "fp32",
+                *tiny_search.cli(corpus),
                 "--storage",
                 f"sqlite:///{tmp_path / 'shared.db'}",
             ],
@@ -308,7 +300,7 @@ def test_the_cli_against_a_cluster_started_with_ray_start(corpus, tmp_path):
                 "--data",
                 str(corpus / "text.txt"),
                 "--tokenizer",
-                "bpe:320",
+                tiny_search.TOKENIZER,
             ],
             capture_output=True,
             text=True,

@@ -15,6 +15,7 @@ from pathlib import Path
 import optuna
 import pandas as pd
 import pytest
+import tiny_search
 
 from benchmark.search import ray_session
 from benchmark.search.command import search_main as main
@@ -56,13 +57,7 @@ def flags(space: Path, results: Path, corpus: Path, *more: str) -> list[str]:
         "shared",
         "--results",
         str(results),
-        "--data",
-        str(corpus / "text.txt"),
-        "--tokenizer",
-        "bpe:320",
-        "--no-compile",
-        "--precision",
-        "fp32",
+        *tiny_search.cli(corpus),
         "--concurrency",
         "1",
         *more,

@@ -15,8 +15,8 @@ from pathlib import Path
 import optuna
 import pandas as pd
 import pytest
+import tiny_search
 
-from benchmark.data import DataConfig
 from benchmark.search import OPTUNA_DB, SearchOptions, StudyError, ray_processes, run_search
 from benchmark.search import temp_dir as _ray_temp_dir
 from benchmark.space.language import load_space
@@ -57,9 +57,7 @@ def options(corpus: Path, results: Path, name: str) -> SearchOptions:
         results_dir=results,
         asha=False,
         retries=1,
-        data=DataConfig(
-            source=str(corpus / "text.txt"), tokenizer="bpe:320", cache_dir=str(corpus / "cache")
-        ),
+        data=tiny_search.data(corpus),
     )
 
 
@@ -496,13 +494,7 @@ def test_a_full_disk_stops_the_search_cleanly_and_resume_finishes_it(
         "full",
         "--results",
         str(results),
-        "--data",
-        str(corpus / "text.txt"),
-        "--tokenizer",
-        "bpe:320",
-        "--no-compile",
-        "--precision",
-        "fp32",
+        *tiny_search.cli(corpus),
     ]
     capfd.readouterr()
     assert main(flags) == 3

@@ -19,6 +19,7 @@ from pathlib import Path
 import optuna
 import pandas as pd
 import pytest
+import tiny_search
 
 from benchmark.search import rows as trial_rows
 from benchmark.search import searcher as searcher_module
@@ -52,13 +53,7 @@ def flags(tmp_path: Path, corpus: Path, name: str, *more: str) -> list[str]:
         name,
         "--results",
         str(tmp_path / "results"),
-        "--data",
-        str(corpus / "text.txt"),
-        "--tokenizer",
-        "bpe:320",
-        "--no-compile",
-        "--precision",
-        "fp32",
+        *tiny_search.cli(corpus),
         "--concurrency",
         "1",
         *more,

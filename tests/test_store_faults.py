@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import tiny_search
 
 from benchmark.store import location
 from benchmark.store.declaration import read_study_info, write_study_info
@@ -346,13 +347,7 @@ def test_ray_tunes_full_disk_tracebacks_are_not_shown(tmp_path, tmpfs, corpus):
             str(space),
             "--results",
             str(tmp_path / "results"),
-            "--data",
-            str(corpus / "text.txt"),
-            "--tokenizer",
-            "bpe:320",
-            "--no-compile",
-            "--precision",
-            "fp32",
+            *tiny_search.cli(corpus),
         ],
         capture_output=True,
         text=True,

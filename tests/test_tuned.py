@@ -11,8 +11,8 @@ from pathlib import Path
 import optuna
 import pandas as pd
 import pytest
+import tiny_search
 
-from benchmark.data import DataConfig
 from benchmark.search import SearchOptions, StudyError, run_search
 from benchmark.search.context import TrialContext
 from benchmark.space.language import load_space
@@ -164,9 +164,7 @@ def _options(corpus, tmp_path, **kw) -> SearchOptions:
         asha=False,
         retries=0,
         concurrency=1,
-        data=DataConfig(
-            source=str(corpus / "text.txt"), tokenizer="bpe:320", cache_dir=str(corpus / "cache")
-        ),
+        data=tiny_search.data(corpus),
         **kw,
     )
 

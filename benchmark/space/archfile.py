@@ -10,8 +10,7 @@ from typing import Any
 
 from benchmark.arch.spec import ArchSpec, SpecError
 from benchmark.space.language import _Reader
-from benchmark.space.source import Source, SpaceError
-from benchmark.space.yamlsafe import YamlError, load_yaml
+from benchmark.space.source import Source, read_document
 
 
 @dataclass(frozen=True)
@@ -24,12 +23,7 @@ class ArchFile:
 def load_arch(path: str | Path) -> ArchFile:
     """Read and validate an architecture file; raises SpaceError."""
     file = str(path)
-    try:
-        doc = load_yaml(path)
-    except YamlError as e:
-        raise SpaceError(file, e.line, e.col, e.key, e.reason) from None
-    except OSError as e:
-        raise SpaceError(file, None, None, "", f"cannot read: {e.strerror or e}") from None
+    doc = read_document(path)
     src = Source(file, doc)
     if not isinstance(doc.data, dict):
         raise src.error(

@@ -31,9 +31,8 @@ from benchmark.space.domains import Axis, Choice, read_domain
 from benchmark.space.expr import Condition
 from benchmark.space.keys import LEAF_KEYS, SECTIONS, checked, first_key
 from benchmark.space.shape import SHAPE_KEYS
-from benchmark.space.source import Override, Source, SpaceError, apply_overrides
+from benchmark.space.source import Override, Source, SpaceError, apply_overrides, read_document
 from benchmark.space.tuning import Tune, read_tune
-from benchmark.space.yamlsafe import YamlError, load_yaml
 from benchmark.store import (
     LOOP_COUNTS,
     LOOP_LOSSES,
@@ -287,12 +286,7 @@ def load_space(path: str | Path, overrides: Sequence[Override] = ()) -> SearchSp
     """Read and validate a search-space file, with `overrides` (`--set KEY=VALUE`: source.py) set
     over it before it is validated as a whole, as if the file said so; raises SpaceError."""
     file = str(path)
-    try:
-        doc = load_yaml(path)
-    except YamlError as e:
-        raise SpaceError(file, e.line, e.col, e.key, e.reason) from None
-    except OSError as e:
-        raise SpaceError(file, None, None, "", f"cannot read: {e.strerror or e}") from None
+    doc = read_document(path)
     src = Source(file, doc, tuple(overrides))
     if not isinstance(doc.data, dict):
         raise src.error(

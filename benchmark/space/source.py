@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from benchmark.space.yamlsafe import Document, YamlError, dotted, parse_yaml
+from benchmark.space.yamlsafe import Document, YamlError, dotted, load_yaml, parse_yaml
 
 
 class SpaceError(ValueError):
@@ -20,6 +20,18 @@ class SpaceError(ValueError):
         self.file, self.line, self.col, self.key, self.reason = file, line, col, key, reason
         where = f"{file}:{line}:{col}" if line is not None else file
         super().__init__(f"{where}: {key}: {reason}" if key else f"{where}: {reason}")
+
+
+def read_document(path) -> Document:
+    """A YAML file of the space language (a space, an architecture file) read by the strict
+    loader; a file that cannot be read or parsed is a SpaceError located in it."""
+    file = str(path)
+    try:
+        return load_yaml(path)
+    except YamlError as e:
+        raise SpaceError(file, e.line, e.col, e.key, e.reason) from None
+    except OSError as e:
+        raise SpaceError(file, None, None, "", f"cannot read: {e.strerror or e}") from None
 
 
 @dataclass(frozen=True)
