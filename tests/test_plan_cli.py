@@ -2,6 +2,7 @@
 that belong to the search (which must fail loudly rather than do nothing)."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -480,7 +481,10 @@ TUNED = ["--set", "tune={grid: {lr: [1e-3, 3e-3]}, seeds: [100, 101]}", "--set",
 
 
 def _gpu_hours(err: str) -> float:
-    return float(err.split(" GPU-hours at an assumed")[0].rsplit("about ", 1)[1].replace(",", ""))
+    """The GPU time a plan or the gate printed, in hours, whichever unit it was said in."""
+    said = re.search(r"about ([\d,.]+) GPU-(hours|minutes|seconds) at an assumed", err)
+    per_hour = {"hours": 1, "minutes": 60, "seconds": 3600}[said.group(2)]
+    return float(said.group(1).replace(",", "")) / per_hour
 
 
 def test_the_plan_counts_every_run_a_candidate_trains(capsys):
@@ -513,12 +517,12 @@ def test_the_plan_prints_the_searchs_gpu_hours_at_an_assumed_rate(capsys, extra)
     assert flops == runs * 600_000 * sum(count_flops(r["spec"], 128)["train"] for r in rows)
     assert _gpu_hours(err) == pytest.approx(flops / 400e12 / 3600, rel=5e-3)
     assert (
-        "GPU-hours at an assumed 400 TFLOP/s per GPU" in err
+        "GPU-seconds at an assumed 400 TFLOP/s per GPU" in err  # the quickstart: under a minute
         and f"({flops:.3g} training FLOPs" in err
     )
     _, slower = plan_json(capsys, QUICKSTART, *extra, "--gpu-tflops", "100")
     assert _gpu_hours(slower) == pytest.approx(flops / 100e12 / 3600, rel=5e-3)
-    assert "GPU-hours at an assumed 100 TFLOP/s per GPU" in slower
+    assert "GPU-seconds at an assumed 100 TFLOP/s per GPU" in slower
     assert _gpu_hours(slower) == pytest.approx(4 * _gpu_hours(err), rel=1e-2)
 
 
@@ -549,3 +553,19 @@ def test_the_cluster_gate_counts_the_tuning_runs(capsys):
     flops = sum(r["flops_per_token_train"] * r["tokens"] for r in rows) * 6
     assert "q: 3 candidates x 6 runs estimated at" in err and "at an assumed 200 TFLOP/s" in err
     assert _gpu_hours(err) == pytest.approx(flops / 200e12 / 3600, rel=5e-3)
+
+
+@pytest.mark.parametrize(
+    "flops, said",
+    [
+        (400e12 * 1.2, "about 1.2 GPU-seconds"),  # a tiny search: not "0.000333 GPU-hours"
+        (400e12 * 90, "about 1.5 GPU-minutes"),
+        (400e12 * 3600 * 12.34, "about 12.3 GPU-hours"),
+        (400e12 * 3600 * 1234, "about 1,234 GPU-hours"),
+    ],
+)
+def test_gpu_time_reads_in_the_unit_that_fits(flops, said):
+    from benchmark.space.plan import gpu_time
+
+    rows = [{"flops_per_token_train": flops / 1000, "tokens": 500, "runs": 2}]
+    assert gpu_time(rows) == f"{said} at an assumed 400 TFLOP/s per GPU"

@@ -522,3 +522,65 @@ def test_a_full_disk_stops_the_search_cleanly_and_resume_finishes_it(
         study_name="full", storage=f"sqlite:///{results / 'full' / OPTUNA_DB}"
     )
     assert "RUNNING" not in [t.state.name for t in study.trials]
+
+
+def test_ray_tunes_own_ctrl_c_handler_is_seen_as_a_stop():
+    """ray_session.fit_interrupted against Ray Tune's own handler (tune.py, _setup_signal_catching,
+    which every Tuner.fit installs): a run the signal reached is seen as stopped, one it did not as
+    finished, and the handler found before is back after either."""
+    from ray.tune.tune import _setup_signal_catching
+
+    from benchmark.search.ray_session import fit_interrupted
+
+    before = signal.getsignal(signal.SIGINT)
+    reached = []
+
+    def stopped_fit():
+        event = _setup_signal_catching()
+        signal.raise_signal(signal.SIGINT)  # Ray's handler: ends the run, returns normally
+        reached.append(event.is_set())
+
+    assert fit_interrupted(stopped_fit) and reached == [True]
+    assert signal.getsignal(signal.SIGINT) is before
+    assert not fit_interrupted(_setup_signal_catching)  # a run no signal reached
+    assert signal.getsignal(signal.SIGINT) is before
+    with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C still ends the process as usual
+        fit_interrupted(lambda: (stopped_fit(), signal.raise_signal(signal.SIGINT)))
+
+
+def test_ctrl_c_stops_the_search_with_exit_130_and_says_how_to_go_on(corpus, tmp_path):
+    """`shapebench search` stopped by the user ends non-zero (a shell loop over spaces stops
+    with it), prints its summary and says how to go on, its finished rows kept."""
+    space_path = space_file(tmp_path, "stopme", trials=4, tokens="40K")
+    results = tmp_path / "results"
+    flags = ["--name", "stopme", "--results", str(results), "--concurrency", "1"]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "benchmark.main",
+            "search",
+            str(space_path),
+            *flags,
+            *tiny_search.cli(corpus),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    trials = results / "stopme" / "trials"
+    deadline = time.time() + 600
+    while time.time() < deadline and not (trials.is_dir() and list(trials.glob("[!.]*.parquet"))):
+        assert proc.poll() is None, "the search ended before it could be stopped"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    assert (
+        "rows written now" in err
+    )  # the summary of what ran (on stderr, as after a finished search)
+    assert "shapebench search: stopme: stopped: the user stopped it (Ctrl-C)" in err, err
+    assert f"to go on: shapebench search {space_path} --name stopme --results {results}" in err
+    assert "--resume" in err and "Traceback" not in err
+    kept = pd.read_parquet(results / "stopme")
+    assert 1 <= len(kept) < 4 and set(kept["status"]) == {"ok"}

@@ -15,8 +15,8 @@ them (`run_study` -> search.run_search). `--spec` trains and evaluates one archi
 (trial/single.py). Exit codes: 0 done, 2 a problem with the space, the spec or the flags (a space
 edited since its study began included), reported as one line (`path:line:col: key: what is wrong`),
 3 the search stopped early for the machine's sake (a full disk, Ray that could not start or lost
-its head, the study's database away past --storage-wait): finished rows are kept and the line says
-how to resume.
+its head, the study's database away past --storage-wait), 130 the user stopped it (Ctrl-C): finished
+rows are kept and the line says how to resume.
 """
 
 from __future__ import annotations
@@ -471,9 +471,12 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
         print(f"{SEARCH}: {name}: {e}", file=sys.stderr)
         return 2
     except SearchHalted as e:  # one line: what failed, where, what to try, and how to go on
-        then = (
-            "finished rows are kept; once there is space: " if e.kind == "store_full" else "then: "
-        )
+        if e.kind == "interrupted" and e.summary is not None:  # stopped by the user: what ran
+            _print_summary(console, e.summary)
+        then = {
+            "store_full": "finished rows are kept; once there is space: ",
+            "interrupted": "to go on: ",
+        }.get(e.kind, "then: ")
         print(
             f"{SEARCH}: {name}: stopped: {e}"
             + (f"; {then}{_resume_command(args, name)}" if e.halt.resumable else ""),

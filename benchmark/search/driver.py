@@ -25,8 +25,9 @@ per driver, which a second driver would overwrite: that one is refused, in one l
 
 The search stops early (SearchHalted, carrying a halt.Halt) when the results disk is full, no trial
 can start on the cluster, Ray cannot start or loses its head, or the study's database does not
-answer for --storage-wait (a shorter absence is ridden through: storage.py); what is finished is
-kept, and the message says how to go on.
+answer for --storage-wait (a shorter absence is ridden through: storage.py), or the user stops it
+(Ctrl-C, which Ray Tune catches: ray_session.fit_interrupted); what is finished is kept, and the
+message says how to go on.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from benchmark.data import DataConfig, cache_root, prepare
 from benchmark.recipe import parse_tokens
 from benchmark.search import disk, loggers, optuna_study, ray_session, resume, roster
 from benchmark.search.context import TrialContext
-from benchmark.search.halt import Halt, SearchHalted
+from benchmark.search.halt import INTERRUPTED, Halt, SearchHalted
 from benchmark.search.live import LiveView
 from benchmark.search.progress import Poll, start_board
 from benchmark.search.rows import best_row
@@ -249,7 +250,8 @@ def _search(space, opts: SearchOptions, console, policy, registry, others, slot)
         raise SearchHalted(
             replace(halt, message=f"{halt.message}; {disk.space_line(space, opts, remaining)}")
             if halt.kind == "store_full"
-            else halt
+            else halt,
+            summary,
         )
     _record_times(summary)
     return summary
@@ -496,8 +498,9 @@ def _tune(run: _Run, ctx: TrialContext, sampler, res):
         ),
     )
     with view, ray_session.quiet_full_disk():
-        tuner.fit()
-    return view, callback.halt or searcher.halt
+        interrupted = ray_session.fit_interrupted(tuner.fit)
+    stopped = Halt("interrupted", INTERRUPTED) if interrupted else None
+    return view, callback.halt or searcher.halt or stopped
 
 
 def _scheduler(space, ctx: TrialContext, modes):

@@ -8,7 +8,7 @@ import sys
 
 from benchmark.perf import probe
 from benchmark.recipe import TrainConfig
-from benchmark.space.plan import ASSUMED_GPU_FLOPS, Plan, fmt_hours, gpu_hours, records
+from benchmark.space.plan import ASSUMED_GPU_FLOPS, Plan, gpu_time, records
 
 # A search estimated to take longer than this on one machine is a cluster job: it asks first.
 LIMIT_HOURS = 24
@@ -37,8 +37,7 @@ def too_big(
     print(
         f"shapebench search: {name}: {len(recs)} candidates x {recs[0]['runs']} runs estimated at "
         f"{hours:,.0f} machine-hours on this machine ({flops / 1e9:.0f} GFLOP/s measured here), "
-        f"about {fmt_hours(gpu_hours(recs, gpu_flops))} GPU-hours at an assumed "
-        f"{gpu_flops / 1e12:g} TFLOP/s per GPU. This is a cluster job (docs/clusters.md):\n"
+        f"{gpu_time(recs, gpu_flops)}. This is a cluster job (docs/clusters.md):\n"
         f"  ray start --head --port 6379 --num-cpus 0   (each worker: ray start --address HEAD_IP:6379)\n"
         f"  shapebench search {f'{space_arg} ' if space_arg else ''}--budget {budget or ','.join(map(str, space.budgets))}"
         f" --address auto --results s3://BUCKET/results "

@@ -7,15 +7,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # kind -> the exit code of `shapebench search`: 3 the machine or the store failed (resume once it is
-# fixed), 2 what was asked cannot run (change the flags).
-EXIT_CODES = {"store_full": 3, "ray": 3, "storage": 3, "resources": 2}
+# fixed), 2 what was asked cannot run (change the flags), 130 the user stopped it (Ctrl-C: 128 +
+# SIGINT, the shell's code for a command ended by it; so a loop over spaces stops there too).
+EXIT_CODES = {"store_full": 3, "ray": 3, "storage": 3, "resources": 2, "interrupted": 130}
+INTERRUPTED = "the user stopped it (Ctrl-C); the running trials were ended, finished rows are kept"
 
 
 @dataclass(frozen=True)
 class Halt:
     kind: str  # "store_full": the results disk is full; "resources": no trial can start on the
     message: str  # cluster; "ray": Ray could not start or lost its head node; "storage": the Optuna
-    # study's database did not answer for --storage-wait (search/storage.py)
+    # study's database did not answer for --storage-wait (search/storage.py); "interrupted": the
+    # user stopped it (Ctrl-C), Ray Tune ending the running trials
 
     def __post_init__(self):
         if self.kind not in EXIT_CODES:
@@ -27,16 +30,18 @@ class Halt:
 
     @property
     def resumable(self) -> bool:
-        """Whether the same command with --resume goes on once the cause is fixed."""
-        return self.exit_code == 3
+        """Whether the same command with --resume goes on (once the cause, if any, is fixed)."""
+        return self.kind != "resources"
 
 
 class SearchHalted(RuntimeError):
-    """run_search's way of saying it stopped early: carries the Halt."""
+    """run_search's way of saying it stopped early: carries the Halt, and the search's summary of
+    what ran until then (a SearchSummary; None where it stopped before its trials)."""
 
-    def __init__(self, halt: Halt):
+    def __init__(self, halt: Halt, summary=None):
         super().__init__(halt.message)
         self.halt = halt
+        self.summary = summary
 
     @property
     def kind(self) -> str:

@@ -286,3 +286,33 @@ def stop(owned: bool) -> None:
     """Disconnect from (or end) the Ray instance if `start` started or connected it (`owned`)."""
     if owned and "ray" in sys.modules and sys.modules["ray"].is_initialized():
         sys.modules["ray"].shutdown()
+
+
+def fit_interrupted(fit) -> bool:
+    """Run `fit` (a Ray Tune Tuner's); True when the user stopped it (Ctrl-C: SIGINT, or SIGUSR1).
+
+    Ray Tune catches the signal itself: it stops the trials, saves its state and returns normally
+    (ray/tune/tune.py, _setup_signal_catching), so without this a stopped search would end like a
+    finished one, with exit 0, and a shell loop over spaces would go on to the next. Its handler,
+    when the signal comes, puts back the SIGINT handler it found (so that a second Ctrl-C skips its
+    last save); after a run that was not stopped, its own handler stays. A handler installed here
+    before the run is therefore back after it exactly when the run was stopped. The handler found
+    before is restored either way."""
+    if threading.current_thread() is not threading.main_thread():
+        fit()  # Ray Tune catches no signal off the main thread: nothing to tell
+        return False
+    before = signal.getsignal(signal.SIGINT)
+
+    def second_ctrl_c(sig, frame):  # what Ray leaves in place after the first: the usual handler
+        if callable(before):
+            before(sig, frame)
+        else:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, second_ctrl_c)
+    try:
+        fit()
+        caught = not int(os.environ.get("TUNE_DISABLE_SIGINT_HANDLER", "0"))
+        return caught and signal.getsignal(signal.SIGINT) is second_ctrl_c
+    finally:
+        signal.signal(signal.SIGINT, before)

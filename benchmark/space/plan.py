@@ -183,6 +183,20 @@ def fmt_hours(h: float) -> str:
     return f"{h:,.0f}" if h >= 100 else f"{h:.3g}"
 
 
+def gpu_time(rows: list[dict[str, Any]], gpu_flops: float = ASSUMED_GPU_FLOPS) -> str:
+    """The runs' GPU time at an assumed rate, in the unit that reads: "about 12.3 GPU-hours", or
+    GPU-minutes or GPU-seconds below one (a tiny search's 0.000333 GPU-hours is 1.2 GPU-seconds)."""
+    h = gpu_hours(rows, gpu_flops)
+    amount = (
+        f"{fmt_hours(h)} GPU-hours"
+        if h >= 1
+        else f"{h * 60:.3g} GPU-minutes"
+        if h >= 1 / 60
+        else f"{h * 3600:.3g} GPU-seconds"
+    )
+    return f"about {amount} at an assumed {gpu_flops / 1e12:g} TFLOP/s per GPU"
+
+
 def _ffn(spec) -> str:
     f = spec.ffn
     if f.kind == "hourglass":
@@ -350,8 +364,7 @@ def _runs(space: SearchSpace) -> str:
 def _gpu_hours(rows: list[dict[str, Any]], gpu_flops: float) -> str:
     """The whole search's GPU-hours at an assumed rate: no probe, the FLOPs are counted exactly."""
     return (
-        f"about {fmt_hours(gpu_hours(rows, gpu_flops))} GPU-hours at an assumed "
-        f"{gpu_flops / 1e12:g} TFLOP/s per GPU ({train_flops(rows):.3g} training FLOPs: "
+        f"{gpu_time(rows, gpu_flops)} ({train_flops(rows):.3g} training FLOPs: "
         "FLOPs per token x tokens x runs, summed over the candidates)"
     )
 
