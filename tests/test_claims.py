@@ -794,6 +794,27 @@ def test_each_claim_says_which_parameter_count_its_study_matched(tmp_path):
     )
 
 
+def test_each_group_says_the_setting_its_study_tuned_it_at(tmp_path):
+    """A tuned study's rows carry the grid point they trained at: the claims table says it beside
+    each group's mean (the report's "each arm's tuned setting"), the JSON as the points."""
+    trials = rows({"hyperloop": {0: 5.90, 1: 5.91}, "looped": {0: 5.94, 1: 5.96}})
+    trials["tuned"] = trials["family"].map(
+        {"hyperloop": '{"lr": 0.006}', "looped": '{"lr": 0.003, "warmup": 0.05}'}
+    )
+    (result,) = check(CLAIM, trials, tmp_path)
+    file = claims.load(tmp_path / "claims.yaml")
+    cells = {c.header: c.cells for c in claims.table(file, [result]).columns}
+    assert cells["Expected better"] == ["hyperloop: 5.9050 ± 0.0050 (2 seeds; tuned: lr 0.006)"]
+    assert cells["Expected worse"] == [
+        "looped: 5.9500 ± 0.0100 (2 seeds; tuned: lr 0.003, warmup 0.05)"
+    ]
+    groups = claims.to_json(file, [result])["claims"][0]["groups"]
+    assert [g["tuned"] for g in groups] == [[{"lr": 0.006}], [{"lr": 0.003, "warmup": 0.05}]]
+    (untuned,) = check(CLAIM, trials.drop(columns="tuned"), tmp_path)
+    cells = {c.header: c.cells for c in claims.table(file, [untuned]).columns}
+    assert cells["Expected better"] == ["hyperloop: 5.9050 ± 0.0050 (2 seeds)"]
+
+
 def test_a_zero_standard_error_gives_the_p_its_zero_width_interval_implies():
     assert stats.p_value(-0.05, 0.0, 4) == 0.0 and stats.p_value(0.0, 0.0, 4) == 1.0
     assert np.isnan(stats.p_value(-0.05, np.nan, np.nan))

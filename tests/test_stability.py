@@ -152,6 +152,9 @@ def test_tuning_runs_are_not_ranked_and_give_the_choice_the_budget_and_the_sensi
     table = tuning.table(board)
     cells = {col.header: col.cells for col in table.columns}
     assert cells["Tuning runs"] == ["3 (3 points)", "3 (3 points)"]
+    # looped chose the grid's smallest lr (0.1 nats better than the next): its best may lie below;
+    # the transformer's best is inside (its top point diverged)
+    assert cells["At the grid's edge"] == ["lr bottom, 0.100 below 0.01", "—"]
 
 
 def test_the_page_shows_the_unstable_runs_and_each_claims_learning_curves(tmp_path):
@@ -187,3 +190,25 @@ def test_the_page_shows_the_unstable_runs_and_each_claims_learning_curves(tmp_pa
         json.loads((tmp_path / "site" / "stability.json").read_text())["claims"][0]["without"]
         == "reproduced"
     )
+
+
+def test_the_grid_edge_is_read_along_each_key_with_the_others_held():
+    """lr x warmup: the best point at the largest lr is compared with the next lr at its own
+    warmup (not the other warmup's better loss); a key of 2 values has no inside and is not said."""
+    from benchmark.leaderboard import tuning
+
+    losses = {
+        (1e-3, 0.02): 3.70, (3e-3, 0.02): 3.58, (6e-3, 0.02): 3.55,
+        (1e-3, 0.05): 3.69, (3e-3, 0.05): 3.60, (6e-3, 0.05): 3.54,
+    }  # fmt: skip
+    runs = pd.DataFrame(
+        [
+            {"status": "ok", "val_loss": v, "tuned": json.dumps({"lr": lr, "warmup": w})}
+            for (lr, w), v in losses.items()
+        ]
+    )
+    grid = tuning.grid_of(runs)
+    assert grid == {"lr": [1e-3, 3e-3, 6e-3], "warmup": [0.02, 0.05]}
+    assert tuning.edge(runs, grid, 1024) == "lr top, 0.060 below 0.003"
+    inside = runs.assign(val_loss=[3.7, 3.5, 3.6, 3.7, 3.6, 3.6])
+    assert tuning.edge(inside, grid, 1024) == ""

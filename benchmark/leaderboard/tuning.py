@@ -22,7 +22,7 @@ from benchmark.store import PHASES
 
 TUNE = PHASES[0]  # a tuning run's phase
 
-COLUMNS = ("lr_sensitivity", "tuning_runs", "tuned")
+COLUMNS = ("lr_sensitivity", "tuning_runs", "tuned", "tuning_edge")
 METRIC = "val_loss"
 
 
@@ -41,14 +41,53 @@ def _canonical(spec) -> str | None:
         return None
 
 
-def sensitivity(runs: pd.DataFrame, vocab: int | None) -> float:
-    """One candidate's tuning runs -> its learning-rate sensitivity (nats)."""
+def per_point(runs: pd.DataFrame, vocab: int | None) -> pd.Series:
+    """One candidate's tuning runs -> each grid point's loss (the `tuned` JSON -> the mean over
+    the tuning seeds), a run that diverged or failed counted at ln(vocabulary)."""
     cap = math.log(vocab) if vocab else math.inf
     ok = (runs["status"] == "ok") & np.isfinite(runs[METRIC].to_numpy(float))
-    per_point = (
-        runs.assign(_v=runs[METRIC].where(ok, cap)).groupby("tuned")["_v"].mean().clip(upper=cap)
-    )
-    return float((per_point - per_point.min()).mean()) if len(per_point) else math.nan
+    return runs.assign(_v=runs[METRIC].where(ok, cap)).groupby("tuned")["_v"].mean().clip(upper=cap)
+
+
+def sensitivity(runs: pd.DataFrame, vocab: int | None) -> float:
+    """One candidate's tuning runs -> its learning-rate sensitivity (nats)."""
+    points = per_point(runs, vocab)
+    return float((points - points.min()).mean()) if len(points) else math.nan
+
+
+def grid_of(tuning: pd.DataFrame) -> dict[str, list[float]]:
+    """A study's tuning runs -> each numeric key of its grid and the values it took, sorted."""
+    values: dict[str, set[float]] = {}
+    for point in tuning["tuned"].dropna().unique():
+        for key, v in (orjson.loads(point) or {}).items():
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                values.setdefault(key, set()).add(float(v))
+    return {k: sorted(v) for k, v in values.items()}
+
+
+def edge(runs: pd.DataFrame, grid: dict[str, list[float]], vocab: int | None) -> str:
+    """Where a candidate's best point lies on an edge of its grid: per key, "lr top, 0.062 below
+    3e-3" (the grid's largest value, and by how much it beat the next one along that key, the other
+    keys held), "" where it lies inside on every key of 3 values or more. An arm chosen at an edge
+    may have its best beyond the grid: its final seeds are then tuned less well than an arm whose
+    best lies inside, a bias against it in every comparison it is in."""
+    points = per_point(runs, vocab)
+    if points.empty:
+        return ""
+    at = {t: orjson.loads(t) for t in points.index}
+    best = points.idxmin()
+    said = []
+    for key, values in grid.items():
+        if len(values) < 3 or key not in at[best]:
+            continue  # a grid of 2 values along a key has no inside to compare with
+        v = float(at[best][key])
+        if v not in (values[0], values[-1]):
+            continue
+        side, nxt = ("top", values[-2]) if v == values[-1] else ("bottom", values[1])
+        near = next((t for t, p in at.items() if p == {**at[best], key: nxt}), None)
+        by = f", {points[near] - points[best]:.3f} below {nxt:g}" if near is not None else ""
+        said.append(f"{key} {side}{by}")
+    return "; ".join(said)
 
 
 def json_field(text, key: str):
@@ -63,6 +102,7 @@ def with_tuning(cands: pd.DataFrame, trials: pd.DataFrame, tuning: pd.DataFrame)
     if tuning.empty or "tuned" not in trials:
         return cands
     runs = tuning.assign(spec=tuning["spec"].map(_canonical))
+    grids = {study: grid_of(group) for study, group in runs.groupby("study", sort=False)}
     found = pd.DataFrame(
         [
             {
@@ -70,6 +110,7 @@ def with_tuning(cands: pd.DataFrame, trials: pd.DataFrame, tuning: pd.DataFrame)
                 "spec": spec,
                 "tuning_runs": len(group),
                 "lr_sensitivity": sensitivity(group, json_field(spec, "vocab_size")),
+                "tuning_edge": edge(group, grids[study], json_field(spec, "vocab_size")),
             }
             for (study, spec), group in runs.groupby(["study", "spec"], sort=False)
         ]
@@ -110,6 +151,10 @@ def table(board) -> Table | None:
             ],
             keys=c["lr_sensitivity"].to_numpy(float),
         ),
+        Column(
+            header="At the grid's edge",
+            cells=[e if isinstance(e, str) and e else "—" for e in c["tuning_edge"]],
+        ),
     ]
     return Table(
         title="Tuning",
@@ -118,6 +163,9 @@ def table(board) -> Table | None:
             "each candidate trained every point of its study's `tune:` grid on the tuning seeds (the same runs "
             "for every candidate), chose the point best on the mean over them, and trained its final seeds, which "
             "every rank and verdict reads, at that point; LR sensitivity: the mean over the grid of each point's "
-            "loss above the best point's, a diverged point counted at ln(vocabulary) (Wortsman et al. 2023)"
+            "loss above the best point's, a diverged point counted at ln(vocabulary) (Wortsman et al. 2023); at the "
+            "grid's edge: the chosen point is the grid's largest (top) or smallest (bottom) value of a key of 3 "
+            "values or more, and by how much it beat the next value along that key: the candidate's best may lie "
+            "beyond the grid, its final seeds then tuned less well than an arm whose best lies inside"
         ),
     )

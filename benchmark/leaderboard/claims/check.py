@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import orjson
 import pandas as pd
 
 from benchmark.leaderboard import stats
@@ -40,6 +41,9 @@ class Group:
     values: dict[int, float]  # seed -> the group's mean over its candidates with that seed
     mean: float
     se: float
+    # the setting its rows trained at, where their study tuned them (a tuned study's `tuned` JSON,
+    # e.g. {"lr": 0.006}; several where the group's candidates chose differently)
+    tuned: tuple[dict, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -260,8 +264,19 @@ def _group(name: str, rows: pd.DataFrame, claim: Claim) -> Group:
         values = {-1 - i: float(v) for i, v in enumerate(rows[col])}
     mean, se, _ = stats.mean_se(list(values.values()))
     filters = " ".join(f"{k}={'|'.join(map(str, v))}" for k, v in claim.groups[name].items())
+    tuned = (
+        tuple(orjson.loads(t) for t in sorted(set(rows["tuned"].dropna())))
+        if "tuned" in rows
+        else ()
+    )
     return Group(
-        name=name, filters=filters, metric=col, values=values, mean=float(mean), se=float(se)
+        name=name,
+        filters=filters,
+        metric=col,
+        values=values,
+        mean=float(mean),
+        se=float(se),
+        tuned=tuned,
     )
 
 

@@ -16,12 +16,18 @@ def _num(value: float, digits: int) -> str:
     return f"{value:.{digits}f}".replace("-", "−") if math.isfinite(value) else MISSING
 
 
+def _setting(v) -> str:
+    return f"{v:g}" if isinstance(v, int | float) and not isinstance(v, bool) else str(v)
+
+
 def _group_cell(g: Group, digits: int) -> str:
     if not g.values:
         return f"{g.name}: no rows"
     se = f" ± {_num(g.se, digits)}" if math.isfinite(g.se) else ""
+    at = " | ".join(", ".join(f"{k} {_setting(v)}" for k, v in t.items()) for t in g.tuned)
     return (
-        f"{g.name}: {_num(g.mean, digits)}{se} ({len(g.values)} seed{'s' * (len(g.values) != 1)})"
+        f"{g.name}: {_num(g.mean, digits)}{se} ({len(g.values)} seed{'s' * (len(g.values) != 1)}"
+        + (f"; tuned: {at})" if at else ")")
     )
 
 
@@ -194,7 +200,8 @@ def table(claims: ClaimsFile, results: list[Result]) -> Table:
         title=f"Claims ({os.path.basename(claims.path)})",
         columns=[Column(header=h, cells=cells[k]) for k, h in heads.items()],
         caption="count: the parameter count the groups' budgets matched (the space's count:, to compare with "
-        "the paper's); groups: mean ± s.e. over seeds (a group's candidates averaged per seed); "
+        "the paper's); groups: mean ± s.e. over seeds (a group's candidates averaged per seed), and, in a tuned "
+        "study, the setting its final seeds trained at (chosen on the study's grid: the Tuning table); "
         + rule(results),
     )
 
@@ -264,6 +271,7 @@ def to_json(claims: ClaimsFile, results: list[Result]) -> dict:
                         "n": len(g.values),
                         "mean": _finite(g.mean),
                         "se": _finite(g.se),
+                        "tuned": list(g.tuned),
                     }
                     for g in r.groups
                 ],
