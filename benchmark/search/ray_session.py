@@ -306,7 +306,7 @@ def fit_interrupted(fit) -> bool:
     def second_ctrl_c(sig, frame):  # what Ray leaves in place after the first: the usual handler
         if callable(before):
             before(sig, frame)
-        else:
+        elif before != signal.SIG_IGN:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, second_ctrl_c)
