@@ -576,9 +576,8 @@ def test_ctrl_c_stops_the_search_with_exit_130_and_says_how_to_go_on(corpus, tmp
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err
-    assert (
-        "rows written now" in err
-    )  # the summary of what ran (on stderr, as after a finished search)
+    # the summary of what ran (on stderr, as after a finished search)
+    assert "rows written now" in err
     assert "shapebench search: stopme: stopped: the user stopped it (Ctrl-C)" in err, err
     assert f"to go on: shapebench search {space_path} --name stopme --results {results}" in err
     assert "--resume" in err and "Traceback" not in err

@@ -209,6 +209,6 @@ def test_the_grid_edge_is_read_along_each_key_with_the_others_held():
     )
     grid = tuning.grid_of(runs)
     assert grid == {"lr": [1e-3, 3e-3, 6e-3], "warmup": [0.02, 0.05]}
-    assert tuning.edge(runs, grid, 1024) == "lr top, 0.060 below 0.003"
+    assert tuning.edge(tuning.per_point(runs, 1024), grid) == "lr top, 0.060 below 0.003"
     inside = runs.assign(val_loss=[3.7, 3.5, 3.6, 3.7, 3.6, 3.6])
-    assert tuning.edge(inside, grid, 1024) == ""
+    assert tuning.edge(tuning.per_point(inside, 1024), grid) == ""

@@ -49,9 +49,8 @@ def per_point(runs: pd.DataFrame, vocab: int | None) -> pd.Series:
     return runs.assign(_v=runs[METRIC].where(ok, cap)).groupby("tuned")["_v"].mean().clip(upper=cap)
 
 
-def sensitivity(runs: pd.DataFrame, vocab: int | None) -> float:
-    """One candidate's tuning runs -> its learning-rate sensitivity (nats)."""
-    points = per_point(runs, vocab)
+def sensitivity(points: pd.Series) -> float:
+    """One candidate's per-point losses (per_point) -> its learning-rate sensitivity (nats)."""
     return float((points - points.min()).mean()) if len(points) else math.nan
 
 
@@ -65,13 +64,13 @@ def grid_of(tuning: pd.DataFrame) -> dict[str, list[float]]:
     return {k: sorted(v) for k, v in values.items()}
 
 
-def edge(runs: pd.DataFrame, grid: dict[str, list[float]], vocab: int | None) -> str:
-    """Where a candidate's best point lies on an edge of its grid: per key, "lr top, 0.062 below
+def edge(points: pd.Series, grid: dict[str, list[float]]) -> str:
+    """Where a candidate's best point (of its per-point losses: per_point) lies on an edge of its
+    grid: per key, "lr top, 0.062 below
     3e-3" (the grid's largest value, and by how much it beat the next one along that key, the other
     keys held), "" where it lies inside on every key of 3 values or more. An arm chosen at an edge
     may have its best beyond the grid: its final seeds are then tuned less well than an arm whose
     best lies inside, a bias against it in every comparison it is in."""
-    points = per_point(runs, vocab)
     if points.empty:
         return ""
     at = {t: orjson.loads(t) for t in points.index}
@@ -103,18 +102,19 @@ def with_tuning(cands: pd.DataFrame, trials: pd.DataFrame, tuning: pd.DataFrame)
         return cands
     runs = tuning.assign(spec=tuning["spec"].map(_canonical))
     grids = {study: grid_of(group) for study, group in runs.groupby("study", sort=False)}
-    found = pd.DataFrame(
-        [
+    per_candidate = []
+    for (study, spec), group in runs.groupby(["study", "spec"], sort=False):
+        points = per_point(group, json_field(spec, "vocab_size"))
+        per_candidate.append(
             {
                 "study": study,
                 "spec": spec,
                 "tuning_runs": len(group),
-                "lr_sensitivity": sensitivity(group, json_field(spec, "vocab_size")),
-                "tuning_edge": edge(group, grids[study], json_field(spec, "vocab_size")),
+                "lr_sensitivity": sensitivity(points),
+                "tuning_edge": edge(points, grids[study]),
             }
-            for (study, spec), group in runs.groupby(["study", "spec"], sort=False)
-        ]
-    ).set_index(["study", "spec"])
+        )
+    found = pd.DataFrame(per_candidate).set_index(["study", "spec"])
     chosen = (
         trials.dropna(subset=["tuned"])
         .groupby(["study", "candidate"])["tuned"]
