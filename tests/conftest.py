@@ -3,6 +3,7 @@ the results store is tested on URIs through the same pyarrow S3 client a cloud b
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import subprocess
@@ -114,6 +115,21 @@ def one_torch_thread():
         mp.setenv("OMP_NUM_THREADS", "1")
         yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_ray_folder():
+    """The Ray sessions the tests start live in one folder, removed at the end: the searches that
+    tests stop, kill or fail on purpose leave their session folders (with Ray's logs, as a user's
+    failed search should), one per study, and each test's study is new. Short (Ray's socket paths
+    are limited to ~107 chars); child processes inherit it."""
+    import shutil
+
+    folder = tempfile.mkdtemp(prefix="sbt-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_TMPDIR", folder)
+        yield
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

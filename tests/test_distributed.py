@@ -312,7 +312,7 @@ def ray_here(tmp_path_factory):
         ray_session.start(None, slot)
         yield
         ray.shutdown()
-    slot.release()
+    slot.release(tidy=True)
 
 
 def _search(tmp_path, corpus, name, trials, tokens, asha, node_retries=0):

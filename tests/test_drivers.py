@@ -2,6 +2,7 @@
 and with the SQLite file beside the rows; a driver never ends the processes of a live one; and a
 space edited after its study began is refused in one line, with nothing in the study changed."""
 
+import glob
 import os
 import re
 import shutil
@@ -118,6 +119,8 @@ def assert_recorded_once(study_dir: Path, storage: str, logs: list[str]) -> None
     assert sum(ran(log) for log in logs) == 4  # each driver counts what it ran
     assert "ran beside 1 other driver(s) of this study" in " ".join(logs[1].split())
     assert not list((study_dir / "_drivers").glob("*.json"))  # both ended and said so
+    # ... and left no Ray session folder or lock file in the temp folder
+    assert not glob.glob(glob.escape(ray_session.temp_dir(study_dir)) + ".*")
 
 
 @pytest.mark.slow
@@ -291,6 +294,40 @@ def test_a_live_drivers_processes_are_left_and_a_dead_ones_ended(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+def test_a_slot_ended_tidily_leaves_nothing_and_a_lock_on_its_removed_file_is_not_taken(
+    tmp_path, monkeypatch
+):
+    study = str(tmp_path / "s")
+    prefix = ray_session.temp_dir(study)
+    first = ray_session.claim(study)
+    os.makedirs(first.folder + "/session_x/logs")
+    first.release()  # a failed search: its logs stay
+    assert os.path.isdir(first.folder + "/session_x/logs")
+    again = ray_session.claim(study)
+    assert again.folder == first.folder
+    again.release(tidy=True)
+    assert not glob.glob(glob.escape(prefix) + ".*")
+    # A claimant that opened the lock file just before its owner removed it locks a file no path
+    # names: it must take the path's new file, not think it holds the slot beside the next driver
+    flock = ray_session.fcntl.flock
+    owner = ray_session.claim(study)
+    calls = []
+
+    def owner_tidies_meanwhile(f, how):
+        if not calls:
+            calls.append(f.name)
+            owner.release(tidy=True)
+        return flock(f, how)
+
+    monkeypatch.setattr(ray_session.fcntl, "flock", owner_tidies_meanwhile)
+    lock = ray_session._try_lock(owner.folder)
+    monkeypatch.setattr(ray_session.fcntl, "flock", flock)
+    assert calls and lock is not None
+    assert os.fstat(lock.fileno()).st_ino == os.stat(owner.folder + ".lock").st_ino
+    lock.close()
+    os.unlink(owner.folder + ".lock")
 
 
 # ---- Ray that does not start --------------------------------------------------------------------

@@ -152,6 +152,8 @@ def test_tuning_runs_are_not_ranked_and_give_the_choice_the_budget_and_the_sensi
     table = tuning.table(board)
     cells = {col.header: col.cells for col in table.columns}
     assert cells["Tuning runs"] == ["3 (3 points)", "3 (3 points)"]
+    # printed as the claims table prints it, not as the rows' JSON
+    assert cells["Chosen setting"] == ["lr 0.001", "lr 0.01"]
     # looped chose the grid's smallest lr (0.1 nats better than the next): its best may lie below;
     # the transformer's best is inside (its top point diverged)
     assert cells["At the grid's edge"] == ["lr bottom, 0.100 below 0.01", "—"]

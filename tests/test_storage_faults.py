@@ -72,7 +72,7 @@ def started_ray(tmp_path_factory):
     ray_session.start(None, slot)
     yield
     ray.shutdown()
-    slot.release()
+    slot.release(tidy=True)
 
 
 @pytest.fixture

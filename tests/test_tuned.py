@@ -121,6 +121,35 @@ def test_a_candidate_trains_only_the_tuning_runs_it_lacks_and_picks_the_best_poi
     assert trained == ["t0009-g1-s100", "t0009-g1-s101", "t0009-g2-s100", "t0009-g2-s101"]
 
 
+def test_a_trials_time_inside_counts_its_tuning_runs(tmp_path, monkeypatch):
+    """The driver's span of a tuned trial less its time inside is orchestration: the tuning runs
+    are inside (left out, a 4-point grid read as 20 minutes of orchestration a trial)."""
+    from benchmark.search import trainable, tuning
+
+    space = load_space(space_file(tmp_path))
+    ctx = _ctx(tmp_path / "s", space)
+    walls = {tuning.TUNE: 30.0, tuning.FINAL: 100.0}
+    reports = []
+
+    def attempts(config, ctx, trial_id, seed, data, report, setting=None, phase=tuning.FINAL):
+        reports.append(report)
+        loss = 4.0 if setting == {"lr": 1e-2} else 4.5
+        row = {**_row(trial_id, seed, setting["lr"], loss), "phase": phase}
+        return {**row, "wall_s": walls[phase], "val_ppl": 55.0, "tokens_trained": 8192}
+
+    monkeypatch.setattr(trainable, "attempts", attempts)
+    monkeypatch.setattr(trainable, "prepare", lambda data: None)
+    monkeypatch.setattr(trainable.rows, "values", lambda written, names, count: [4.0] * len(names))
+    final = trainable._trial({"optuna_trial": 7}, replace(ctx, training={"eval_every": 4}), None)
+    # 2 grid points on 1 tuning seed, then 2 final seeds
+    assert final["status"] == "ok" and final["trial_wall_s"] == 2 * 30.0 + 2 * 100.0
+    assert reports[:2] == [
+        None,
+        None,
+    ]  # ASHA's rungs come from the first final seed, not a tuning run
+    assert reports[2] is not None and reports[3] is None
+
+
 def test_a_trial_killed_while_tuning_is_continued_not_started_again(tmp_path):
     from benchmark.search.resume import close_running
     from benchmark.store.results import write_row

@@ -26,6 +26,24 @@ COLUMNS = ("lr_sensitivity", "tuning_runs", "tuned", "tuning_edge")
 METRIC = "val_loss"
 
 
+def setting_label(setting: dict) -> str:
+    """A tuned setting as the reports print it: "lr 0.006, warmup 61" (the rows hold it as JSON)."""
+    return ", ".join(
+        f"{k} {v:g}" if isinstance(v, int | float) and not isinstance(v, bool) else f"{k} {v}"
+        for k, v in setting.items()
+    )
+
+
+def _settings_label(tuned) -> str:
+    """A candidate's `tuned` cell (its rows' settings as JSON, " | " between several) as text."""
+    if not isinstance(tuned, str):
+        return "—"
+    try:
+        return " | ".join(setting_label(orjson.loads(t)) for t in tuned.split(" | "))
+    except (orjson.JSONDecodeError, AttributeError):
+        return tuned
+
+
 def split(trials: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the rows ranked and judged, the tuning runs)."""
     if "phase" not in trials:
@@ -137,7 +155,7 @@ def table(board) -> Table | None:
         Column(header="Study", cells=c["study"].astype(str).tolist()),
         Column(header="Family", cells=c["family"].astype(str).tolist()),
         Column(header="Structure", cells=c["structure"].astype(str).tolist()),
-        Column(header="Chosen setting", cells=c["tuned"].fillna("—").astype(str).tolist()),
+        Column(header="Chosen setting", cells=[_settings_label(t) for t in c["tuned"]]),
         Column(
             header="Tuning runs",
             cells=[

@@ -161,15 +161,18 @@ def run_search(
     others = registry.others()
     roster.check_shared(registry, others, location.is_uri(opts.study_dir))
     slot = None if opts.address else ray_session.claim(opts.study_dir)
+    ended = False
     try:
         registry.beat(force=True)
-        return _search(space, opts, console, policy, registry, others, slot)
+        summary = _search(space, opts, console, policy, registry, others, slot)
+        ended = True
+        return summary
     except StorageUnavailable as e:  # opening, preparing or closing the study: rows kept, resumable
         raise SearchHalted(Halt("storage", str(e))) from None
     finally:
         registry.end()
         if slot is not None:
-            slot.release()
+            slot.release(tidy=ended)
 
 
 def check_declared(space, opts: SearchOptions) -> None:

@@ -10,7 +10,8 @@ of one study on one machine so get two Rays (`ray.init` starts a head with its o
 the folder it is given, and finds no other through it), rather than one shared: a shared Ray ends
 when the driver that started it ends, under the other's running trials, and one driver's
 `ray.shutdown` is not another's to make. A slot's processes are ended only while its lock is
-free, i.e. after its owner has died."""
+free, i.e. after its owner has died. A search that ends as it should removes its slot's folder and
+lock file; one that fails leaves them, with Ray's logs."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import sys
@@ -50,9 +52,10 @@ class RayStartError(RuntimeError):
 
 def temp_dir(study_dir: Path) -> str:
     """The study's prefix for session directories (short: Ray's unix socket paths are limited to
-    ~107 chars); each driver's folder is this plus `.<slot>`."""
+    ~107 chars); each driver's folder is this plus `.<slot>`. In RAY_TMPDIR where it is set (Ray's
+    own variable for the folder of its sessions), else the system's temp folder."""
     digest = hashlib.sha1(absolute(study_dir).encode()).hexdigest()[:10]
-    return os.path.join(tempfile.gettempdir(), f"sbray-{digest}")
+    return os.path.join(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir(), f"sbray-{digest}")
 
 
 @dataclass
@@ -62,14 +65,30 @@ class Slot:
     folder: str
     lock: object
 
-    def release(self) -> None:
+    def release(self, tidy: bool = False) -> None:
+        """Let go of the slot; `tidy` (a search that ended as it should, its Ray shut down) also
+        removes the session folder and the lock file, which would otherwise stay in the temp
+        folder, one pair per study and driver. After a failure both stay: the folder holds Ray's
+        logs, which the error names."""
+        if tidy:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.unlink(self.folder + ".lock")  # still locked: a claimant's check sees it go
         self.lock.close()
 
 
 def _try_lock(folder: str):
+    """The slot's lock file, open and locked, or None while another driver holds it. A lock taken
+    on a file that its owner removed meanwhile (it opened before the unlink) is no lock: the path
+    is checked to name the very file locked."""
     f = open(folder + ".lock", "a+")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.stat(folder + ".lock").st_ino != os.fstat(f.fileno()).st_ino:
+            raise FileNotFoundError(folder + ".lock")  # replaced since: try the path again
+    except FileNotFoundError:
+        f.close()
+        return _try_lock(folder)
     except OSError:
         f.close()
         return None
@@ -86,7 +105,7 @@ def claim(study_dir: Path) -> Slot:
         for p in glob.glob(glob.escape(prefix) + ".*.lock")
         if (m := re.search(r"\.(\d+)\.lock$", p))
     }
-    for n in range(max(taken, default=-1) + 2):
+    for n in sorted(taken):
         folder = f"{prefix}.{n}"
         lock = _try_lock(folder)
         if lock is None:
@@ -96,6 +115,11 @@ def claim(study_dir: Path) -> Slot:
             ours = Slot(folder, lock)
         else:
             lock.close()
+    n = max(taken, default=-1)
+    while ours is None:  # every slot is a live driver's: a new one
+        n += 1
+        lock = _try_lock(f"{prefix}.{n}")
+        ours = lock and Slot(f"{prefix}.{n}", lock)
     return ours
 
 

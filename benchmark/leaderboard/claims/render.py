@@ -10,21 +10,18 @@ from benchmark.leaderboard.claims.check import NO_DATA, Group, Pair, Result
 from benchmark.leaderboard.claims.file import ClaimsFile
 from benchmark.leaderboard.formats import Column, Table
 from benchmark.leaderboard.tables import MISSING, WITH_SE
+from benchmark.leaderboard.tuning import setting_label
 
 
 def _num(value: float, digits: int) -> str:
     return f"{value:.{digits}f}".replace("-", "−") if math.isfinite(value) else MISSING
 
 
-def _setting(v) -> str:
-    return f"{v:g}" if isinstance(v, int | float) and not isinstance(v, bool) else str(v)
-
-
 def _group_cell(g: Group, digits: int) -> str:
     if not g.values:
         return f"{g.name}: no rows"
     se = f" ± {_num(g.se, digits)}" if math.isfinite(g.se) else ""
-    at = " | ".join(", ".join(f"{k} {_setting(v)}" for k, v in t.items()) for t in g.tuned)
+    at = " | ".join(setting_label(t) for t in g.tuned)
     return (
         f"{g.name}: {_num(g.mean, digits)}{se} ({len(g.values)} seed{'s' * (len(g.values) != 1)}"
         + (f"; tuned: {at})" if at else ")")
