@@ -636,6 +636,17 @@ def test_a_published_difference_below_the_detectable_is_said_so(tmp_path):
         float(stats.power(0.02, 0.01 / math.sqrt(3), 2))
     )
     assert (above.pairs[0].size, above.pairs[0].underpowered) == ("consistent", False)
+    # the groups' rows swapped: Hyperloop now worse by 0.05 [0.0252, 0.0748] where the paper has it
+    # better by 0.02; the whole interval on the other side of 0 is a reversed sign, not a smaller effect
+    swapped = rows(
+        {"looped": {0: 5.90, 1: 5.91, 2: 5.92}, "hyperloop": {0: 5.94, 1: 5.96, 2: 5.98}}
+    )
+    (reversed_,) = check(
+        CLAIM.replace("    groups:", "    published: -0.02\n    groups:"), swapped, tmp_path
+    )
+    assert reversed_.verdict == "contradicted" and reversed_.pairs[0].size == "opposite"
+    reversed_cells = {c.header: c.cells[0] for c in claims.verdicts(loaded, [reversed_]).columns}
+    assert reversed_cells["Size"].startswith("opposite in sign to published")
 
 
 # --- the verdict rule: one stated error rate -----------------------------------------------------

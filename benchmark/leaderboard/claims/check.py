@@ -87,15 +87,18 @@ class Pair:
     @property
     def size(self) -> str:
         """Where the paper's difference lies against the interval: 'consistent' (inside it),
-        'larger' (the whole interval beyond it on the expected side), 'smaller' (short of it, or on
-        the other side of 0); '' without a published value or an interval."""
+        'larger' (the whole interval beyond it on the expected side), 'opposite' (the whole interval
+        on the other side of 0: the sign reversed, which 'smaller' would understate), 'smaller'
+        (short of it otherwise); '' without a published value or an interval."""
         d = self.difference
         if self.published is None or d is None or not math.isfinite(d.lo):
             return ""
         if d.lo <= self.published <= d.hi:
             return "consistent"
-        beyond = d.hi < self.published if self.expected == "< 0" else d.lo > self.published
-        return "larger" if beyond else "smaller"
+        lower = self.expected == "< 0"
+        if d.hi < self.published if lower else d.lo > self.published:
+            return "larger"
+        return "opposite" if (d.lo > 0 if lower else d.hi < 0) else "smaller"
 
 
 @dataclass(frozen=True, kw_only=True)

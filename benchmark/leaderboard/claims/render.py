@@ -43,13 +43,12 @@ def _size(r: Result, p: Pair | None) -> str:
     if p is None or p.published is None or p.difference is None:
         return MISSING
     digits = WITH_SE.get(r.claim.metric.column, 4)
-    text = (
-        f"{p.size} than published"
-        if p.size in ("larger", "smaller")
-        else "consistent with published"
-        if p.size
-        else MISSING
-    )
+    text = {
+        "larger": "larger than published",
+        "smaller": "smaller than published",
+        "opposite": "opposite in sign to published",
+        "consistent": "consistent with published",
+    }.get(p.size, MISSING)
     if p.underpowered and math.isfinite(p.difference.detectable):
         text += (
             f"; underpowered at {p.seeds} seeds (detects {_num(p.difference.detectable, digits)}; the paper's "
@@ -153,7 +152,7 @@ def rule(results: list[Result]) -> str:
         "is not adjusted); difference: better − worse, paired by seed where both groups hold the same seeds, "
         "else Welch; published: the paper's own better − worse at its scale; size: consistent with published "
         "where the paper's difference lies inside the 95% interval, larger / smaller where the interval lies "
-        "beyond it / short of it; underpowered: these seeds are less likely than not (power below 50%) to "
+        "beyond it / short of it, opposite in sign where it lies wholly on the other side of 0; underpowered: these seeds are less likely than not (power below 50%) to "
         "decide the paper's difference; detectable: the smallest true difference these seeds detect with 80% "
         "power (5% two-sided); arms: controlled where the groups' models differ only in what the claim tests "
         "and the dimension its space solves for the budget, else confounded: the keys that also differ"
