@@ -54,8 +54,8 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
     setting = None
     trained: list[dict[str, Any]] = []  # the runs this trial trained: their walls are its own time
 
-    def run(trial_id, seed, point, phase, report=None):
-        trained.append(attempts(config, ctx, trial_id, seed, data, report, point, phase))
+    def run(trial_id, seed, point, report=None, **phase):
+        trained.append(attempts(config, ctx, trial_id, seed, data, report, point, **phase))
         return trained[-1]
 
     if ctx.tune is not None:  # the candidate's grid first, on its tuning seeds (search/tuning.py)
@@ -63,7 +63,7 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
             config,
             ctx,
             number,
-            lambda trial_id, seed, point: run(trial_id, seed, point, tuning.TUNE),
+            lambda trial_id, seed, point: run(trial_id, seed, point, phase=tuning.TUNE),
         )
         if setting is None:
             return _untuned(config, ctx, number)
@@ -80,7 +80,7 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
         # ASHA's rungs: the first seed trained (evaluations every eval_every steps are ASHA's)
         first = not any(r.get("phase") != tuning.TUNE for r in trained)
         report = _intermediate_report(tune) if first and ctx.training.get("eval_every") else None
-        written.append(run(ctx.trial_id(number, seed), seed, setting, tuning.FINAL, report))
+        written.append(run(ctx.trial_id(number, seed), seed, setting, report))
     # the time inside the trial, its tuning runs' included: the driver's span less this is its own
     wall = sum(r.get("wall_s") or 0 for r in trained)
     if not any(r["status"] == "ok" for r in written):  # Optuna has no value: the trial ends as FAIL
