@@ -79,20 +79,20 @@ class Slot:
 
 def _try_lock(folder: str):
     """The slot's lock file, open and locked, or None while another driver holds it. A lock taken
-    on a file that its owner removed meanwhile (it opened before the unlink) is no lock: the path
-    is checked to name the very file locked."""
-    f = open(folder + ".lock", "a+")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.stat(folder + ".lock").st_ino != os.fstat(f.fileno()).st_ino:
-            raise FileNotFoundError(folder + ".lock")  # replaced since: try the path again
-    except FileNotFoundError:
+    on a file that its owner removed meanwhile (opened here before the unlink) is no lock: the
+    path must still name the very file locked, else its new file is tried."""
+    path = folder + ".lock"
+    while True:
+        f = open(path, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            return None
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
+                return f
         f.close()
-        return _try_lock(folder)
-    except OSError:
-        f.close()
-        return None
-    return f
 
 
 def claim(study_dir: Path) -> Slot:

@@ -52,19 +52,14 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
         return {**NO_VALUES, "status": "infeasible", "error": config["infeasible"]}
     data = prepare(ctx.data)
     setting = None
-    trained: list[dict[str, Any]] = []  # the runs this trial trained: their walls are its own time
+    tuning_runs: list[dict[str, Any]] = []  # trained inside this trial: their time is its own
 
-    def run(trial_id, seed, point, report=None, **phase):
-        trained.append(attempts(config, ctx, trial_id, seed, data, report, point, **phase))
-        return trained[-1]
+    def tune_run(trial_id, seed, point):
+        tuning_runs.append(attempts(config, ctx, trial_id, seed, data, None, point, tuning.TUNE))
+        return tuning_runs[-1]
 
     if ctx.tune is not None:  # the candidate's grid first, on its tuning seeds (search/tuning.py)
-        setting = tuning.settle(
-            config,
-            ctx,
-            number,
-            lambda trial_id, seed, point: run(trial_id, seed, point, phase=tuning.TUNE),
-        )
+        setting = tuning.settle(config, ctx, number, tune_run)
         if setting is None:
             return _untuned(config, ctx, number)
     # A seed with its final row is not trained again: one of the trials this one continues finished
@@ -72,17 +67,21 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
     earlier = rows.finished_seeds(
         rows.trial_rows(ctx.study_dir, number, config.get(rows.CONTINUES) or ()), ctx.retries
     )
-    written = []
+    written, trained = [], []
     for seed in ctx.seed_list():
         if seed in earlier:
             written.append(earlier[seed])
             continue
         # ASHA's rungs: the first seed trained (evaluations every eval_every steps are ASHA's)
-        first = not any(r.get("phase") != tuning.TUNE for r in trained)
-        report = _intermediate_report(tune) if first and ctx.training.get("eval_every") else None
-        written.append(run(ctx.trial_id(number, seed), seed, setting, report))
+        report = (
+            _intermediate_report(tune) if not trained and ctx.training.get("eval_every") else None
+        )
+        trained.append(
+            attempts(config, ctx, ctx.trial_id(number, seed), seed, data, report, setting)
+        )
+        written.append(trained[-1])
     # the time inside the trial, its tuning runs' included: the driver's span less this is its own
-    wall = sum(r.get("wall_s") or 0 for r in trained)
+    wall = sum(r.get("wall_s") or 0 for r in tuning_runs + trained)
     if not any(r["status"] == "ok" for r in written):  # Optuna has no value: the trial ends as FAIL
         return {
             **NO_VALUES,

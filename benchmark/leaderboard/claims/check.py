@@ -96,7 +96,7 @@ class Pair:
         if d.lo <= self.published <= d.hi:
             return "consistent"
         lower = self.expected == "< 0"
-        if d.hi < self.published if lower else d.lo > self.published:
+        if (d.hi < self.published) if lower else (d.lo > self.published):
             return "larger"
         return "opposite" if (d.lo > 0 if lower else d.hi < 0) else "smaller"
 
