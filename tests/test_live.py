@@ -7,8 +7,9 @@ import time
 import pytest
 from rich.console import Console
 
-from benchmark.search import live
+from benchmark.search import live, tuning
 from benchmark.search.live import LiveView, trial_line
+from benchmark.space.tuning import Tune
 
 
 def post(step, total=100, loss=4.0, at=None, per_step=1000):
@@ -146,8 +147,46 @@ def test_the_last_trial_evaluating_leaves_its_evaluation_time_not_zero_nor_a_who
     assert view.eta_s() == pytest.approx(20.0, rel=1e-3)
 
 
-def test_seed_run_names():
-    assert live.seed_run("t0003-s12") == ("t0003", 12) and live.seed_run("t0003") == ("t0003", None)
+def test_run_names():
+    assert live.run_of("t0003-s12") == ("t0003", None, 12)
+    assert live.run_of("t0003") == ("t0003", None, None)
+    assert live.run_of("t0003-g2-s100") == ("t0003", 2, 100)  # search/tuning.trial_id
+    assert live.run_of(tuning.trial_id(12, 0, 7)) == ("t0012", 0, 7)
+
+
+def test_a_tuned_trials_runs_are_one_trials_and_its_eta_counts_the_grid_and_the_seeds(monkeypatch):
+    """A tuned trial trains its grid's points, then its final seeds. A tuning run that has trained
+    shows as evaluating only until the trial's next run posts (seen before: every finished tuning
+    run of a trial listed as "evaluating" for the rest of its trial, "t0004-g1-s100 4.993M/4.993M
+    tokens, loss 3.464, evaluating; t0004-g2-s100 ... evaluating; t0004-s1 ..."), and its ETA counts
+    the points after it and the final seeds."""
+    monkeypatch.setattr(live, "PLAIN_EVERY_S", 0.0)
+    out = io.StringIO()
+    grid = Tune(grid=(("lr", (1e-3, 3e-3, 6e-3)),), seeds=(100,))
+    view = LiveView(
+        Console(file=out, force_terminal=False, width=400),
+        "tuned",
+        total=2,
+        metric="val_loss",
+        seeds=2,
+        tune=grid,
+    )
+    view.trial_started("tune-1")
+    now = time.time() - 100
+    view.progress({"t0000-g1-s100": post(10, at=now - 10)})
+    view.progress({"t0000-g1-s100": post(30, at=now)})  # 2K tokens/s: 35 s left, 50 s a run
+    # point 1 of 3: point 2 and the 2 seeds after it; then the other trial's 3 + 2 runs of 50 s
+    assert view.eta_s() == pytest.approx(35 + 3 * 50 + 5 * 50, rel=1e-6)
+    view.progress({"t0000-g1-s100": post(100, at=now + 35)})  # trained: evaluating
+    assert [k for k, _ in view.shown()] == ["t0000-g1-s100"]
+    assert (
+        "t0000-g1-s100 100K/100K tokens, loss 4.000, evaluating" in out.getvalue().splitlines()[-1]
+    )
+    view.progress({"t0000-g2-s100": post(1, at=now + 40)})  # the trial's next run began
+    assert [k for k, _ in view.shown()] == ["t0000-g2-s100"]
+    view.progress({"t0000-g2-s100": post(100, at=now + 80), "t0000-s0": post(5, at=now + 85)})
+    assert [k for k, _ in view.shown()] == ["t0000-s0"]
+    assert "evaluating" not in out.getvalue().splitlines()[-1]
 
 
 def test_orchestration_per_trial_leaves_out_the_trials_that_reported_no_time_inside(monkeypatch):

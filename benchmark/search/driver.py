@@ -469,6 +469,7 @@ def _tune(run: _Run, ctx: TrialContext, sampler, res):
         maximize=modes[0] == "max",
         seeds=ctx.seeds,
         first_seed=ctx.seed,
+        tune=ctx.tune,
     )
     callback = SearchCallback(
         view,

@@ -23,6 +23,7 @@ class LiveView:
         maximize: bool = False,
         seeds: int = 1,
         first_seed: int = 0,
+        tune=None,
     ):
         self.console, self.study, self.total, self.metric, self.maximize = (
             console,
@@ -32,6 +33,10 @@ class LiveView:
             maximize,
         )
         self.seeds, self.first_seed = seeds, first_seed  # a trial's seed runs, one after another
+        # A tuned trial (space/tuning.Tune) trains every grid point on its tuning seeds first
+        self.tune_seeds = tuple(tune.seeds) if tune is not None else ()
+        self.tuning_runs = tune.runs if tune is not None else 0
+        self.runs = self.tuning_runs + seeds  # a trial's runs, one after another
         self.running: dict[str, float] = {}  # trial -> start time
         self.statuses: dict[str, int] = {}
         self.finished = 0
@@ -91,14 +96,14 @@ class LiveView:
         the callback ends it with its trial (`forget`), a lost worker's too."""
         latest: dict[str, float] = {}
         for k, v in self.trials.items():
-            trial = seed_run(k)[0]
+            trial = run_of(k)[0]
             latest[trial] = max(latest.get(trial, 0.0), v["time"])
         return sorted(
             (k, v)
             for k, v in self.trials.items()
             if v["step"] >= v["total"]
             and not self._ended(k, v)
-            and v["time"] >= latest[seed_run(k)[0]]
+            and v["time"] >= latest[run_of(k)[0]]
         )
 
     def shown(self) -> list[tuple[str, dict]]:
@@ -181,7 +186,7 @@ class LiveView:
         per_trial = sum(self.spans) / len(self.spans) if self.spans else None
         if per_trial is None:
             per_trial = (
-                self.seeds * max((trial_total_s(v) or 0 for _, v in shown), default=0) or None
+                self.runs * max((trial_total_s(v) or 0 for _, v in shown), default=0) or None
             )
         if per_trial is None:
             return None
@@ -197,19 +202,26 @@ class LiveView:
         return (max(known) if known else 0.0) + waiting * per_trial / parallel
 
     def _left(self, key: str, info: dict, per_trial: float) -> float | None:
-        """A running trial's time left: this seed's run, then its later seeds at this run's pace
-        (a trial trains its seeds one after another). A run that has trained has its evaluations
-        and quantisation left: a finished trial's span per seed beyond this run's training time
-        (0 before any trial has finished)."""
+        """A running trial's time left: this run, then its later runs at this run's pace (a trial
+        trains its tuning runs, then its seeds, one after another; a resumed trial skips those it
+        has, so this may overstate). A run that has trained has its evaluations and quantisation
+        left: a finished trial's span per run beyond this run's training time (0 before any trial
+        has finished)."""
         eta = trial_eta(info)
         if eta is None:
             return None
         if info["step"] >= info["total"]:
-            eta += max(0.0, per_trial / self.seeds - (trial_total_s(info) or 0.0))
-        seed = seed_run(key)[1]
-        if seed is None or self.seeds <= 1:
+            eta += max(0.0, per_trial / self.runs - (trial_total_s(info) or 0.0))
+        _, point, seed = run_of(key)
+        if point is not None and seed in self.tune_seeds:
+            # a tuning run (the grid's points in order, each on every tuning seed): the rest of the
+            # grid, then the final seeds
+            done = point * len(self.tune_seeds) + self.tune_seeds.index(seed) + 1
+            later = self.tuning_runs - done + self.seeds
+        elif seed is None or self.seeds <= 1:
             return eta
-        later = self.first_seed + self.seeds - 1 - seed
+        else:
+            later = self.first_seed + self.seeds - 1 - seed
         return eta + max(0, later) * (trial_total_s(info) or 0.0)
 
     def overhead_s(self) -> float | None:
@@ -229,11 +241,16 @@ def trial_total_s(info: dict) -> float | None:
     return info["tokens_total"] / rate if rate else None
 
 
-def seed_run(key: str) -> tuple[str, int | None]:
-    """A progress key as (trial, seed): `t0003-s1` -> (`t0003`, 1), one seed's `t0003` -> (`t0003`,
-    None). The keys are search/context.py's trial ids."""
-    match = re.fullmatch(r"(.*)-s(\d+)", key)
-    return (match.group(1), int(match.group(2))) if match else (key, None)
+def run_of(key: str) -> tuple[str, int | None, int | None]:
+    """A progress key as (trial, grid point, seed): `t0003-s1` -> (`t0003`, None, 1), one seed's
+    `t0003` -> (`t0003`, None, None), a tuning run's `t0003-g2-s100` -> (`t0003`, 2, 100). The keys
+    are search/context.py's trial ids and search/tuning.py's tuning runs: a trial's runs, tuning
+    or final, are known as one trial's."""
+    match = re.fullmatch(r"(.*?)(?:-g(\d+))?-s(\d+)", key)
+    if not match:
+        return key, None, None
+    trial, point, seed = match.groups()
+    return trial, int(point) if point is not None else None, int(seed)
 
 
 def trial_line(info: dict) -> str:
