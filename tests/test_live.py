@@ -23,6 +23,14 @@ def post(step, total=100, loss=4.0, at=None, per_step=1000):
     }
 
 
+def logged(monkeypatch, study, **kwargs):
+    """A view writing a plain line at every refresh, as to a log, and what it wrote."""
+    monkeypatch.setattr(live, "PLAIN_EVERY_S", 0.0)
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=400)
+    return out, LiveView(console, study, metric="val_loss", **kwargs)
+
+
 def test_a_running_trial_shows_tokens_loss_rate_and_eta():
     view = LiveView(None, "s", total=3, metric="val_loss")
     view.trial_started("tune-1")
@@ -107,15 +115,7 @@ def test_a_seed_run_that_has_trained_shows_as_evaluating_until_its_trial_goes_on
     """After its last step a seed run evaluates and quantises (~10 s in the quickstart): the view
     says so and keeps an ETA (seen before: "[4:02 / ETA ?] quickstart: 0/3 done, 1 running").
     Once the trial's next seed run posts, or the trial ends, the finished run is not shown."""
-    monkeypatch.setattr(live, "PLAIN_EVERY_S", 0.0)
-    out = io.StringIO()
-    view = LiveView(
-        Console(file=out, force_terminal=False, width=300),
-        "quick",
-        total=3,
-        metric="val_loss",
-        seeds=2,
-    )
+    out, view = logged(monkeypatch, "quick", total=3, seeds=2)
     view.trial_started("tune-1")
     now = time.time() - 70  # every post below lies in the past, as the board's do
     view.progress({"t0000-s0": post(80, at=now - 10)})
@@ -160,17 +160,8 @@ def test_a_tuned_trials_runs_are_one_trials_and_its_eta_counts_the_grid_and_the_
     run of a trial listed as "evaluating" for the rest of its trial, "t0004-g1-s100 4.993M/4.993M
     tokens, loss 3.464, evaluating; t0004-g2-s100 ... evaluating; t0004-s1 ..."), and its ETA counts
     the points after it and the final seeds."""
-    monkeypatch.setattr(live, "PLAIN_EVERY_S", 0.0)
-    out = io.StringIO()
     grid = Tune(grid=(("lr", (1e-3, 3e-3, 6e-3)),), seeds=(100,))
-    view = LiveView(
-        Console(file=out, force_terminal=False, width=400),
-        "tuned",
-        total=2,
-        metric="val_loss",
-        seeds=2,
-        tune=grid,
-    )
+    out, view = logged(monkeypatch, "tuned", total=2, seeds=2, tune=grid)
     view.trial_started("tune-1")
     now = time.time() - 100
     view.progress({"t0000-g1-s100": post(10, at=now - 10)})
