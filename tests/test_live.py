@@ -86,10 +86,7 @@ def test_a_long_evaluation_stays_shown_until_its_trial_ends():
 
 
 def test_a_log_gets_plain_status_lines(monkeypatch):
-    monkeypatch.setattr(live, "PLAIN_EVERY_S", 0.0)
-    out = io.StringIO()
-    console = Console(file=out, force_terminal=False, width=300)
-    view = LiveView(console, "quick", total=6, metric="val_loss")
+    out, view = logged(monkeypatch, "quick", total=6)
     with view:
         view.trial_started("tune-1")
         now = time.time()

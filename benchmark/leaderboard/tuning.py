@@ -86,9 +86,9 @@ def edge(points: pd.Series, grid: dict[str, list[float]]) -> str:
     """Where a candidate's best point (of its per-point losses: per_point) lies on an edge of its
     grid: per key, "lr top, 0.062 below 3e-3" (the grid's largest value, and by how much it beat
     the next one along that key, the other keys held), "" where it lies inside on every key of 3
-    values or more. An arm chosen at an edge
-    may have its best beyond the grid: its final seeds are then tuned less well than an arm whose
-    best lies inside, a bias against it in every comparison it is in."""
+    values or more. An arm chosen at an edge may have its best beyond the grid: its final seeds
+    are then tuned less well than an arm whose best lies inside, a bias against it in every
+    comparison it is in."""
     if points.empty:
         return ""
     at = {t: orjson.loads(t) for t in points.index}

@@ -33,10 +33,10 @@ class LiveView:
             maximize,
         )
         self.seeds, self.first_seed = seeds, first_seed  # a trial's seed runs, one after another
-        # A tuned trial (space/tuning.Tune) trains every grid point on its tuning seeds first
-        self.tune_seeds = tuple(tune.seeds) if tune is not None else ()
-        self.tuning_runs = tune.runs if tune is not None else 0
-        self.runs = self.tuning_runs + seeds  # a trial's runs, one after another
+        self.tune = (
+            tune  # space/tuning.Tune: a tuned trial trains its grid on its tuning seeds first
+        )
+        self.runs = (tune.runs if tune is not None else 0) + seeds  # a trial's, one after another
         self.running: dict[str, float] = {}  # trial -> start time
         self.statuses: dict[str, int] = {}
         self.finished = 0
@@ -213,11 +213,11 @@ class LiveView:
         if info["step"] >= info["total"]:
             eta += max(0.0, per_trial / self.runs - (trial_total_s(info) or 0.0))
         _, point, seed = run_of(key)
-        if point is not None and seed in self.tune_seeds:
-            # a tuning run (the grid's points in order, each on every tuning seed): the rest of the
-            # grid, then the final seeds
-            done = point * len(self.tune_seeds) + self.tune_seeds.index(seed) + 1
-            later = self.tuning_runs - done + self.seeds
+        if point is not None and self.tune is not None and seed in self.tune.seeds:
+            # a tuning run (search/tuning.settle: the grid's points in order, each on every tuning
+            # seed): the rest of the grid, then the final seeds
+            done = point * len(self.tune.seeds) + self.tune.seeds.index(seed) + 1
+            later = self.tune.runs - done + self.seeds
         elif seed is None or self.seeds <= 1:
             return eta
         else:
