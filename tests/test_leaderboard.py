@@ -41,7 +41,7 @@ from benchmark.leaderboard import (
     skipped_notes,
     tables,
 )
-from benchmark.leaderboard.bands import bands, cluster
+from benchmark.leaderboard.bands import bands, cluster, cohorts
 from benchmark.leaderboard.objectives import DEFAULT, objectives
 from benchmark.leaderboard.report import FILES
 from benchmark.store import ResultsWarning
@@ -224,6 +224,34 @@ def test_params_cluster_into_budget_bands():
     assert math.isnan(cluster(np.array([np.nan]))[0])
     frame = pd.DataFrame({"budget": [113e6, np.nan], "params_total": [50e6, 30e6]})
     assert bands(frame).tolist() == [113e6, 30e6]  # the recorded budget wins; params fill the gaps
+
+
+def test_rows_rank_together_only_when_counted_and_trained_alike_their_tuned_settings_their_own():
+    def row(count, lr, schedule="cosine", tuned=None):
+        training = {"lr": lr, "schedule": schedule, "warmup": 0.05, "seed": 1, "device": "cpu"}
+        return {"budget_count": count, "training": json.dumps(training), "tuned": tuned}
+
+    frame = pd.DataFrame(
+        [
+            row("non_embedding", 3e-3),  # the common recipe
+            row("non_embedding", 3e-3),
+            row("non_embedding", 6e-3),  # a learning rate set by hand: another recipe
+            row("non_embedding", 3e-3, schedule="wsd"),  # another schedule
+            row("non_embedding_head", 3e-3),  # another count rule
+            # a tuned study's arms at the points its grid chose for each: one recipe
+            row("non_embedding", 6e-3, tuned='{"lr": 0.006}'),
+            row("non_embedding", 1.2e-2, tuned='{"lr": 0.012}'),
+        ]
+    )
+    assert cohorts(frame).tolist() == [
+        "non_embedding",
+        "non_embedding",
+        "non_embedding · lr 0.006",
+        "non_embedding · schedule wsd",
+        "non_embedding_head",
+        "non_embedding",
+        "non_embedding",
+    ]
 
 
 def test_seeds_of_one_spec_become_one_candidate(board):

@@ -7,7 +7,9 @@ up to p (1 + t) / (1 - t), the width of one budget's window [B (1 - t), B (1 + t
 by the median count of its members.
 
 Within a budget, candidates are ranked together only when they were counted and trained alike
-(`cohorts`): the same count rule and recipe.
+(`cohorts`): the same count rule and recipe. In a tuned study, the settings each candidate chose on
+the study's grid (its rows' `tuned`) are its own and not its recipe: arms tuned on one grid are
+compared at their own best settings, as the protocol of fair comparisons asks.
 """
 
 from __future__ import annotations
@@ -59,7 +61,11 @@ def cohorts(trials: pd.DataFrame) -> pd.Series:
     compares rules, and a WSD schedule against a cosine one compares recipes). Named by the count
     rule and, where recipes differ, the settings that set a recipe apart from the most common one
     (`non_embedding · schedule wsd`); '' where every row is alike."""
-    cols = [c for c in ("budget_count", "training", "dataset_id", "tokenizer_id") if c in trials]
+    cols = [
+        c
+        for c in ("budget_count", "training", "tuned", "dataset_id", "tokenizer_id")
+        if c in trials
+    ]
     if not cols or trials.empty:
         return pd.Series("", index=trials.index, dtype=object)
     # Each distinct combination is read once: a large board has 100,000 rows and a few recipes.
@@ -67,7 +73,10 @@ def cohorts(trials: pd.DataFrame) -> pd.Series:
     codes, distinct = pd.factorize(pd.Series(list(zip(*(frame[c] for c in cols))), dtype=object))
     found = [dict(zip(cols, d)) for d in distinct]
     recipes = [
-        {**_recipe(f.get("training")), **{c: f.get(c) for c in ("dataset_id", "tokenizer_id")}}
+        {
+            **_recipe(f.get("training"), f.get("tuned")),
+            **{c: f.get(c) for c in ("dataset_id", "tokenizer_id")},
+        }
         for f in found
     ]
     keys = [json.dumps(r, sort_keys=True, default=str) for r in recipes]
@@ -97,13 +106,16 @@ def cohorts(trials: pd.DataFrame) -> pd.Series:
     )
 
 
-def _recipe(training) -> dict:
+def _recipe(training, tuned=None) -> dict:
+    """A row's `training` settings less those that do not make a recipe and those it was tuned to
+    (`tuned`, the JSON of the grid point its study chose for it)."""
+    parsed, chosen = _object(training), _object(tuned)
+    return {k: v for k, v in parsed.items() if k not in _NOT_RECIPE and k not in chosen}
+
+
+def _object(text) -> dict:
     try:
-        parsed = json.loads(training) if isinstance(training, str) else {}
+        parsed = json.loads(text) if isinstance(text, str) else {}
     except ValueError:
         parsed = {}
-    return {
-        k: v
-        for k, v in (parsed if isinstance(parsed, dict) else {}).items()
-        if k not in _NOT_RECIPE
-    }
+    return parsed if isinstance(parsed, dict) else {}

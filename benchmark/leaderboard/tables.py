@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from benchmark.leaderboard import stats
+from benchmark.leaderboard import stats, tuning
 from benchmark.leaderboard.board import Board
 from benchmark.leaderboard.formats import Column, Table
 from benchmark.store import DIAGNOSTICS, METRICS, metric
@@ -168,9 +168,13 @@ def leaderboard(board: Board, top: int | None = None) -> list[Table]:
             *(metric_column(rows, m) for m in metrics if m not in absent),
             *(numeric(rows, c, h, integers, tex) for c, h, tex in SHAPE),
             numeric(rows, "n_seeds", "Seeds", integers),
-            # a tuned study's (leaderboard/tuning.py): how far the loss moves over the grid
+            # a tuned study's (leaderboard/tuning.py): the setting each candidate chose on the
+            # grid (arms at their own settings rank together) and how far the loss moves over it
             *(
-                [numeric(rows, "lr_sensitivity", "LR sensitivity", decimals(3))]
+                [
+                    Column(header="Tuned", cells=[tuning.settings_label(t) for t in rows["tuned"]]),
+                    numeric(rows, "lr_sensitivity", "LR sensitivity", decimals(3)),
+                ]
                 if "lr_sensitivity" in rows
                 else []
             ),

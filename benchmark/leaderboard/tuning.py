@@ -34,7 +34,7 @@ def setting_label(setting: dict) -> str:
     )
 
 
-def _settings_label(tuned) -> str:
+def settings_label(tuned) -> str:
     """A candidate's `tuned` cell (its rows' settings as JSON, " | " between several) as text."""
     if not isinstance(tuned, str):
         return "—"
@@ -155,7 +155,7 @@ def table(board) -> Table | None:
         Column(header="Study", cells=c["study"].astype(str).tolist()),
         Column(header="Family", cells=c["family"].astype(str).tolist()),
         Column(header="Structure", cells=c["structure"].astype(str).tolist()),
-        Column(header="Chosen setting", cells=[_settings_label(t) for t in c["tuned"]]),
+        Column(header="Chosen setting", cells=[settings_label(t) for t in c["tuned"]]),
         Column(
             header="Tuning runs",
             cells=[
