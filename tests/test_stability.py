@@ -113,10 +113,12 @@ def test_seeds_that_agree_exactly_do_not_mark_a_seed_a_hair_behind(tmp_path):
 
 
 def test_tuning_runs_are_not_ranked_and_give_the_choice_the_budget_and_the_sensitivity():
-    from benchmark.leaderboard import tuning
+    from benchmark.leaderboard import tables, tuning
 
     final = trials([4.0, 4.02], [4.1, 4.12]).assign(phase="final")
     final["tuned"] = final["family"].map({"transformer": '{"lr": 0.01}', "looped": '{"lr": 0.001}'})
+    final["training"] = final["tuned"]  # each trained at its own point (the rows' full settings)
+    final["budget_count"] = "non_embedding"
     runs = []
     for family, losses in (
         ("transformer", {1e-3: 4.5, 1e-2: 4.0, 1e-1: None}),
@@ -157,6 +159,10 @@ def test_tuning_runs_are_not_ranked_and_give_the_choice_the_budget_and_the_sensi
     # looped chose the grid's smallest lr (0.1 nats better than the next): its best may lie below;
     # the transformer's best is inside (its top point diverged)
     assert cells["At the grid's edge"] == ["lr bottom, 0.100 below 0.01", "—"]
+    # the two arms, at different points of one grid, rank in one table, each with its point
+    (ranked,) = tables.leaderboard(board)
+    cells = {col.header: col.cells for col in ranked.columns}
+    assert ranked.title == "Budget 100K" and cells["Tuned"] == ["lr 0.01", "lr 0.001"]
 
 
 def test_the_page_shows_the_unstable_runs_and_each_claims_learning_curves(tmp_path):

@@ -149,12 +149,24 @@ def table(board) -> Table | None:
     c = board.candidates
     if "tuning_runs" not in c or c["tuning_runs"].isna().all():
         return None
-    c = c[c["tuning_runs"].notna()].sort_values(["study", "family", "structure"], kind="stable")
+    # the variant tells apart candidates of one family and structure (H_res diagonal / Sinkhorn)
+    variant = "variant" in c and bool(c["variant"].notna().any())
+    order = ["study", "family", "structure", *(["variant"] if variant else [])]
+    c = c[c["tuning_runs"].notna()].sort_values(order, kind="stable", na_position="first")
     grid = {s: info for s, info in board.tuning.groupby("study")["tuned"].nunique().items()}
     cols = [
         Column(header="Study", cells=c["study"].astype(str).tolist()),
         Column(header="Family", cells=c["family"].astype(str).tolist()),
         Column(header="Structure", cells=c["structure"].astype(str).tolist()),
+        *(
+            [
+                Column(
+                    header="Variant", cells=[v if isinstance(v, str) else "—" for v in c["variant"]]
+                )
+            ]
+            if variant
+            else []
+        ),
         Column(header="Chosen setting", cells=[settings_label(t) for t in c["tuned"]]),
         Column(
             header="Tuning runs",
