@@ -857,6 +857,12 @@ def test_a_claim_on_a_study_not_run_keeps_its_pairs_and_published_differences(tm
         and cells["Better − worse (metric)"] == "hyperloop − looped (val_loss)"
     )
     assert cells["Verdict"] == "no data: no study later here (demo)"
+    # a study under way (declared, its tuning runs not judged) is told apart from one not run
+    path = tmp_path / "claims.yaml"
+    (begun,) = claims.evaluate(
+        claims.load(path), rows({"hyperloop": {0: 5.9}}), declared={"later": {"name": "later"}}
+    )
+    assert begun.why == "study later has no rows to judge yet (tuning runs are not judged)"
     full = {
         c.header: c.cells[0]
         for c in claims.table(claims.load(tmp_path / "claims.yaml"), [result]).columns

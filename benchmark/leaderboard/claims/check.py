@@ -187,7 +187,12 @@ def _evaluate(
             groups=(),
             pairs=pairs,
             verdict=NO_DATA,
-            why=f"no study {study} here ({found})",
+            # a study that declared itself (its _study.json) but has no rows to judge is under way
+            why=(
+                f"study {study} has no rows to judge yet (tuning runs are not judged)"
+                if declared
+                else f"no study {study} here ({found})"
+            ),
         )
     at = ("claims", claim.index)
     for name in claim.order:
