@@ -857,12 +857,17 @@ def test_a_claim_on_a_study_not_run_keeps_its_pairs_and_published_differences(tm
         and cells["Better − worse (metric)"] == "hyperloop − looped (val_loss)"
     )
     assert cells["Verdict"] == "no data: no study later here (demo)"
-    # a study under way (declared, its tuning runs not judged) is told apart from one not run
-    path = tmp_path / "claims.yaml"
-    (begun,) = claims.evaluate(
-        claims.load(path), rows({"hyperloop": {0: 5.9}}), declared={"later": {"name": "later"}}
-    )
-    assert begun.why == "study later has no rows to judge yet (tuning runs are not judged)"
+    # a study under way (declared, no rows judged yet) is told apart from one not run
+    path, only = tmp_path / "claims.yaml", rows({"hyperloop": {0: 5.9}})
+    for said, why in [
+        ({"name": "later"}, "study later has no rows to judge yet"),
+        (
+            {"tune": {"grid": {"lr": [1e-3]}}},
+            "study later has no rows to judge yet (tuning runs are not judged)",
+        ),
+    ]:
+        (begun,) = claims.evaluate(claims.load(path), only, declared={"later": said})
+        assert begun.why == why
     full = {
         c.header: c.cells[0]
         for c in claims.table(claims.load(tmp_path / "claims.yaml"), [result]).columns

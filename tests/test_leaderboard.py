@@ -226,32 +226,52 @@ def test_params_cluster_into_budget_bands():
     assert bands(frame).tolist() == [113e6, 30e6]  # the recorded budget wins; params fill the gaps
 
 
-def test_rows_rank_together_only_when_counted_and_trained_alike_their_tuned_settings_their_own():
-    def row(count, lr, schedule="cosine", tuned=None):
+def test_rows_rank_together_only_when_counted_and_trained_alike_tuned_ones_by_their_grid():
+    def row(count, lr, schedule="cosine", study="hand", tuned=None):
         training = {"lr": lr, "schedule": schedule, "warmup": 0.05, "seed": 1, "device": "cpu"}
-        return {"budget_count": count, "training": json.dumps(training), "tuned": tuned}
+        return {
+            "budget_count": count,
+            "training": json.dumps(training),
+            "study": study,
+            "tuned": tuned,
+        }
 
     frame = pd.DataFrame(
         [
             row("non_embedding", 3e-3),  # the common recipe
             row("non_embedding", 3e-3),
+            row("non_embedding", 3e-3),
             row("non_embedding", 6e-3),  # a learning rate set by hand: another recipe
             row("non_embedding", 3e-3, schedule="wsd"),  # another schedule
             row("non_embedding_head", 3e-3),  # another count rule
-            # a tuned study's arms at the points its grid chose for each: one recipe
-            row("non_embedding", 6e-3, tuned='{"lr": 0.006}'),
-            row("non_embedding", 1.2e-2, tuned='{"lr": 0.012}'),
+            # a tuned study's arms at the points its grid chose for each: one recipe, the grid's
+            row("non_embedding", 3e-3, study="a", tuned='{"lr": 0.003}'),
+            row("non_embedding", 1.2e-2, study="a", tuned='{"lr": 0.012}'),
+            # another study on another grid: another recipe, though it chose 3e-3 as well
+            row("non_embedding", 3e-3, study="b", tuned='{"lr": 0.003}'),
         ]
     )
-    assert cohorts(frame).tolist() == [
+    grids = {"a": {"lr": [3e-3, 1.2e-2]}, "b": {"lr": [1e-3, 3e-3]}}
+    assert cohorts(frame, grids).tolist() == [
+        "non_embedding",
         "non_embedding",
         "non_embedding",
         "non_embedding · lr 0.006",
         "non_embedding · schedule wsd",
         "non_embedding_head",
-        "non_embedding",
-        "non_embedding",
+        "non_embedding · lr tuned over 0.003, 0.012",
+        "non_embedding · lr tuned over 0.003, 0.012",
+        "non_embedding · lr tuned over 0.001, 0.003",
     ]
+    # without the grids (rows read alone), a tuned setting is still never a hand-set one
+    assert cohorts(frame).tolist()[6:] == ["non_embedding · lr tuned"] * 3
+    # a setting the common recipe has and a row lacks sets it apart too
+    lacking = pd.DataFrame(
+        [row("non_embedding", 3e-3)] * 2 + [{**row("x", 3e-3), "training": "{}"}]
+    )
+    assert cohorts(lacking.assign(budget_count="non_embedding")).tolist()[2] == (
+        "non_embedding · lr — · schedule — · warmup —"
+    )
 
 
 def test_seeds_of_one_spec_become_one_candidate(board):

@@ -4,6 +4,7 @@ and the learning-rate sensitivity."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
@@ -113,7 +114,7 @@ def test_seeds_that_agree_exactly_do_not_mark_a_seed_a_hair_behind(tmp_path):
 
 
 def test_tuning_runs_are_not_ranked_and_give_the_choice_the_budget_and_the_sensitivity():
-    from benchmark.leaderboard import tables, tuning
+    from benchmark.leaderboard import report, tables, tuning
 
     final = trials([4.0, 4.02], [4.1, 4.12]).assign(phase="final")
     final["tuned"] = final["family"].map({"transformer": '{"lr": 0.01}', "looped": '{"lr": 0.001}'})
@@ -163,6 +164,44 @@ def test_tuning_runs_are_not_ranked_and_give_the_choice_the_budget_and_the_sensi
     (ranked,) = tables.leaderboard(board)
     cells = {col.header: col.cells for col in ranked.columns}
     assert ranked.title == "Budget 100K" and cells["Tuned"] == ["lr 0.01", "lr 0.001"]
+    # and the CSV says each one's point beside its rank
+    written = pd.read_csv(io.StringIO(report.csv(board)))
+    assert written[["rank", "tuned"]].values.tolist() == [[1, '{"lr": 0.01}'], [2, '{"lr": 0.001}']]
+
+
+def test_the_tuning_table_tells_variants_of_one_shape_apart_and_lists_only_tuned_candidates():
+    from types import SimpleNamespace
+
+    from benchmark.leaderboard import tuning
+
+    def cand(study, variant, tuned, runs):
+        return {
+            "study": study,
+            "family": "hyperloop",
+            "structure": "1L→2L(×2)→1L",
+            "variant": variant,
+            "tuned": tuned,
+            "tuning_runs": runs,
+            "lr_sensitivity": 0.05 if runs else math.nan,
+            "tuning_edge": "",
+        }
+
+    candidates = pd.DataFrame(
+        [
+            cand("t", "4× sinkhorn", '{"lr": 0.006}', 4),
+            cand("t", "4× diagonal", '{"lr": 0.003}', 4),
+            cand("u", "LoRA r=8", None, math.nan),  # an untuned study's: not in the table
+        ]
+    )
+    tuning_runs = pd.DataFrame({"study": ["t"] * 2, "tuned": ['{"lr": 0.003}', '{"lr": 0.006}']})
+    table = tuning.table(SimpleNamespace(candidates=candidates, tuning=tuning_runs))
+    cells = {col.header: col.cells for col in table.columns}
+    assert cells["Variant"] == ["4× diagonal", "4× sinkhorn"]
+    assert cells["Chosen setting"] == ["lr 0.003", "lr 0.006"]
+    # no Variant column where only the untuned candidates have variants
+    plain = candidates.assign(variant=[None, None, "LoRA r=8"])
+    table = tuning.table(SimpleNamespace(candidates=plain, tuning=tuning_runs))
+    assert "Variant" not in [col.header for col in table.columns]
 
 
 def test_the_page_shows_the_unstable_runs_and_each_claims_learning_curves(tmp_path):

@@ -8,8 +8,7 @@ by the median count of its members.
 
 Within a budget, candidates are ranked together only when they were counted and trained alike
 (`cohorts`): the same count rule and recipe. In a tuned study, the settings each candidate chose on
-the study's grid (its rows' `tuned`) are its own and not its recipe: arms tuned on one grid are
-compared at their own best settings, as the protocol of fair comparisons asks.
+the study's grid (its rows' `tuned`) are its own; the grid it searched is its recipe.
 """
 
 from __future__ import annotations
@@ -54,16 +53,24 @@ def bands(candidates: pd.DataFrame, tolerance: float = DEFAULT_TOLERANCE) -> pd.
 _NOT_RECIPE = ("seed", "device", "compile", "eval_every")
 
 
-def cohorts(trials: pd.DataFrame) -> pd.Series:
+def cohorts(trials: pd.DataFrame, grids: dict[str, dict[str, list]] | None = None) -> pd.Series:
     """Which rows may be ranked together: the same parameter count rule (`budget_count`) and the
     same recipe (the `training` settings, the data and the tokenizer). Rows of studies trained
     differently never share a rank (a non-embedding count against a non-embedding-plus-head one
     compares rules, and a WSD schedule against a cosine one compares recipes). Named by the count
     rule and, where recipes differ, the settings that set a recipe apart from the most common one
-    (`non_embedding · schedule wsd`); '' where every row is alike."""
+    (`non_embedding · schedule wsd`); '' where every row is alike.
+
+    A tuned study's setting (a row's `tuned`: the point of its study's grid that its candidate
+    chose) is the candidate's own: its recipe holds the grid searched, not the point chosen, so
+    that arms tuned on one grid rank together at their own best points, and apart from rows
+    trained on another grid or at a setting given by hand (Dahl et al. 2023, arXiv 2306.07179, §4:
+    a comparison of training algorithms fixes the tuning protocol, not the hyperparameters).
+    `grids`: each tuned study's grid, key -> values (tuning.grids); a key without one reads
+    "tuned"."""
     cols = [
         c
-        for c in ("budget_count", "training", "tuned", "dataset_id", "tokenizer_id")
+        for c in ("budget_count", "training", "tuned", "study", "dataset_id", "tokenizer_id")
         if c in trials
     ]
     if not cols or trials.empty:
@@ -74,7 +81,7 @@ def cohorts(trials: pd.DataFrame) -> pd.Series:
     found = [dict(zip(cols, d)) for d in distinct]
     recipes = [
         {
-            **_recipe(f.get("training"), f.get("tuned")),
+            **_recipe(f.get("training"), f.get("tuned"), (grids or {}).get(f.get("study"), {})),
             **{c: f.get(c) for c in ("dataset_id", "tokenizer_id")},
         }
         for f in found
@@ -87,10 +94,12 @@ def cohorts(trials: pd.DataFrame) -> pd.Series:
     common = json.loads(max(totals, key=totals.get))
     labels = []
     for f, r in zip(found, recipes):
+        # every key of either recipe: a setting the common recipe has and this one lacks sets it
+        # apart as well
         apart = [
-            f"{name} {value}"
-            for name, value in sorted(r.items())
-            if common.get(name) != value
+            f"{name} {r.get(name, '—')}"
+            for name in sorted(set(r) | set(common))
+            if common.get(name) != r.get(name)
             and name not in ("dataset_id", "tokenizer_id", "tokens_per")
         ]
         apart += [
@@ -106,11 +115,25 @@ def cohorts(trials: pd.DataFrame) -> pd.Series:
     )
 
 
-def _recipe(training, tuned=None) -> dict:
-    """A row's `training` settings less those that do not make a recipe and those it was tuned to
-    (`tuned`, the JSON of the grid point its study chose for it)."""
+def _recipe(training, tuned=None, grid: dict[str, list] | None = None) -> dict:
+    """A row's `training` settings less those that do not make a recipe, each setting it was tuned
+    to (`tuned`, the JSON of the grid point its study chose for it) read as the grid searched."""
     parsed, chosen = _object(training), _object(tuned)
-    return {k: v for k, v in parsed.items() if k not in _NOT_RECIPE and k not in chosen}
+    return {
+        k: (_searched(k, grid or {}) if k in chosen else v)
+        for k, v in parsed.items()
+        if k not in _NOT_RECIPE
+    }
+
+
+def _searched(key: str, grid: dict[str, list]) -> str:
+    values = grid.get(key)
+    if not values:
+        return "tuned"
+    return "tuned over " + ", ".join(
+        f"{v:g}" if isinstance(v, int | float) and not isinstance(v, bool) else str(v)
+        for v in values
+    )
 
 
 def _object(text) -> dict:

@@ -106,7 +106,9 @@ def build(
         c for c in trials if c not in ("spec", "val_ppl_by_loops", "error")
     ]  # skip copying long strings
     candidates = _candidates(
-        trials.loc[usable, lean].assign(cohort=cohorts(trials.loc[usable])),
+        trials.loc[usable, lean].assign(
+            cohort=cohorts(trials.loc[usable], tuning.grids(tuning_runs, declared))
+        ),
         objs,
         settings.tolerance,
     )

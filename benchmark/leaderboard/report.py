@@ -240,11 +240,14 @@ def csv(board: Board) -> str:
     varies = [f"{m}_se" for m in metrics if f"{m}_se" in c and (c[f"{m}_se"].fillna(0) != 0).any()]
     cols = [
         "band",
+        # the rank's table within its band: rows counted and trained alike (bands.cohorts)
+        *(["cohort"] if "cohort" in c else []),
         "rank",
         "study",
         "family",
         *describe.COLUMNS,
         "n_seeds",
+        *(t for t in ("tuned", "lr_sensitivity") if t in c),  # a tuned study's (tuning.py)
         *(x for m in metrics for x in (m, f"{m}_se") if x in (*metrics, *varies)),
         "front",
         "family_front",

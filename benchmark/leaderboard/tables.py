@@ -175,7 +175,7 @@ def leaderboard(board: Board, top: int | None = None) -> list[Table]:
                     Column(header="Tuned", cells=[tuning.settings_label(t) for t in rows["tuned"]]),
                     numeric(rows, "lr_sensitivity", "LR sensitivity", decimals(3)),
                 ]
-                if "lr_sensitivity" in rows
+                if "lr_sensitivity" in rows and rows["lr_sensitivity"].notna().any()
                 else []
             ),
             Column(header="Pareto", cells=_marks(rows)),

@@ -82,6 +82,27 @@ def grid_of(tuning: pd.DataFrame) -> dict[str, list[float]]:
     return {k: sorted(v) for k, v in values.items()}
 
 
+def grids(tuning: pd.DataFrame, declared=None) -> dict[str, dict[str, list]]:
+    """Each tuned study's grid, key -> values: its declaration's `tune.grid` (_study.json), else
+    the points its tuning runs took (a study read without its folder)."""
+    out = (
+        {study: grid_of(runs) for study, runs in tuning.groupby("study", sort=False)}
+        if not tuning.empty
+        else {}
+    )
+    for study, said in (declared or {}).items():
+        grid = ((said or {}).get("tune") or {}).get("grid")
+        if isinstance(grid, dict) and grid:
+            out[study] = {
+                k: sorted(v, key=str) if not _numbers(v) else sorted(v) for k, v in grid.items()
+            }
+    return out
+
+
+def _numbers(values) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
 def edge(points: pd.Series, grid: dict[str, list[float]]) -> str:
     """Where a candidate's best point (of its per-point losses: per_point) lies on an edge of its
     grid: per key, "lr top, 0.062 below 3e-3" (the grid's largest value, and by how much it beat
@@ -149,10 +170,11 @@ def table(board) -> Table | None:
     c = board.candidates
     if "tuning_runs" not in c or c["tuning_runs"].isna().all():
         return None
+    c = c[c["tuning_runs"].notna()]
     # the variant tells apart candidates of one family and structure (H_res diagonal / Sinkhorn)
     variant = "variant" in c and bool(c["variant"].notna().any())
     order = ["study", "family", "structure", *(["variant"] if variant else [])]
-    c = c[c["tuning_runs"].notna()].sort_values(order, kind="stable", na_position="first")
+    c = c.sort_values(order, kind="stable", na_position="first")
     grid = {s: info for s, info in board.tuning.groupby("study")["tuned"].nunique().items()}
     cols = [
         Column(header="Study", cells=c["study"].astype(str).tolist()),

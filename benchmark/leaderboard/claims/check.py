@@ -189,7 +189,8 @@ def _evaluate(
             verdict=NO_DATA,
             # a study that declared itself (its _study.json) but has no rows to judge is under way
             why=(
-                f"study {study} has no rows to judge yet (tuning runs are not judged)"
+                f"study {study} has no rows to judge yet"
+                + (" (tuning runs are not judged)" if declared.get("tune") else "")
                 if declared
                 else f"no study {study} here ({found})"
             ),
