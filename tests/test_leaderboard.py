@@ -251,7 +251,7 @@ def test_rows_rank_together_only_when_counted_and_trained_alike_tuned_ones_by_th
             row("non_embedding", 3e-3, study="b", tuned='{"lr": 0.003}'),
         ]
     )
-    grids = {"a": {"lr": [3e-3, 1.2e-2]}, "b": {"lr": [1e-3, 3e-3]}}
+    grids = {"a": {"lr": "0.003, 0.012"}, "b": {"lr": "0.001, 0.003"}}  # tuning.grids
     assert cohorts(frame, grids).tolist() == [
         "non_embedding",
         "non_embedding",

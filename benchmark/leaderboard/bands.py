@@ -53,7 +53,7 @@ def bands(candidates: pd.DataFrame, tolerance: float = DEFAULT_TOLERANCE) -> pd.
 _NOT_RECIPE = ("seed", "device", "compile", "eval_every")
 
 
-def cohorts(trials: pd.DataFrame, grids: dict[str, dict[str, list]] | None = None) -> pd.Series:
+def cohorts(trials: pd.DataFrame, grids: dict[str, dict[str, str]] | None = None) -> pd.Series:
     """Which rows may be ranked together: the same parameter count rule (`budget_count`) and the
     same recipe (the `training` settings, the data and the tokenizer). Rows of studies trained
     differently never share a rank (a non-embedding count against a non-embedding-plus-head one
@@ -66,8 +66,8 @@ def cohorts(trials: pd.DataFrame, grids: dict[str, dict[str, list]] | None = Non
     that arms tuned on one grid rank together at their own best points, and apart from rows
     trained on another grid or at a setting given by hand (Dahl et al. 2023, arXiv 2306.07179, §4:
     a comparison of training algorithms fixes the tuning protocol, not the hyperparameters).
-    `grids`: each tuned study's grid, key -> values (tuning.grids); a key without one reads
-    "tuned"."""
+    `grids`: each tuned study's grid, key -> its values as text (tuning.grids); a key without one
+    reads "tuned"."""
     cols = [
         c
         for c in ("budget_count", "training", "tuned", "study", "dataset_id", "tokenizer_id")
@@ -81,7 +81,7 @@ def cohorts(trials: pd.DataFrame, grids: dict[str, dict[str, list]] | None = Non
     found = [dict(zip(cols, d)) for d in distinct]
     recipes = [
         {
-            **_recipe(f.get("training"), f.get("tuned"), (grids or {}).get(f.get("study"), {})),
+            **_recipe(f.get("training"), f.get("tuned"), (grids or {}).get(f.get("study")) or {}),
             **{c: f.get(c) for c in ("dataset_id", "tokenizer_id")},
         }
         for f in found
@@ -115,25 +115,15 @@ def cohorts(trials: pd.DataFrame, grids: dict[str, dict[str, list]] | None = Non
     )
 
 
-def _recipe(training, tuned=None, grid: dict[str, list] | None = None) -> dict:
+def _recipe(training, tuned, grid: dict[str, str]) -> dict:
     """A row's `training` settings less those that do not make a recipe, each setting it was tuned
     to (`tuned`, the JSON of the grid point its study chose for it) read as the grid searched."""
     parsed, chosen = _object(training), _object(tuned)
     return {
-        k: (_searched(k, grid or {}) if k in chosen else v)
+        k: (f"tuned over {grid[k]}" if k in grid else "tuned") if k in chosen else v
         for k, v in parsed.items()
         if k not in _NOT_RECIPE
     }
-
-
-def _searched(key: str, grid: dict[str, list]) -> str:
-    values = grid.get(key)
-    if not values:
-        return "tuned"
-    return "tuned over " + ", ".join(
-        f"{v:g}" if isinstance(v, int | float) and not isinstance(v, bool) else str(v)
-        for v in values
-    )
 
 
 def _object(text) -> dict:

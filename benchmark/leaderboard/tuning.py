@@ -26,12 +26,17 @@ COLUMNS = ("lr_sensitivity", "tuning_runs", "tuned", "tuning_edge")
 METRIC = "val_loss"
 
 
+def _number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _label(v) -> str:
+    return f"{v:g}" if _number(v) else str(v)
+
+
 def setting_label(setting: dict) -> str:
     """A tuned setting as the reports print it: "lr 0.006, warmup 61" (the rows hold it as JSON)."""
-    return ", ".join(
-        f"{k} {v:g}" if isinstance(v, int | float) and not isinstance(v, bool) else f"{k} {v}"
-        for k, v in setting.items()
-    )
+    return ", ".join(f"{k} {_label(v)}" for k, v in setting.items())
 
 
 def settings_label(tuned) -> str:
@@ -77,15 +82,16 @@ def grid_of(tuning: pd.DataFrame) -> dict[str, list[float]]:
     values: dict[str, set[float]] = {}
     for point in tuning["tuned"].dropna().unique():
         for key, v in (orjson.loads(point) or {}).items():
-            if isinstance(v, int | float) and not isinstance(v, bool):
+            if _number(v):
                 values.setdefault(key, set()).add(float(v))
     return {k: sorted(v) for k, v in values.items()}
 
 
-def grids(tuning: pd.DataFrame, declared=None) -> dict[str, dict[str, list]]:
-    """Each tuned study's grid, key -> values: its declaration's `tune.grid` (_study.json), else
-    the points its tuning runs took (a study read without its folder)."""
-    out = (
+def grids(tuning: pd.DataFrame, declared=None) -> dict[str, dict[str, str]]:
+    """Each tuned study's grid, key -> its values as the reports print them ("0.0015, 0.003"): its
+    declaration's `tune.grid` (_study.json), else the points its tuning runs took (a study read
+    without its folder)."""
+    found = (
         {study: grid_of(runs) for study, runs in tuning.groupby("study", sort=False)}
         if not tuning.empty
         else {}
@@ -93,14 +99,14 @@ def grids(tuning: pd.DataFrame, declared=None) -> dict[str, dict[str, list]]:
     for study, said in (declared or {}).items():
         grid = ((said or {}).get("tune") or {}).get("grid")
         if isinstance(grid, dict) and grid:
-            out[study] = {
-                k: sorted(v, key=str) if not _numbers(v) else sorted(v) for k, v in grid.items()
+            found[study] = {
+                k: sorted(v) if all(map(_number, v)) else sorted(v, key=str)
+                for k, v in grid.items()
             }
-    return out
-
-
-def _numbers(values) -> bool:
-    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    return {
+        study: {k: ", ".join(map(_label, values)) for k, values in grid.items()}
+        for study, grid in found.items()
+    }
 
 
 def edge(points: pd.Series, grid: dict[str, list[float]]) -> str:

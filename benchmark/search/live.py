@@ -33,9 +33,8 @@ class LiveView:
             maximize,
         )
         self.seeds, self.first_seed = seeds, first_seed  # a trial's seed runs, one after another
-        self.tune = (
-            tune  # space/tuning.Tune: a tuned trial trains its grid on its tuning seeds first
-        )
+        # space/tuning.Tune: a tuned trial trains its grid on its tuning seeds first
+        self.tune = tune
         self.runs = (tune.runs if tune is not None else 0) + seeds  # a trial's, one after another
         self.running: dict[str, float] = {}  # trial -> start time
         self.statuses: dict[str, int] = {}

@@ -163,6 +163,14 @@ def _decide(p: Pair) -> Pair:
     return replace(p, verdict=REPRODUCED if agrees else CONTRADICTED)
 
 
+def _absent(study: str, found: str, declared: Mapping[str, Any]) -> str:
+    """Why a claim's study has no rows: not here, or (its _study.json is) under way."""
+    if not declared:
+        return f"no study {study} here ({found})"
+    tuned = " (tuning runs are not judged)" if declared.get("tune") else ""
+    return f"study {study} has no rows to judge yet{tuned}"
+
+
 def _evaluate(
     src: Source, claim: Claim, study: str, trials: pd.DataFrame, declared: Mapping[str, Any]
 ) -> Result:
@@ -187,13 +195,7 @@ def _evaluate(
             groups=(),
             pairs=pairs,
             verdict=NO_DATA,
-            # a study that declared itself (its _study.json) but has no rows to judge is under way
-            why=(
-                f"study {study} has no rows to judge yet"
-                + (" (tuning runs are not judged)" if declared.get("tune") else "")
-                if declared
-                else f"no study {study} here ({found})"
-            ),
+            why=_absent(study, found, declared),
         )
     at = ("claims", claim.index)
     for name in claim.order:
