@@ -220,6 +220,12 @@ def test_the_committed_quickstart_ladder():
     assert p.loc[(1e6, 2e6, "looped", "transformer"), "diff_from"] == pytest.approx(
         0.00895, abs=1e-5
     )
+    # It held the tokens fixed (401,408 at every rung), so each rung saw half the previous one's
+    # tokens per parameter: the median over each rung's rows (params_total, its count).
+    tokens = result.summary[result.summary["families"] == "all"].set_index(["from", "to"])
+    assert tokens.loc[(5e5, 2e6), "tokens_per_param_from"] == pytest.approx(401408 / 500148)
+    assert tokens.loc[(5e5, 1e6), "tokens_per_param_to"] == pytest.approx(401408 / 999666)
+    assert tokens.loc[(1e6, 2e6), "tokens_per_param_to"] == pytest.approx(401408 / 2000424)
 
 
 def test_markdown_page_and_json(measured, tmp_path):
@@ -248,6 +254,24 @@ def test_markdown_page_and_json(measured, tmp_path):
         if s["families"] == "transformer vs transformer" and s["from"] == 1e6 and s["to"] == 4e6
     )
     assert top["share_beyond_noise"] is None and top["pairs"] == 1
+
+
+def test_a_ladder_that_scales_its_tokens_says_so_by_the_parameters_its_study_counts():
+    """20 tokens per counted parameter at every rung, counted without the embedding: the column
+    reads 20 → 20, where params_total (twice the count here) would read 10."""
+    rows = hand_made().assign(budget_count="non_embedding")
+    rows = rows.assign(
+        params_non_embedding=rows["params_total"] / 2, tokens_trained=10 * rows["params_total"]
+    )
+    result = decision.measure(build_board(rows))
+    s = result.summary[result.summary["families"] == "all"]
+    assert s["tokens_per_param_from"].tolist() == s["tokens_per_param_to"].tolist() == [20.0] * 3
+    summary, _ = decision.tables(result)
+    tokens = next(c for c in summary.columns if c.header == "Tokens per parameter")
+    assert tokens.cells[0] == "20 → 20"
+    # Rows without tokens_trained: no column (the hand-made ladder above).
+    plain, _ = decision.tables(decision.measure(build_board(hand_made())))
+    assert "Tokens per parameter" not in [c.header for c in plain.columns]
 
 
 def test_cli_writes_decision_json_for_the_committed_ladder(tmp_path):

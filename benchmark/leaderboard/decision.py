@@ -84,6 +84,8 @@ SUMMARY_COLUMNS = [
     "beyond_noise",
     "held_beyond_noise",
     "share_beyond_noise",
+    "tokens_per_param_from",
+    "tokens_per_param_to",
 ]
 
 
@@ -115,7 +117,11 @@ def measure(board: Board, metric: Objective | None = None) -> Decision:
         *(c for c in ("axes", "seed") if c in t),
         metric.column,
     ]
-    rows = t[cols][usable].merge(board.candidates[[*KEY, "band"]], on=KEY)
+    rows = (
+        t[cols][usable]
+        .assign(tokens_per_param=_tokens_per_param(t[usable]))
+        .merge(board.candidates[[*KEY, "band"]], on=KEY)
+    )
     rows = rows[rows.groupby("study", sort=False)["band"].transform("nunique") >= 2]
     if rows.empty:  # the usual study has one budget: nothing to say
         return empty
@@ -126,7 +132,12 @@ def measure(board: Board, metric: Objective | None = None) -> Decision:
         pairs += found
         notes += said
     frame = pd.concat(pairs, ignore_index=True) if pairs else empty.pairs
-    return Decision(metric=metric, pairs=frame, summary=_summary(frame), notes=tuple(notes))
+    # The data each rung saw per counted parameter: a ladder that holds the tokens fixed gives its
+    # larger models less data per parameter, and its orders then mix model size with data regime.
+    per_rung = rows.groupby(["study", "band"])["tokens_per_param"].median()
+    return Decision(
+        metric=metric, pairs=frame, summary=_summary(frame, per_rung), notes=tuple(notes)
+    )
 
 
 def _recipes(rows: pd.DataFrame) -> pd.Series:
@@ -151,6 +162,21 @@ def _recipes(rows: pd.DataFrame) -> pd.Series:
         keys = np.array([json.dumps(dict(zip(cols, d))) for d in described], dtype=object)
         recipe[missing] = keys[codes]
     return recipe
+
+
+def _tokens_per_param(rows: pd.DataFrame) -> pd.Series:
+    """Tokens trained over the parameters the row's study counts (`budget_count`; params_total
+    where the row names no count or the count has no column): NaN without tokens_trained."""
+    if "tokens_trained" not in rows:
+        return pd.Series(np.nan, index=rows.index)
+    total = rows["params_total"].astype(float) if "params_total" in rows else np.nan
+    counted = pd.Series(total, index=rows.index, dtype=float)
+    if "budget_count" in rows:
+        for rule, group in rows.groupby("budget_count").groups.items():
+            column = f"params_{rule}"
+            if column in rows:
+                counted[group] = rows.loc[group, column].astype(float)
+    return rows["tokens_trained"].astype(float) / counted.where(counted > 0)
 
 
 def _seeds(rows: pd.DataFrame) -> pd.Series:
@@ -266,8 +292,9 @@ def _pairs(
     return frame[PAIR_COLUMNS]
 
 
-def _summary(pairs: pd.DataFrame) -> pd.DataFrame:
-    """Per transition: the counts and shares over every pair, then over each family pair."""
+def _summary(pairs: pd.DataFrame, tokens_per_param: pd.Series) -> pd.DataFrame:
+    """Per transition: the counts and shares over every pair, then over each family pair, with
+    each rung's tokens per parameter ((study, band) -> median)."""
     if pairs.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     key = ["study", "from", "to", "to_top"]
@@ -292,6 +319,10 @@ def _summary(pairs: pd.DataFrame) -> pd.DataFrame:
     out["share_beyond_noise"] = out["held_beyond_noise"] / out["beyond_noise"].where(
         out["beyond_noise"] > 0
     )
+    for at in ("from", "to"):
+        out[f"tokens_per_param_{at}"] = [
+            tokens_per_param.get((s, b), math.nan) for s, b in zip(out["study"], out[at])
+        ]
     # `all` first in each transition, then the family pairs in name order.
     out = out.assign(_all=out["families"] != ALL).sort_values(
         [*key, "_all", "families"], kind="stable"
@@ -326,6 +357,7 @@ def tables(decision: Decision) -> tuple[Table, Table] | None:
         columns=[
             *study,
             Column(header="Budgets", cells=_rungs(s)),
+            *_tokens_column(s),
             Column(header="Families", cells=s["families"].tolist()),
             _ints("Pairs", s["pairs"]),
             Column(
@@ -346,9 +378,27 @@ def tables(decision: Decision) -> tuple[Table, Table] | None:
             f"{decision.metric.column} at the smaller budget holds at the larger; within noise: the 95% interval of "
             f"the pair's difference (paired by seed, else Welch) includes 0 at either budget; beyond noise: "
             f"both intervals exclude 0"
+            + (
+                "; tokens per parameter: the tokens each budget's models trained on over the parameters their "
+                "study counts (the median over its rows)"
+                if _tokens_column(s)
+                else ""
+            )
         ),
     )
     return summary, _pair_table(decision, several)
+
+
+def _tokens_column(s: pd.DataFrame) -> list[Column]:
+    """`0.8 → 0.4` per transition; no column where no row recorded its tokens."""
+    lo, hi = (s[f"tokens_per_param_{at}"].to_numpy(float) for at in ("from", "to"))
+    if not (np.isfinite(lo).any() or np.isfinite(hi).any()):
+        return []
+    shown = [
+        " → ".join(f"{v:.3g}" if math.isfinite(v) else MISSING for v in pair)
+        for pair in zip(lo, hi)
+    ]
+    return [Column(header="Tokens per parameter", cells=shown)]
 
 
 def _ints(header: str, values: pd.Series) -> Column:
