@@ -105,6 +105,10 @@ def test_a_ladder_is_fitted_per_family_and_ranked_at_the_target():
         "extrapolation"
     }
     assert table.columns[6].cells[0].startswith("1 [1–")
+    # Four budgets leave the law one point to be tested on; three leave it none, and say so.
+    assert "nothing tests its form" not in table.caption
+    three = scaling.table(fit(build_board(ladder(budgets=BUDGETS[:3])), target=113e6))
+    assert "a fit to 3 budgets has as many points as the law has parameters" in three.caption
 
 
 def test_fits_per_structure_and_one_seed_without_intervals():

@@ -377,6 +377,12 @@ def table(scaling: Scaling) -> Table | None:
             f"{LAW} fitted to each {scaling.by}'s best candidate per budget ({METRIC}, N = {scaling.params}); "
             f"[95% percentile bootstrap interval over seeds]; a prediction beyond the largest measured budget "
             f"is an extrapolation"
+            + (
+                f"; a fit to {MIN_BUDGETS} budgets has as many points as the law has parameters: it meets them "
+                f"where a, c ≥ 0 allow, and nothing tests its form"
+                if any(len(f.n) == MIN_BUDGETS for f in scaling.fits)
+                else ""
+            )
         ),
     )
 
