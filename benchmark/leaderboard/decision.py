@@ -119,7 +119,11 @@ def measure(board: Board, metric: Objective | None = None) -> Decision:
     ]
     rows = (
         t[cols][usable]
-        .assign(tokens_per_param=_tokens_per_param(t[usable]))
+        .assign(
+            tokens_per_param=_tokens_per_param(
+                t.loc[usable, [c for c in t if c in _TOKENS or c.startswith("params_")]]
+            )
+        )
         .merge(board.candidates[[*KEY, "band"]], on=KEY)
     )
     rows = rows[rows.groupby("study", sort=False)["band"].transform("nunique") >= 2]
@@ -162,6 +166,9 @@ def _recipes(rows: pd.DataFrame) -> pd.Series:
         keys = np.array([json.dumps(dict(zip(cols, d))) for d in described], dtype=object)
         recipe[missing] = keys[codes]
     return recipe
+
+
+_TOKENS = ("tokens_trained", "budget_count")
 
 
 def _tokens_per_param(rows: pd.DataFrame) -> pd.Series:
