@@ -34,6 +34,7 @@ from benchmark.leaderboard.tables import MISSING, WITH_SE, count
 
 DEFAULT = "val_loss"  # the metric when the board ranks by no quality objective
 ALL = "all"  # the summary row over every family pair
+_TOKENS = ("tokens_trained", "budget_count")  # with the params_* columns: tokens per parameter
 # The per-pair table lists at most this many pairs (flips first): a search of hundreds of
 # recipes per rung has tens of thousands of pairs, which the JSON holds in full.
 SHOWN = 300
@@ -116,20 +117,15 @@ def measure(board: Board, metric: Objective | None = None) -> Decision:
         "variant",
         *(c for c in ("axes", "seed") if c in t),
         metric.column,
+        *(c for c in t if c in _TOKENS or c.startswith("params_")),
     ]
-    rows = (
-        t[cols][usable]
-        .assign(
-            tokens_per_param=_tokens_per_param(
-                t.loc[usable, [c for c in t if c in _TOKENS or c.startswith("params_")]]
-            )
-        )
-        .merge(board.candidates[[*KEY, "band"]], on=KEY)
-    )
+    rows = t[cols][usable].merge(board.candidates[[*KEY, "band"]], on=KEY)
     rows = rows[rows.groupby("study", sort=False)["band"].transform("nunique") >= 2]
     if rows.empty:  # the usual study has one budget: nothing to say
         return empty
-    rows = rows.assign(recipe=_recipes(rows), seed=_seeds(rows))
+    rows = rows.assign(
+        recipe=_recipes(rows), seed=_seeds(rows), tokens_per_param=_tokens_per_param(rows)
+    )
     pairs, notes = [], []
     for study, ours in rows.groupby("study", sort=False):
         found, said = _study(study, ours, metric)
@@ -166,9 +162,6 @@ def _recipes(rows: pd.DataFrame) -> pd.Series:
         keys = np.array([json.dumps(dict(zip(cols, d))) for d in described], dtype=object)
         recipe[missing] = keys[codes]
     return recipe
-
-
-_TOKENS = ("tokens_trained", "budget_count")
 
 
 def _tokens_per_param(rows: pd.DataFrame) -> pd.Series:
@@ -359,12 +352,13 @@ def tables(decision: Decision) -> tuple[Table, Table] | None:
         return None
     several = s["study"].nunique() > 1
     study = [Column(header="Study", cells=s["study"].tolist())] * several
+    tokens = _tokens_column(s)
     summary = Table(
         title=f"Decision accuracy ({decision.metric})",
         columns=[
             *study,
             Column(header="Budgets", cells=_rungs(s)),
-            *_tokens_column(s),
+            *tokens,
             Column(header="Families", cells=s["families"].tolist()),
             _ints("Pairs", s["pairs"]),
             Column(
@@ -388,7 +382,7 @@ def tables(decision: Decision) -> tuple[Table, Table] | None:
             + (
                 "; tokens per parameter: the tokens each budget's models trained on over the parameters their "
                 "study counts (the median over its rows)"
-                if _tokens_column(s)
+                if tokens
                 else ""
             )
         ),
