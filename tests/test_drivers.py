@@ -116,7 +116,7 @@ def assert_recorded_once(study_dir: Path, storage: str, logs: list[str]) -> None
     assert all(
         t.user_attrs.get("status") == "surplus" for t in study.trials if t.state.name == "FAIL"
     )
-    assert sum(ran(log) for log in logs) == 4  # each driver counts what it ran
+    assert sum(ran(log) for log in logs) == 4, logs  # each driver counts what it ran, once
     assert "ran beside 1 other driver(s) of this study" in " ".join(logs[1].split())
     assert not list((study_dir / "_drivers").glob("*.json"))  # both ended and said so
     # ... and left no Ray session folder or lock file in the temp folder

@@ -328,6 +328,54 @@ def test_a_tell_committed_before_its_connection_dropped_is_not_told_twice(tmp_pa
     ), said  # one backoff step
 
 
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_two_drivers_popping_one_enqueued_point_at_once_claim_it_once(tmp_path, request, database):
+    """Optuna claims an enqueued (WAITING) trial by reading its state, then writing RUNNING; on
+    SQLite nothing locks the row between the two, and two drivers popping the queue at the same
+    moment both claimed one grid point and trained it (CI: two drivers "ran" 5 trials of 4). Here
+    both reach their first write together (a barrier before it): one gets the first point, the
+    other finds it taken and gets the second."""
+    import uuid
+
+    import sqlalchemy
+
+    from benchmark.search.storage import PatientStorage
+
+    url = (
+        f"sqlite:///{tmp_path / 'study.db'}"
+        if database == "sqlite"
+        else engine_url(request.getfixturevalue("postgres_url"))
+    )
+    storages = [PatientStorage(url) for _ in range(2)]  # two drivers, one study
+    name = f"claim-{uuid.uuid4().hex[:8]}"
+    study = optuna.create_study(storage=storages[0], study_name=name)
+    for x in (1, 2):
+        study.enqueue_trial({"x": x})
+    barrier, first = threading.Barrier(2, timeout=30), threading.local()
+
+    def together(conn, cursor, statement, *args):
+        if statement.startswith("UPDATE trials") and not getattr(first, "passed", False):
+            first.passed = True
+            barrier.wait()  # both have read the queue; neither has written
+
+    for storage in storages:
+        sqlalchemy.event.listen(storage.engine, "before_cursor_execute", together)
+    popped: list[int | None] = [None, None]
+
+    def pop(i: int) -> None:
+        popped[i] = optuna.load_study(study_name=name, storage=storages[i])._pop_waiting_trial_id()
+
+    threads = [threading.Thread(target=pop, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    trials = study.get_trials()
+    assert sorted(popped) == [t._trial_id for t in trials]  # each driver its own point
+    assert [t.state.name for t in trials] == ["RUNNING", "RUNNING"]
+    assert all(t.datetime_start is not None for t in trials)
+
+
 def test_a_full_disk_and_a_wrong_value_are_not_waited_on(tmp_path, monkeypatch):
     import sqlalchemy.exc
     from optuna.storages import RDBStorage

@@ -14,6 +14,9 @@ Two layers, each a kept library's:
   and RetryHeartbeatStaleTrialCallback are for trials whose process died, under study.optimize
   only; here the driver registry and resume.close_running do that.)
 
+An enqueued trial (a grid point) is claimed for one driver by one conditional write (`_claim`),
+where Optuna's read-then-write let two drivers on SQLite claim the same one.
+
 A call that succeeds after a retry says one line (`say`). One that fails for `wait_s` raises
 StorageUnavailable, whose message names the database (without its password) and what to do;
 the search stops on it with exit code 3 (halt.py), keeping every row, and `--resume` tells the
@@ -32,6 +35,7 @@ import sys
 import threading
 import time
 import types
+from datetime import datetime
 
 from optuna.storages import RDBStorage
 
@@ -121,6 +125,10 @@ class PatientStorage(RDBStorage):
         self._patiently(RDBStorage.__setstate__, self, state)
 
     def set_trial_state_values(self, trial_id, state, values=None) -> bool:
+        from optuna.trial import TrialState
+
+        if state == TrialState.RUNNING and values is None:  # Study._pop_waiting_trial_id
+            return self._patiently(self._claim, trial_id)
         retried = []
 
         def tell() -> bool:
@@ -137,6 +145,30 @@ class PatientStorage(RDBStorage):
                 retried.append(True)
 
         return self._patiently(tell)
+
+    def _claim(self, trial_id: int) -> bool:
+        """An enqueued (WAITING) trial made RUNNING for this driver only; False when another has it.
+        Optuna reads the state, then writes it (RDBStorage.set_trial_state_values): PostgreSQL
+        locks the row between the two (SELECT ... FOR UPDATE), SQLite does not, and two drivers
+        popping the queue at once both claimed one grid point and both trained it. One
+        conditional UPDATE is atomic on both. A claim retried after its answer was lost finds the
+        trial taken: it stays RUNNING untrained until close_running fails it and re-enqueues it."""
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+        from optuna.trial import TrialState
+        from sqlalchemy import update
+
+        trials = models.TrialModel
+        with _create_scoped_session(self.scoped_session) as session:
+            claimed = session.execute(
+                update(trials)
+                .where(trials.trial_id == trial_id, trials.state == TrialState.WAITING)
+                .values(state=TrialState.RUNNING)
+                .execution_options(synchronize_session=False)
+            ).rowcount
+            if claimed:
+                session.get(trials, trial_id).datetime_start = datetime.now()
+        return claimed == 1
 
     def _patiently(self, call, *args, **kwargs):
         """`call`, retried while the database is away; only the outermost of nested calls retries."""
