@@ -163,11 +163,9 @@ class PatientStorage(RDBStorage):
             claimed = session.execute(
                 update(trials)
                 .where(trials.trial_id == trial_id, trials.state == TrialState.WAITING)
-                .values(state=TrialState.RUNNING)
+                .values(state=TrialState.RUNNING, datetime_start=datetime.now())
                 .execution_options(synchronize_session=False)
             ).rowcount
-            if claimed:
-                session.get(trials, trial_id).datetime_start = datetime.now()
         return claimed == 1
 
     def _patiently(self, call, *args, **kwargs):
