@@ -255,6 +255,35 @@ def test_a_trial_stopped_between_its_seeds_is_continued_with_the_seeds_it_lacks(
     )  # the candidate once, though two trials hold rows
 
 
+def test_a_trial_just_asked_by_a_live_driver_is_left_to_it(tmp_path, monkeypatch):
+    """A driver asks a trial (RUNNING at once) and names itself on it in a second write. A second
+    driver starting between the two leaves the unnamed trial alone while a driver lives and the
+    trial is younger than the registry's grace; once older, or with no driver alive, it is an
+    orphan: failed and enqueued again, as before."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
+
+    from benchmark.search import roster
+    from benchmark.search.optuna_study import DRIVER
+    from benchmark.search.resume import close_running
+
+    ctx, study = _context(tmp_path, 1), _study()
+    dist = {"family": CategoricalDistribution(["looped", "hyperloop"])}
+    named = study.ask(dist)
+    named.set_user_attr(DRIVER, "other")
+    study.ask(dist)  # asked by "other" a moment ago, not yet named
+    close_running(study, ctx, live={"other"})
+    assert [t.state for t in study.get_trials()] == [TrialState.RUNNING, TrialState.RUNNING]
+
+    close_running(study, ctx)  # no driver lives: both are orphans
+    assert [t.state for t in study.get_trials()][:2] == [TrialState.FAIL, TrialState.FAIL]
+
+    study.ask(dist)  # the first re-enqueued point, claimed, not yet named
+    monkeypatch.setattr(roster, "GRACE_S", 0.0)  # ... and older than the grace
+    close_running(study, ctx, live={"other"})
+    assert study.get_trials()[2].state == TrialState.FAIL
+
+
 def test_more_seeds_continue_every_finished_trial_once(tmp_path):
     """A 1-seed study resumed with 2 seeds: its measured trials are continued (once each); a pruned
     trial, one whose every seed failed, and one whose rows were set aside (it runs again whole:

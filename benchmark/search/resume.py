@@ -6,9 +6,10 @@ study's seeds continued, and the candidates whose rows were set aside run again.
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Sequence
 
-from benchmark.search import rows, tuning
+from benchmark.search import roster, rows, tuning
 from benchmark.search.context import TrialContext
 from benchmark.search.optuna_study import DRIVER, StudyError, mirror, trial_number
 from benchmark.space import select
@@ -52,11 +53,16 @@ def close_running(study, ctx: TrialContext, live: set[str] = frozenset()) -> Non
     told its values (or failed if none was ok); one stopped part-way through its seeds is failed,
     its rows kept, and continued (continue_unfinished); one without rows never finished and is
     failed and enqueued to run again (continuing it when it has tuning rows: search/tuning.py). The
-    trials of the `live` drivers (ids: roster.Driver.id) are theirs to finish."""
+    trials of the `live` drivers (ids: roster.Driver.id) are theirs to finish, and so is one not yet
+    tagged with its driver that started within roster.GRACE_S while another driver lives: a driver
+    asks (or claims) a trial, RUNNING at once, and names itself on it in a second write
+    (searcher.AttributedSearch._own), so a driver starting between the two would take a live one's
+    trial for an orphan. (Optuna stamps `datetime_start` with the asking machine's local clock.)"""
     from optuna.trial import TrialState
 
+    now = datetime.now()
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if t.user_attrs.get(DRIVER) in live:
+        if t.user_attrs.get(DRIVER) in live or (live and _just_asked(t, now)):
             continue
         earlier = list(t.user_attrs.get(rows.CONTINUES) or ())
         found = rows.trial_rows(ctx.study_dir, t.number, earlier)
@@ -80,6 +86,16 @@ def close_running(study, ctx: TrialContext, live: set[str] = frozenset()) -> Non
                     t.params, user_attrs={rows.CONTINUES: earlier} if earlier else None
                 )
     continue_unfinished(study, ctx)
+
+
+def _just_asked(trial, now: datetime) -> bool:
+    """A RUNNING trial that no driver has named yet and that started within roster.GRACE_S."""
+    start = trial.datetime_start
+    return (
+        DRIVER not in trial.user_attrs
+        and start is not None
+        and (now - start).total_seconds() < roster.GRACE_S
+    )
 
 
 MEASURED = frozenset({"ok", "diverged"})
