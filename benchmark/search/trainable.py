@@ -129,7 +129,7 @@ def attempts(
     # torch loads in the worker that trains, not in the driver that hands Ray this module.
     from benchmark.trial.run import run_trial
 
-    cfg = ctx.train_config(seed, setting)
+    cfg = ctx.train_config(seed, setting, config.get("budget"))
     on_step = reporter(ctx.progress, trial_id, cfg.tokens_per_step)
     on_point, on_eval = curve_reports(ctx, trial_id, report, _steps(config, cfg))
     for attempt in range(ctx.retries + 1):
@@ -163,7 +163,7 @@ def attempts(
 
 
 def _steps(config, cfg) -> int:
-    return cfg.steps(count_params(ArchSpec.from_dict(config["spec"])))
+    return cfg.steps(count_params(ArchSpec.from_dict(config["spec"])))  # cfg's tokens resolved
 
 
 LOGGED_POINTS = 50  # curve points per run reported to Tune's loggers (the store keeps every point)
