@@ -97,12 +97,15 @@ SPACE_NOTES = {
     "seeds": "seeds per candidate; `--seeds` overrides",
     "pruner": "`asha` (default: successive halving over tokens, with one objective measured in training) or "
     "`none` (every trial trains to its end: a study of claims)",
+    "diverged": "what a final seed that diverged counts as in its candidate's value: `worst` (default: a "
+    "uniform guess, loss ln V and perplexity V) or `fail` (the candidate fails)",
     "controlled": "`true`: the shape held, not preferred (a claim's arms): `shape.head_dim` exact (n_heads = "
     "d_model / head_dim), an FFN ratio the space gives exact, 2 heads or more; with an `anchor` "
     "and `solve: ffn`, the FFN width is the one dimension that differs",
     "tune": "each candidate tuned with an equal budget: `{grid: {lr: [1e-3, 3e-3]}, seeds: [100, 101], metric: "
-    "val_loss}` trains every grid point on the tuning seeds, then the final seeds at the best point "
-    "(docs/search-spaces.md#tuning); needs `pruner: none`",
+    "val_loss, margin: noise, ties: middle, extend: {lr: [3e-4, 3e-2]}}` trains every grid point on the "
+    "tuning seeds, ties the points within the margin of the best, extends an edge choice, then trains the "
+    "final seeds at the chosen point (docs/search-spaces.md#tuning); needs `pruner: none`",
 }
 
 TRAINING_NOTES = {

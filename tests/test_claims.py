@@ -1013,3 +1013,91 @@ def test_arms_that_differ_beyond_the_factor_tested_are_confounded(tmp_path):
     assert claims.to_json(loaded, [result])["claims"][0]["arms"]["confounded"] == [
         "ffn.width_ratio"
     ]
+
+
+def test_arms_that_trained_otherwise_are_confounded_on_their_recipe(tmp_path):
+    """The arms' runs must have trained alike: tokens by the claim's rule (same by default; `own`,
+    the same tokens per counted parameter; a group's), and every other training setting, the
+    precision, and the hardware and threads of final and tuning runs, the tuned setting aside."""
+    trials = rows({"hyperloop": {0: 5.90, 1: 5.91, 2: 5.92}, "looped": {0: 5.94, 1: 5.96, 2: 5.98}})
+    held = {
+        "hyperloop": {"d_model": 128, "n_heads": 4, "ffn": {"d_ff": 330}},
+        "looped": {"d_model": 128, "n_heads": 4, "ffn": {"d_ff": 352}},
+    }
+    trials = _with_specs(trials, held)
+    xeon, epyc = "Intel(R) Xeon(R) (2 cpus, 1 torch threads)", "AMD EPYC (2 cpus, 1 torch threads)"
+    recipe = {"batch_size": 32, "seq_len": 128, "warmup": 0.05, "schedule": "cosine"}
+    looped = (trials["family"] == "looped").to_numpy()
+    trials = trials.assign(
+        # ref2-twice: 20 tokens per each arm's own count, 1.33x apart
+        tokens_trained=np.where(looped, 6_660_096, 5_005_312),
+        params_total=np.where(looped, 333_000, 250_266),
+        training=[json.dumps({**recipe, "lr": 3e-3 if lp else 6e-3}) for lp in looped],
+        hardware=xeon,
+        precision="bf16",
+        tuned=[json.dumps({"lr": 3e-3 if lp else 6e-3}) for lp in looped],
+    )
+    declared = {"demo": {"solve": "ffn", "anchor": {}, "tune": {"grid": {"lr": [3e-3, 6e-3]}}}}
+    path = tmp_path / "claims.yaml"
+
+    def arms_of(text, rows_, tuning=None):
+        path.write_text(text)
+        (result,) = claims.evaluate(claims.load(path), rows_, declared=declared, tuning=tuning)
+        return result.arms
+
+    # the default rule (same) flags the tokens; the tuned lr is no confound
+    same = arms_of(CLAIM, trials)
+    assert same.label == "confounded: tokens" and "recipe.lr" in same.differ
+    # `own`: 20 tokens per parameter each (5,005,312 / 250,266 = 20.0 and 6,660,096 / 333,000 = 20.0)
+    own = CLAIM.replace("    metric:", "    tokens: own\n    metric:")
+    assert arms_of(own, trials).label == "controlled"
+    # a group's tokens: every arm at the Hyperloop's
+    named = CLAIM.replace("    metric:", "    tokens: hyperloop\n    metric:")
+    assert arms_of(named, trials).label == "confounded: tokens"
+    equal = trials.assign(tokens_trained=5_005_312)
+    assert (
+        arms_of(named, equal).label == "controlled" and arms_of(CLAIM, equal).label == "controlled"
+    )
+    # within twice the budget's tolerance (0.5% each side) matched arms' 20x their own counts pass
+    near = trials.assign(tokens_trained=np.where(looped, 5_030_000, 5_005_312))
+    assert arms_of(CLAIM, near).label == "controlled"
+    # another schedule, precision or final CPU for one arm is a confound, each named
+    other = equal.assign(
+        training=[
+            json.dumps({**recipe, "schedule": "wsd" if lp else "cosine", "lr": 3e-3})
+            for lp in looped
+        ],
+        precision=np.where(looped, "fp32", "bf16"),
+        hardware=np.where(looped, epyc, xeon),
+    )
+    assert arms_of(CLAIM, other).confounded == (
+        "recipe.schedule",
+        "recipe.precision",
+        "recipe.hardware",
+    )
+    # tuning runs on other CPUs in other shares (ref2-hourglass: 2 of 4 on the EPYC, 1 of 4)
+    tuning = pd.concat(
+        [equal.iloc[:0]]
+        + [
+            pd.DataFrame(
+                [{"study": "demo", "spec": spec, "hardware": hw, "phase": "tune"} for hw in hws]
+            )
+            for spec, hws in (
+                (equal[looped]["spec"].iloc[0], [epyc, epyc, xeon, xeon]),
+                (equal[~looped]["spec"].iloc[0], [epyc, xeon, xeon, xeon]),
+            )
+        ]
+    )
+    mixed = arms_of(CLAIM, equal, tuning)
+    assert mixed.label == "confounded: recipe.tuning_hardware"
+    cells = {
+        c.header: c.cells[0]
+        for c in claims.table(
+            claims.load(path),
+            [claims.evaluate(claims.load(path), equal, declared=declared, tuning=tuning)[0]],
+        ).columns
+    }
+    assert (
+        "recipe.tuning_hardware AMD EPYC (2 cpus, 1 torch threads) 1/4; Intel Xeon (2 cpus, 1 torch "
+        "threads) 3/4 / AMD EPYC (2 cpus, 1 torch threads) 2/4; Intel Xeon (2 cpus, 1 torch threads) 2/4"
+    ) in cells["Arms differ in"]

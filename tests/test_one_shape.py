@@ -22,6 +22,8 @@ from benchmark.store.speeds import Speed
 ROOT = Path(__file__).resolve().parent.parent
 TWICE = str(ROOT / "search_spaces" / "reference-2" / "twice.yaml")
 CLAIMS_2 = str(ROOT / "search_spaces" / "claims" / "reference-2.yaml")
+TWICE_3 = str(ROOT / "search_spaces" / "reference-3" / "twice.yaml")
+CLAIMS_3 = str(ROOT / "search_spaces" / "claims" / "reference-3.yaml")
 
 ONE_SHAPE = """\
 name: one-shape
@@ -220,15 +222,30 @@ def test_the_plan_lists_the_claims_arms_and_what_differs(capsys):
         "### Hyperloop beats a Transformer of the same unrolled depth with about twice its parameters"
     )
     assert table < claim  # after the candidates
+    # 20 tokens per each model's own count: the Transformer trains 1.33x the Hyperloop's tokens,
+    # which the claim's token rule (the default, `same`: Hyperloop §4.1) does not allow
     assert (
-        "`ref2-twice` — **controlled**; differ in: family, layers.begin, layers.middle, layers.end, loops, "
-        "injection, structure, hyper"
+        "`ref2-twice` — **confounded: tokens**; differ in: family, layers.begin, layers.middle, "
+        "layers.end, loops, injection, structure, hyper, tokens; token rule: same"
     ) in out
     assert (
-        "| transformer | transformer | 64 | 2 | 32 | swiglu 1×146 (2.281) | 6L | none | False | 332,864 |"
-        in out
-    )
+        "| hyperloop | hyperloop | 64 | 2 | 32 | swiglu 1×146 (2.281) | 1L→2L(×2)→1L | 4× diagonal / "
+        "loop + loop emb. | False | 250,078 | 5,001,560 |"
+    ) in out
+    assert (
+        "| transformer | transformer | 64 | 2 | 32 | swiglu 1×146 (2.281) | 6L | none | False | 332,864 "
+        "| 6,657,280 |"
+    ) in out
     assert out.count("### ") == 1  # only the claims on this space's study
+    # the third pass: every arm 20 x the budget (tokens_per: budget), the same 5,000,000 tokens
+    assert plan_main([TWICE_3, "--claims", CLAIMS_3]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "`ref3-twice` — **controlled**; differ in: family, layers.begin, layers.middle, layers.end, "
+        "loops, injection, structure, hyper; token rule: same"
+    ) in out
+    assert out.count("| False | 250,078 | 5,000,000 |") == 1
+    assert out.count("| False | 332,864 | 5,000,000 |") == 1
 
 
 CONFOUNDED = """\
@@ -266,7 +283,7 @@ def test_a_confounded_claim_names_the_keys_its_groups_do_not_account_for(tmp_pat
     line = next(ln for ln in out.splitlines() if ln.startswith("`mixed` — "))
     assert line == (
         "`mixed` — **confounded: head_dim, ffn.width_ratio**; differ in: family, d_model, head_dim, "
-        "ffn.d_ff, injection, ffn.width, ffn.width_ratio, hyper"
+        "ffn.d_ff, injection, ffn.width, ffn.width_ratio, hyper; token rule: same"
     )
 
 

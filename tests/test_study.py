@@ -112,6 +112,12 @@ def test_a_trials_rows_give_optuna_its_values_and_attributes(tmp_path):
         ("t0003-s1", 1),
     ]
     assert values(found, ["val_loss", "params"], "non_embedding") == [2.5, 600.0]
+    # a seed that diverged counts at a uniform guess over a 1024-token vocabulary (ln 1024 = 6.93),
+    # not left out: (2.0 + 3.0 + 6.93) / 3; a metric without such a bound keeps the ok seeds' mean
+    lost = [*found, {**base, "trial_id": "t0003-s2", "status": "diverged", "seed": 2}]
+    assert values(lost, ["val_loss", "params"], "non_embedding", 1024) == pytest.approx(
+        [(5.0 + math.log(1024)) / 3, 600.0]
+    )
     attrs = user_attrs(found)
     assert (
         attrs["structure"] == "1L→2L(×2)→1L"

@@ -244,7 +244,9 @@ def test_a_trials_time_inside_counts_its_tuning_runs(tmp_path, monkeypatch):
 
     monkeypatch.setattr(trainable, "attempts", attempts)
     monkeypatch.setattr(trainable, "prepare", lambda data: None)
-    monkeypatch.setattr(trainable.rows, "values", lambda written, names, count: [4.0] * len(names))
+    monkeypatch.setattr(
+        trainable.rows, "values", lambda written, names, count, vocab=None: [4.0] * len(names)
+    )
     final = trainable._trial({"optuna_trial": 7}, replace(ctx, training={"eval_every": 4}), None)
     # 2 grid points on 1 tuning seed, then 2 final seeds
     assert final["status"] == "ok" and final["trial_wall_s"] == 2 * 30.0 + 2 * 100.0

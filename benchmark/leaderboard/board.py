@@ -113,7 +113,7 @@ def build(
         settings.tolerance,
     )
     candidates["spec"] = specs[candidates["candidate"].to_numpy()]
-    candidates = tuning.with_tuning(candidates, trials, tuning_runs)
+    candidates = tuning.with_tuning(candidates, trials, tuning_runs, declared)
     pairs, skipped = _pairs(candidates, objs, _budget_tolerance(declared, settings.tolerance))
     return Board(
         settings=settings,

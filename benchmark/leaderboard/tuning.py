@@ -18,12 +18,26 @@ import orjson
 import pandas as pd
 
 from benchmark.leaderboard.formats import Column, Table
+from benchmark.space.tuning import NOISE, Tune
 from benchmark.store import PHASES
 
 TUNE = PHASES[0]  # a tuning run's phase
 
-COLUMNS = ("lr_sensitivity", "tuning_runs", "tuned", "tuning_edge")
+COLUMNS = (
+    "lr_sensitivity",
+    "tuning_runs",
+    "tuned",
+    "tuning_edge",
+    "tuning_seeds",
+    "tuning_margin",
+    "tuning_tied",
+    "tuning_metric",
+    "tuning_spiked",
+)
 METRIC = "val_loss"
+# The instability rule's spike (claims/stability.py reads it as its default): a tuning run whose
+# training loss rose this many nats above its best so far is marked in the Tuning table.
+SPIKE = 1.0
 
 
 def _number(v) -> bool:
@@ -141,8 +155,46 @@ def json_field(text, key: str):
         return None
 
 
-def with_tuning(cands: pd.DataFrame, trials: pd.DataFrame, tuning: pd.DataFrame) -> pd.DataFrame:
-    """The candidates with COLUMNS where their study tuned them (else the columns are absent)."""
+def decision(runs: pd.DataFrame, declared: dict | None) -> dict:
+    """How one candidate's choice was made, from its tuning runs and its study's `tune:` (as
+    _study.json declares it; the search's own rule, space/tuning.Tune.decide): the tuning seeds,
+    the metric, the margin, the points tied with the best, and the runs the instability rule's
+    spike marks."""
+    said = dict(declared or {})
+    metric = said.get("metric") or METRIC
+    seeds = sorted(int(s) for s in runs["seed"].dropna().unique()) if "seed" in runs else []
+    out = {
+        "tuning_seeds": len(seeds),
+        "tuning_metric": metric,
+        "tuning_spiked": int((runs.get("loss_spike", pd.Series(dtype=float)) > SPIKE).sum()),
+        "tuning_margin": math.nan,
+        "tuning_tied": math.nan,
+    }
+    if not said.get("grid") or metric not in runs or not seeds:
+        return out
+    tune = Tune(
+        grid=tuple((k, tuple(v)) for k, v in said["grid"].items()),
+        seeds=tuple(said.get("seeds") or seeds),
+        metric=metric,
+        direction=said.get("direction") or "min",
+        margin=said.get("margin", NOISE),
+        ties=said.get("ties", "middle"),
+    )
+    ok = (runs["status"] == "ok").to_numpy()
+    values: dict[str, dict[int, float]] = {}
+    for t, s, v, good in zip(runs["tuned"], runs["seed"], runs[metric].astype(float), ok):
+        values.setdefault(t, {})[int(s)] = float(v) if good else math.nan
+    _, margin, tied = tune.decide(
+        {t: [v.get(s, math.nan) for s in tune.seeds] for t, v in values.items()}
+    )
+    return {**out, "tuning_margin": margin, "tuning_tied": len(tied)}
+
+
+def with_tuning(
+    cands: pd.DataFrame, trials: pd.DataFrame, tuning: pd.DataFrame, declared=None
+) -> pd.DataFrame:
+    """The candidates with COLUMNS where their study tuned them (else the columns are absent);
+    `declared`: each study's declaration, whose `tune:` says how the choice was made."""
     if tuning.empty or "tuned" not in trials:
         return cands
     runs = tuning.assign(spec=tuning["spec"].map(_canonical))
@@ -150,6 +202,7 @@ def with_tuning(cands: pd.DataFrame, trials: pd.DataFrame, tuning: pd.DataFrame)
     per_candidate = []
     for (study, spec), group in runs.groupby(["study", "spec"], sort=False):
         points = per_point(group, json_field(spec, "vocab_size"))
+        said = ((declared or {}).get(study) or {}).get("tune")
         per_candidate.append(
             {
                 "study": study,
@@ -157,6 +210,7 @@ def with_tuning(cands: pd.DataFrame, trials: pd.DataFrame, tuning: pd.DataFrame)
                 "tuning_runs": len(group),
                 "lr_sensitivity": sensitivity(points),
                 "tuning_edge": edge(points, grids[study]),
+                **decision(group, said),
             }
         )
     found = pd.DataFrame(per_candidate).set_index(["study", "spec"])
@@ -177,6 +231,15 @@ def table(board) -> Table | None:
     if "tuning_runs" not in c or c["tuning_runs"].isna().all():
         return None
     c = c[c["tuning_runs"].notna()]
+    # candidates read without their tuning decision (decision()) show none
+    unknown = {"tuning_metric": "—", "tuning_seeds": math.nan, "tuning_margin": math.nan}
+    c = c.assign(
+        **{
+            k: v
+            for k, v in {**unknown, "tuning_tied": math.nan, "tuning_spiked": math.nan}.items()
+            if k not in c
+        }
+    )
     # the variant tells apart candidates of one family and structure (H_res diagonal / Sinkhorn)
     variant = "variant" in c and bool(c["variant"].notna().any())
     order = ["study", "family", "structure", *(["variant"] if variant else [])]
@@ -213,6 +276,16 @@ def table(board) -> Table | None:
             header="At the grid's edge",
             cells=[e if isinstance(e, str) and e else "—" for e in c["tuning_edge"]],
         ),
+        Column(header="Tuned by", cells=[str(m) for m in c["tuning_metric"]]),
+        Column(header="Tuning seeds", cells=[_count(n) for n in c["tuning_seeds"]]),
+        Column(
+            header="Margin (nats)",
+            cells=[
+                f"{m:.4f}" if math.isfinite(m) else "—" for m in c["tuning_margin"].astype(float)
+            ],
+        ),
+        Column(header="Tied points", cells=[_count(n) for n in c["tuning_tied"]]),
+        Column(header="Spiked tuning runs", cells=[_count(n) for n in c["tuning_spiked"]]),
     ]
     return Table(
         title="Tuning",
@@ -224,6 +297,16 @@ def table(board) -> Table | None:
             "loss above the best point's, a diverged point counted at ln(vocabulary) (Wortsman et al. 2023); at the "
             "grid's edge: the chosen point is the grid's largest (top) or smallest (bottom) value of a key of 3 "
             "values or more, and by how much it beat the next value along that key: the candidate's best may lie "
-            "beyond the grid, its final seeds then tuned less well than an arm whose best lies inside"
+            "beyond the grid, its final seeds then tuned less well than an arm whose best lies inside; tuned by: the "
+            "metric the choice was made on (a claim judged by another metric says so: the claims table); tuning "
+            "seeds: the seeds each point trained on; margin: points whose mean lay this close to the best tied "
+            "(the study's `tune.margin`: by default the standard error of two points' difference, from the tuning "
+            "seeds' spread; 0 with one seed), and tied points: how many, the declared rule (`tune.ties`) choosing "
+            f"among them; spiked tuning runs: runs whose training loss rose more than {SPIKE:g} nats above its best "
+            "so far (the instability rule's spike)"
         ),
     )
+
+
+def _count(n) -> str:
+    return f"{int(n)}" if n is not None and math.isfinite(float(n)) else "—"

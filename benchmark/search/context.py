@@ -38,6 +38,7 @@ class TrialContext:
     progress: Any = None  # the progress board's actor handle (search/progress.py)
     tune: Any = None  # the space's `tune:` (space/tuning.Tune): each candidate tuned first
     report_curves: bool = False  # report each curve point to Tune (--tensorboard, --mlflow)
+    diverged: str = "worst"  # the space's `diverged:`: what a diverged final seed counts as
 
     def trial_id(self, number: int, seed: int | None = None) -> str:
         """A trial's name in the results: its Optuna number, plus the seed when there are several."""

@@ -423,6 +423,7 @@ def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -
         policy=policy or {},
         tune=space.tune,
         report_curves=opts.tensorboard or bool(opts.mlflow),
+        diverged=space.diverged,
     )
 
 

@@ -180,15 +180,38 @@ def finished_seeds(found: list[Mapping[str, Any]], retries: int) -> dict[int, di
     }
 
 
+def worst(name: str, vocab: int | None) -> float | None:
+    """What a diverged run counts as in a metric: a uniform guess over the vocabulary (loss ln V,
+    perplexity V), the worst a model can be; None for a metric without such a bound."""
+    if not vocab:
+        return None
+    if name.startswith("val_loss"):
+        return math.log(vocab)
+    if name.startswith("val_ppl"):
+        return float(vocab)
+    return None
+
+
 def values(
-    rows: list[Mapping[str, Any]], names: tuple[str, ...] | list[str], count: str
+    rows: list[Mapping[str, Any]],
+    names: tuple[str, ...] | list[str],
+    count: str,
+    vocab: int | None = None,
 ) -> list[float]:
-    """Each metric's mean over the trial's ok rows (its seeds): what Optuna is told."""
+    """Each metric's mean over the trial's seeds, what Optuna is told: its ok rows, and each seed
+    that diverged at the metric's worst (`worst`; the space's `diverged: worst`), not left out."""
     ok = [r for r in rows if r.get("status") == "ok"]
-    return [
-        statistics.fmean(metrics.row_value(r, n, count) for r in ok) if ok else math.nan
-        for n in names
-    ]
+    lost = sum(r.get("status") == "diverged" for r in rows)
+    out = []
+    for n in names:
+        got = [metrics.row_value(r, n, count) for r in ok]
+        bound = worst(n, vocab)
+        out.append(
+            statistics.fmean(got + [bound] * lost)
+            if ok and bound is not None
+            else (statistics.fmean(got) if ok else math.nan)
+        )
+    return out
 
 
 ATTRS = (

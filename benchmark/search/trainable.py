@@ -89,7 +89,18 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
             "error": written[-1]["error"],
             "trial_wall_s": wall,
         }
-    final = dict(zip(metrics.SEARCHABLE, rows.values(written, metrics.SEARCHABLE, ctx.count)))
+    lost = [r for r in written if r["status"] == "diverged"]
+    if lost and ctx.diverged == "fail":  # the space says a diverged seed fails its candidate
+        return {
+            **NO_VALUES,
+            "status": "diverged",
+            "error": f"{len(lost)} of {len(written)} seeds diverged ({lost[0]['error']})",
+            "trial_wall_s": wall,
+        }
+    vocab = (config.get("spec") or {}).get("vocab_size")
+    final = dict(
+        zip(metrics.SEARCHABLE, rows.values(written, metrics.SEARCHABLE, ctx.count, vocab))
+    )
     return {
         **final,
         "tokens": max(r.get("tokens_trained") or 0 for r in written),

@@ -61,6 +61,7 @@ TOP_KEYS = (
     "trials",
     "seeds",
     "pruner",
+    "diverged",
     "controlled",
     "tune",
 )
@@ -68,6 +69,11 @@ TOP_KEYS = (
 # one objective measured during training), or nothing, which a study of claims needs: a candidate
 # pruned at its first seed never trains the others, and its claims have no pairs.
 PRUNERS = ("asha", "none")
+# What a final seed that diverged counts as in its candidate's value (the mean over seeds Optuna is
+# told): the worst a model can be, a uniform guess (loss ln V, perplexity V: as the tuning table's
+# sensitivity counts a diverged point), or the candidate fails. Left out, the diverged seed would
+# bias the value toward the seeds that survived.
+DIVERGED = ("worst", "fail")
 DEFAULT_TRIALS = 16
 _WIDTH_KEYS = tuple(f"ffn.{width}" for width, _, _ in FFN_WIDTHS.values())  # what `solve: ffn` sets
 _RATIO_KEYS = tuple(f"ffn.{ratio}" for _, ratio, _ in FFN_WIDTHS.values())
@@ -175,6 +181,7 @@ class SearchSpace:
     trials: int = DEFAULT_TRIALS
     seeds: int = 1  # every candidate trained with this many seeds (--seeds overrides)
     pruner: str = "asha"  # PRUNERS
+    diverged: str = "worst"  # DIVERGED
     # The shape held across candidates, not preferred: shape.head_dim exact, an FFN ratio the space
     # gives exact, so that a claim's arms differ only in what it tests and in the solved dimension.
     controlled: bool = False
@@ -387,6 +394,7 @@ class _Reader:
             trials=self.parsed("trials", _positive_int, DEFAULT_TRIALS),
             seeds=seeds,
             pruner=pruner,
+            diverged=self.parsed("diverged", lambda v: one_of(v, DIVERGED), "worst"),
             tune=tune,
             controlled=self.controlled,
             source=self.src,

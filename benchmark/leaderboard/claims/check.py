@@ -125,6 +125,7 @@ class Result:
     why: str = ""  # for "no data": what is missing
     count: str = ""  # the parameter count the groups' budgets matched (budget_count)
     arms: Arms | None = None  # what the groups' models differ in (arms.compare); None without specs
+    tuned_by: str = ""  # the metric its study's tuning chose each arm's setting on (`tune.metric`)
 
 
 def evaluate(
@@ -296,6 +297,7 @@ def _evaluate(
         why=why,
         count=", ".join(counts),
         arms=arms,
+        tuned_by=str((declared.get("tune") or {}).get("metric") or ""),
     )
 
 

@@ -102,6 +102,12 @@ def differ_cell(r: Result) -> str:
     return "; ".join(f"{k} {values(k)}" for k in r.arms.differ) or "nothing"
 
 
+def _tuned_by(r: Result) -> str:
+    """'; tuned by val_loss' where the arms' setting was chosen on another metric than the claim's."""
+    judged = {r.claim.metric_of(g).column for g in r.claim.order}
+    return f"; tuned by {r.tuned_by}" if r.tuned_by and judged != {r.tuned_by} else ""
+
+
 def _p_cell(p: float) -> str:
     return MISSING if not math.isfinite(p) else "< 0.001" if p < 0.001 else f"{p:.3f}"
 
@@ -205,7 +211,7 @@ def table(claims: ClaimsFile, results: list[Result]) -> Table:
                 "source": r.claim.source,
                 "study": r.study,
                 "count": r.count or MISSING,
-                "metric": r.claim.metric_text(),
+                "metric": r.claim.metric_text() + _tuned_by(r),
                 "a": _group_cell(groups[p.better], digits) if p and p.better in groups else MISSING,
                 "b": _group_cell(groups[p.worse], digits) if p and p.worse in groups else MISSING,
                 "expected": p.expected if p else MISSING,

@@ -29,6 +29,7 @@ from benchmark.leaderboard.claims.check import evaluate
 from benchmark.leaderboard.claims.file import error, only_known
 from benchmark.leaderboard.formats import Column, Table
 from benchmark.leaderboard.stats import DEFAULT_ADJUSTMENT
+from benchmark.leaderboard.tuning import SPIKE
 from benchmark.space import select
 from benchmark.store import PHASES
 
@@ -39,7 +40,7 @@ MAD_SD = 1.4826  # the normal's s.d. per median absolute deviation
 
 @dataclass(frozen=True, kw_only=True)
 class Rule:
-    spike: float = 1.0
+    spike: float = SPIKE
     laggard: float = 5.0
     laggard_min: float = 0.05
     metric: str = "val_loss"  # the final loss a laggard is judged by
