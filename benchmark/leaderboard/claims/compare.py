@@ -2,6 +2,7 @@
 
     python -m benchmark.leaderboard.claims.compare FIRST_REPORT SECOND_REPORT
     python -m benchmark.leaderboard.claims.compare FIRST_REPORT SECOND_REPORT --readme README.md
+    python -m benchmark.leaderboard.claims.compare FIRST SECOND THIRD --readme README.md
 
 prints a Markdown table and its caption: one row per compared pair of a claim (better − worse, in
 the claim's metric; a claim of order [a, b, c] has two) in either report, with each study's
@@ -26,7 +27,9 @@ How claims match (a claim here: the rows of one claim checked in one study):
    claim lost its "d_h/d_model 0.405"). Two candidates make no match. Its row shows both texts,
    first → second.
 Within matched claims, rows pair by `better − worse (metric)`. A pair or claim that one report
-lacks is a row of its own.
+lacks is a row of its own. A third report (a third pass of a study) adds its three columns and
+what it changed against the second (against the first where the second lacks the claim), its
+claims matched with the latest report that has each.
 
 What changed, each verdict read as reproduced, contradicted, not decided (its 1-seed form too) or
 no data:
@@ -179,7 +182,24 @@ def checked(report: Report) -> list[Checked]:
 def matched(first: Report, second: Report) -> list[tuple[Checked | None, Checked | None]]:
     """The claims of both reports, matched (module docstring): the first report's in its order,
     then those only the second has."""
-    a, b = checked(first), checked(second)
+    return _pairing(checked(first), checked(second))
+
+
+def chains(reports: list[Report]) -> list[list[Checked | None]]:
+    """Each claim across every report (None where one lacks it): the first two matched, then each
+    further report's claims matched with the latest claim of each chain."""
+    out = [list(p) for p in matched(reports[0], reports[1])]
+    for report in reports[2:]:
+        latest = [next(c for c in reversed(chain) if c is not None) for chain in out]
+        paired = _pairing(latest, checked(report))
+        out = [
+            [*out[latest.index(a)], b] if a is not None else [None] * len(out[0]) + [b]
+            for a, b in paired
+        ]
+    return out
+
+
+def _pairing(a: list[Checked], b: list[Checked]) -> list[tuple[Checked | None, Checked | None]]:
     pending: dict[str, list[int]] = {}
     for j, c in enumerate(b):
         pending.setdefault(c.text, []).append(j)
@@ -200,30 +220,61 @@ def matched(first: Report, second: Report) -> list[tuple[Checked | None, Checked
     ]
 
 
-def table(first: Report, second: Report) -> Table:
-    """One row per pair of a claim in either report: each study's cells, and what changed."""
+ORDINALS = ("first", "second", "third", "fourth")
+
+
+def table(first: Report, second: Report, *later: Report) -> Table:
+    """One row per pair of a claim in any report: each study's cells, and what changed (with a
+    third report: what the second changed, and what the third changed against the one before)."""
+    reports = [first, second, *later]
+    names = ORDINALS[: len(reports)]
     heads = [
         "Claim",
         PAIR,
         *(
-            f"{side}: {head}"
-            for side, report in (("First", first), ("Second", second))
+            f"{side.capitalize()}: {head}"
+            for side, report in zip(names, reports)
             for head in ("difference [95% CI]", _p_head(report), "verdict")
         ),
-        "What changed",
+        *(
+            ["What changed"]
+            if not later
+            else [f"{n.capitalize()}: what changed" for n in names[1:]]
+        ),
     ]
     rows = []
-    for a, b in matched(first, second):
-        text = (b or a).text if not (a and b) or a.text == b.text else f"{a.text} → {b.text}"
-        by_a = {r.pair: r for r in a.rows} if a else {}
-        by_b = {r.pair: r for r in b.rows} if b else {}
-        for pair in dict.fromkeys([*by_a, *by_b]):
-            x, y = by_a.get(pair), by_b.get(pair)
-            rows.append([text, pair, *_side(x), *_side(y), change(x, y)])
+    for chain in chains(reports):
+        texts = list(dict.fromkeys(c.text for c in chain if c is not None))
+        text = " → ".join(texts)
+        by = [{r.pair: r for r in c.rows} if c else {} for c in chain]
+        for pair in dict.fromkeys(p for b in by for p in b):
+            cells = [b.get(pair) for b in by]
+            changes = [
+                change(_before(cells[:k]), cells[k], names[k], _name_before(cells[:k], names))
+                for k in range(1, len(cells))
+            ]
+            rows.append([text, pair, *(x for c in cells for x in _side(c)), *changes])
     return Table(
-        title=f"Verdicts: {first.path} → {second.path}",
+        title=" → ".join(f"{'Verdicts: ' if not i else ''}{r.path}" for i, r in enumerate(reports)),
         columns=[Column(header=h, cells=[r[k] for r in rows]) for k, h in enumerate(heads)],
-        caption=caption(first, second),
+        caption=caption(first, second) + "".join(_later(r, n) for r, n in zip(later, names[2:])),
+    )
+
+
+def _before(cells: list) -> Row | None:
+    """The latest report's row of a pair before this one (the second's, else the first's)."""
+    return next((c for c in reversed(cells) if c is not None), None)
+
+
+def _name_before(cells: list, names: tuple) -> str:
+    return next((n for c, n in zip(reversed(cells), reversed(names[: len(cells)])) if c), names[0])
+
+
+def _later(report: Report, name: str) -> str:
+    return (
+        f"; {name} study: {report.path} ({report.claims_file}), its pairs matched with the latest "
+        f"study before it that has them, and what changed there read the same way ({name} against "
+        "the study before it)"
     )
 
 
@@ -254,23 +305,26 @@ def caption(first: Report, second: Report) -> str:
     )
 
 
-def render(first: Report, second: Report) -> str:
+def render(first: Report, second: Report, *later: Report) -> str:
     """The table and its caption in Markdown, as a README quotes it."""
-    t = table(first, second)
+    t = table(first, second, *later)
     return f"{markdown(t)}\n\n_{t.caption}_"
 
 
-def change(first: Row | None, second: Row | None) -> str:
-    """What the second study changed in a pair's verdict (the labels: module docstring)."""
+def change(
+    first: Row | None, second: Row | None, later: str = "second", earlier: str = "first"
+) -> str:
+    """What the `later` study changed in a pair's verdict against the `earlier` one (the labels:
+    module docstring)."""
     if second is None:
-        return NOT_RUN
+        return NOT_RUN.replace("second", later)
     if first is None:
-        return NEW
+        return NEW.replace("second", later)
     a, b = first.outcome, second.outcome
     if a == b:
         return "survived" if a == REPRODUCED else f"unchanged: {a}"
     if NO_DATA in (a, b):
-        return f"no data in the {'second' if b == NO_DATA else 'first'} study"
+        return f"no data in the {later if b == NO_DATA else earlier} study"
     if UNDECIDED in (a, b):
         return f"{LOST if b == UNDECIDED else GAINED} ({a} → {b})"
     return f"sign flipped ({a} → {b})"
@@ -283,20 +337,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("first", metavar="FIRST_REPORT", help="the first study's report (Markdown)")
     p.add_argument("second", metavar="SECOND_REPORT", help="the second study's report (Markdown)")
     p.add_argument(
+        "third",
+        metavar="THIRD_REPORT",
+        nargs="?",
+        help="a third study's report: its columns, and what it changed against the one before",
+    )
+    p.add_argument(
         "--readme",
         action="append",
         default=[],
         type=Path,
         metavar="FILE",
-        help=f"write the table into FILE between <!-- {TAG}: FIRST_REPORT vs SECOND_REPORT --> "
+        help=f"write the table into FILE between <!-- {TAG}: FIRST_REPORT vs SECOND_REPORT[ vs THIRD_REPORT] --> "
         f"and <!-- /{TAG} --> instead of printing it (repeatable)",
     )
     args = p.parse_args(argv)
     try:
-        block = render(read(args.first), read(args.second))
-        written = {
-            path: _filled(path, block, f"{args.first} vs {args.second}") for path in args.readme
-        }
+        paths = [x for x in (args.first, args.second, args.third) if x is not None]
+        block = render(*(read(x) for x in paths))
+        written = {path: _filled(path, block, " vs ".join(map(str, paths))) for path in args.readme}
     except ReportError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2
