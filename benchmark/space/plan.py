@@ -357,7 +357,12 @@ def _runs(space: SearchSpace) -> str:
     " x (4 tuning + 3 seeds) runs"; nothing for one seed alone."""
     seeds = f"{space.seeds} seed{'s' if space.seeds > 1 else ''}"
     if space.tune:
-        return f" x ({space.tune.runs} tuning + {seeds}) runs"
+        grown = (
+            f" (+{len(space.tune.seeds)} for each value an edge choice adds)"
+            if space.tune.extend
+            else ""
+        )
+        return f" x ({space.tune.runs} tuning{grown} + {seeds}) runs"
     return f" x {seeds}" if space.seeds > 1 else ""
 
 

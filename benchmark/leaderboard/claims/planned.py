@@ -30,7 +30,8 @@ COLUMNS = (
 
 
 def claim_arms(claims: ClaimsFile, plans: dict) -> list[tuple]:
-    """(claim, study, count, Arms) for each claim whose study is one of `plans` (name -> Plan)."""
+    """(claim, study, count, Arms, the metric the space tunes by) for each claim whose study is one
+    of `plans` (name -> Plan)."""
     out = []
     for c in claims.claims:
         plan = plans.get(c.study)
@@ -49,14 +50,25 @@ def claim_arms(claims: ClaimsFile, plans: dict) -> list[tuple]:
                 c.study,
                 plan.space.count,
                 arms_.compare(groups, filters, arms_.declaration(plan.space), c.tokens),
+                plan.space.tune.metric if plan.space.tune is not None else "",
             )
         )
     return out
 
 
+def _tuned_by(claim, metric: str) -> str:
+    """'; tuned by val_loss' where the space tunes its arms on another metric than the claim's."""
+    judged = {claim.metric_of(g).column for g in claim.order}
+    return (
+        f"; tuned by {metric}, judged by {', '.join(sorted(judged))}"
+        if metric and judged != {metric}
+        else ""
+    )
+
+
 def markdown(found: list[tuple]) -> str:
     parts = []
-    for claim, study, count, arms in found:
+    for claim, study, count, arms, tuned_by in found:
         head = (
             "| "
             + " | ".join(h if k != "params" else f"params ({count})" for k, h in COLUMNS)
@@ -66,7 +78,8 @@ def markdown(found: list[tuple]) -> str:
             f"### {claim.claim}",
             f"`{study}` — **{arms.label}**; differ in: "
             + (", ".join(arms.differ) or "nothing")
-            + f"; token rule: {claim.tokens}",
+            + f"; token rule: {claim.tokens}"
+            + _tuned_by(claim, tuned_by),
             "",
             head,
             "|" + "---|" * len(COLUMNS),
