@@ -5,6 +5,7 @@ import from here; the modules behind it, lowest first:
 
     amounts    parameter and token amounts (`113M`, `20x`), tolerances, and their short forms
     settings   TrainConfig and QuantizeConfig: the training and quantisation settings, their rules
+    memory     a training step's estimated peak memory, and the micro-batch that fits a GPU
 """
 
 from benchmark.recipe.amounts import (
@@ -14,6 +15,13 @@ from benchmark.recipe.amounts import (
     parse_amount,
     parse_tokens,
     parse_tolerance,
+)
+from benchmark.recipe.memory import (
+    MemoryEstimate,
+    estimate_memory,
+    fit_micro_batch,
+    fmt_size,
+    parse_size,
 )
 from benchmark.recipe.settings import (
     DEFAULTS,
@@ -28,6 +36,7 @@ from benchmark.recipe.settings import (
 
 __all__ = [
     "DEFAULTS",
+    "MemoryEstimate",
     "PRECISIONS",
     "QUANTIZE_DEFAULTS",
     "SCHEDULES",
@@ -36,9 +45,13 @@ __all__ = [
     "Tokens",
     "TrainConfig",
     "TrainConfigError",
+    "estimate_memory",
+    "fit_micro_batch",
     "fmt_count",
     "fmt_fraction",
+    "fmt_size",
     "parse_amount",
+    "parse_size",
     "parse_tokens",
     "parse_tolerance",
 ]

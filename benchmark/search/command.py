@@ -2,7 +2,7 @@
 
     shapebench plan [SPACE.yaml] --budget 113M [--count total] [--trials N] [--tokens 20x|5M]
         [--set KEY=VALUE ...] [--seed S] [--json] [--claims FILE] [--data SOURCE] [--tokenizer bpe]
-        [--gpu-tflops 400]
+        [--gpu-tflops 400] [--gpu-memory 80GiB]
     shapebench search [SPACE.yaml] --budget 113M [the plan's flags] [--name STUDY] [--results DIR]
         [--resume] [--address auto] [--seeds N] [--time-budget 30m] [--concurrency N] ...
     shapebench search --spec ARCH.yaml [--tokens 2M] [--data SOURCE] [--checkpoint DIR]
@@ -32,7 +32,7 @@ from benchmark.arch.counting import COUNTS
 from benchmark.console import console as wide_console
 from benchmark.data import DataConfig
 from benchmark.perf import probe, timing
-from benchmark.recipe import PRECISIONS, TrainConfig, parse_tokens
+from benchmark.recipe import PRECISIONS, TrainConfig, parse_size, parse_tokens
 from benchmark.search import (
     SAMPLERS,
     STORAGE_WAIT_S,
@@ -46,6 +46,7 @@ from benchmark.search import (
 )
 from benchmark.search.gate import LIMIT_HOURS, too_big
 from benchmark.space.language import SearchSpace, SpaceError, load_space, parse_budgets
+from benchmark.space.memory import check_fits, fitted_space
 from benchmark.space.plan import ASSUMED_GPU_FLOPS, make_plan, records, render
 from benchmark.space.source import Override, parse_set
 from benchmark.store.declaration import read_study_info
@@ -148,6 +149,12 @@ def _space_flags(p: argparse.ArgumentParser) -> None:
         default=ASSUMED_GPU_FLOPS / 1e12,
         help="the achieved training TFLOP/s per GPU the estimate's GPU-hours assume "
         "(default: %(default)g, an H100 at ~40%% of its dense bf16 peak)",
+    )
+    p.add_argument(
+        "--gpu-memory",
+        type=_checked(parse_size),
+        help="a GPU's memory (80GiB): each run's micro-batch is the largest that fits, "
+        "its accumulation keeps the batch (recipe/memory.py)",
     )
 
 
@@ -365,11 +372,10 @@ def overrides(args: argparse.Namespace) -> list[Override]:
 
 
 def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
-    plan = _plan(space, args)
-    rows, search = (
-        records(plan, probe.estimates(plan, _trial_config(space, args))),
-        timing.search_times(),
-    )
+    plan, cfg = _plan(space, args), _trial_config(space, args)
+    rows = records(plan, probe.estimates(plan, cfg), cfg=cfg, gpu_memory=args.gpu_memory)
+    check_fits(space, rows)  # a run that cannot fit one sequence: one line
+    search = timing.search_times()
     render(plan, rows, wide_console(), search, as_json=args.json, gpu_flops=args.gpu_tflops * 1e12)
     if (
         args.claims
@@ -419,9 +425,11 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
         if args.resume:
             space = as_declared(space, args, opts.study_dir)
             opts = _options(space, args, name)
-        plan = _plan(
-            space, args
-        )  # before anything is trained: every candidate builds and its schedule fits
+        plan = _plan(space, args)  # before training: every candidate builds, its schedule fits
+        if args.gpu_memory:  # every trial at the micro-batch the plan's candidates all fit
+            rows = records(plan, 1.0, cfg=_trial_config(space, args), gpu_memory=args.gpu_memory)
+            check_fits(space, rows)
+            space = fitted_space(space, rows)
         if (
             not (args.yes or args.address or args.resume)
             and (
