@@ -4,7 +4,8 @@ above the architecture spec (whose count rules a `20x` token amount multiplies).
 import from here; the modules behind it, lowest first:
 
     amounts    parameter and token amounts (`113M`, `20x`), tolerances, and their short forms
-    settings   TrainConfig and QuantizeConfig: the training and quantisation settings, their rules
+    settings   TrainConfig, QuantizeConfig and DataSettings: the training, quantisation and data
+               settings, their rules
     memory     a training step's estimated peak memory, and the micro-batch that fits a GPU
 """
 
@@ -24,10 +25,15 @@ from benchmark.recipe.memory import (
     parse_size,
 )
 from benchmark.recipe.settings import (
+    DATA_DEFAULTS,
     DEFAULTS,
+    MAX_EPOCHS,
     PRECISIONS,
     QUANTIZE_DEFAULTS,
+    SAMPLINGS,
     SCHEDULES,
+    DataSettings,
+    DataSettingsError,
     QuantizeConfig,
     QuantizeConfigError,
     TrainConfig,
@@ -35,7 +41,12 @@ from benchmark.recipe.settings import (
 )
 
 __all__ = [
+    "DATA_DEFAULTS",
     "DEFAULTS",
+    "MAX_EPOCHS",
+    "SAMPLINGS",
+    "DataSettings",
+    "DataSettingsError",
     "MemoryEstimate",
     "PRECISIONS",
     "QUANTIZE_DEFAULTS",

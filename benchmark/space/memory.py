@@ -76,8 +76,8 @@ def memory_summary(rows: list[dict[str, Any]]) -> str:
     batch = rows[0]["micro_batch"] * rows[0]["grad_accum"] if rows[0]["micro_batch"] else None
 
     def span(values, fmt=str) -> str:
-        lo, hi = min(values), max(values)
-        return fmt(lo) if lo == hi else f"{fmt(lo)}-{fmt(hi)}"
+        lo, hi = fmt(min(values)), fmt(max(values))
+        return lo if lo == hi else f"{lo}-{hi}"
 
     peaks = span([r["peak_mem_est"] for r in rows], fmt_size)
     if gpu_memory is None:
