@@ -18,6 +18,7 @@ from benchmark.recipe.amounts import (
     parse_tolerance,
 )
 from benchmark.recipe.memory import (
+    USABLE,
     MemoryEstimate,
     estimate_memory,
     fit_micro_batch,
@@ -56,6 +57,7 @@ __all__ = [
     "Tokens",
     "TrainConfig",
     "TrainConfigError",
+    "USABLE",
     "estimate_memory",
     "fit_micro_batch",
     "fmt_count",

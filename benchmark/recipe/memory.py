@@ -144,6 +144,12 @@ def estimate_memory(
     )
 
 
+# The share of a GPU's memory a run's estimated peak may take: the estimate is of what torch's
+# allocator holds at its peak (max_memory_allocated, what the H200 record measured); the CUDA
+# context and the caching allocator's fragmentation (reserved beyond allocated) take the rest.
+USABLE = 0.9
+
+
 @dataclass(frozen=True)
 class Fit:
     """The micro-batch and accumulation a run uses on a GPU of `limit` bytes: the largest
@@ -158,10 +164,11 @@ class Fit:
 
 def fit_micro_batch(spec: ArchSpec, cfg: TrainConfig, limit: int) -> Fit:
     """The largest micro-batch m dividing batch_size x grad_accum whose estimated peak is at most
-    `limit`, with grad_accum = batch / m; the declared batch (and so the optimiser's steps) is kept."""
+    USABLE x `limit`, with grad_accum = batch / m; the declared batch (and so the optimiser's
+    steps) is kept."""
     batch = cfg.batch_size * cfg.grad_accum
     for m in sorted((m for m in range(1, batch + 1) if batch % m == 0), reverse=True):
         peak = estimate_memory(spec, cfg, m).total
-        if peak <= limit:
+        if peak <= USABLE * limit:
             return Fit(m, batch // m, peak, limit)
     return Fit(None, None, estimate_memory(spec, cfg, 1).total, limit)

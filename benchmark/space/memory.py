@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any
 
 from benchmark.recipe import (
+    USABLE,
     TrainConfig,
     estimate_memory,
     fit_micro_batch,
@@ -49,7 +50,7 @@ def check_fits(space: SearchSpace, rows: list[dict[str, Any]]) -> None:
                 ("training", "batch_size"),
                 f"candidate {r['candidate']} ({r['family']}, {fmt_count(r['params_total'])} "
                 f"parameters) needs an estimated {fmt_size(r['peak_mem_est'])} at micro-batch 1 x "
-                f"seq_len {space.training_value('seq_len')}, more than the GPU's "
+                f"seq_len {space.training_value('seq_len')}, more than {USABLE:.0%} of the GPU's "
                 f"{fmt_size(r['gpu_memory'])} (--gpu-memory); a shorter training.seq_len or a smaller "
                 "vocabulary needs less",
             )
