@@ -84,6 +84,23 @@ def test_skip_k_is_drawing_and_discarding_k(sampling):
         assert all(torch.equal(a, b) for a, b in zip(take(k), whole[k:], strict=True))
 
 
+def test_a_part_without_rows_in_a_batch():
+    """At weights 0.98 / 0.02 and 8 rows, part b gets a row only when the leftover draw picks it:
+    most batches read none of it, and each of its windows still comes once a pass."""
+    train = mixture()
+    train = TokenArray(
+        tokens=train.tokens,
+        spans=train.spans,
+        fingerprint="f",
+        weights={"a": 0.98, "b": 0.02, "c": 0.0},
+    )
+    seen = []
+    stream = batches(train, seq_len=8, batch_size=8, seed=1)
+    for _ in range(300):
+        seen += starts_by_part(next(stream)[0], train)["b"]
+    assert 0 < len(seen) < 300 and len(seen) == len(set(seen))  # under one pass of its 125
+
+
 def test_seeds_pair_and_differ():
     """One seed, one sequence, whichever family trains on it (the pairing of seeds); another
     seed another order."""
@@ -196,3 +213,45 @@ def test_the_search_refuses_too_many_passes(tokenised, tmp_path, capsys):
     assert search_main([*args, "--results", str(tmp_path / "r"), "--yes"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "more than data.max_epochs 4" in err[0], err
+
+
+PASSES_SPACE = """name: passes
+budget: 100K
+count: total
+tolerance: 2%
+base: {vocab_size: 320, n_heads: 2, layers: {begin: 1, middle: 1, end: 1}}
+axes:
+  family: [transformer]
+training: {tokens: 80K, seq_len: 32, batch_size: 8, lr: 3e-3, eval_tokens: 2K}
+quantize: {group_size: 16, calib_sequences: 16}
+objectives: [val_loss:min]
+trials: 1
+"""
+
+
+@pytest.mark.slow
+def test_a_search_with_max_epochs_raised_records_the_passes(corpus, tmp_path, capfd):
+    """80K tokens over the 13-word corpus's ~16K: refused at the default data.max_epochs (exit 2,
+    one line, before Ray starts); raised to 8, the search runs and its row says how many passes
+    it made, how its batches drew, and its declaration records the sampling."""
+    import pandas as pd
+    import tiny_search
+
+    space = tmp_path / "passes.yaml"
+    space.write_text(PASSES_SPACE)
+    results = tmp_path / "results"
+    args = [str(space), *tiny_search.cli(corpus), "--results", str(results), "--yes"]
+    assert search_main(args) == 2
+    err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    assert (
+        len(err) == 1
+        and "passes over part 'text' of the data, more than data.max_epochs 4" in err[0]
+    )
+    assert search_main([*args, "--set", "data.max_epochs=8"]) == 0
+    row = pd.read_parquet(results / "passes").iloc[0]
+    n = json.loads(row["tokens_by_source"])["text"]
+    assert row["status"] == "ok" and row["sampling"] == "permutation"
+    assert json.loads(row["epochs_by_source"]) == {"text": round(row["tokens_trained"] / n, 4)}
+    assert 4 < row["tokens_trained"] / n < 8
+    info = json.loads((results / "passes" / "_study.json").read_text())
+    assert info["data"] == {"max_docs": None, "sampling": "permutation"}

@@ -103,12 +103,8 @@ class _Windows:
     of (seed, part, k) alone."""
 
     def __init__(self, length: int, seq_len: int, seed: int, part: int):
-        self.count, self.seq_len, self.seed, self.part = (
-            (length - 1) // seq_len,
-            seq_len,
-            seed,
-            part,
-        )
+        self.count = (length - 1) // seq_len  # windows of seq_len + 1 tokens, overlapping by one
+        self.seq_len, self.seed, self.part = seq_len, seed, part
         self.cursor, self.order = 0, {}
 
     def take(self, n: int, read: bool = True) -> np.ndarray | None:
@@ -116,6 +112,8 @@ class _Windows:
         at, self.cursor = self.cursor, self.cursor + n
         if not read:
             return None
+        if n == 0:  # a part the batch's leftover rows passed over
+            return np.zeros(0, dtype=np.int64)
         index = np.arange(at, at + n)
         passes, within = np.divmod(index, self.count)
         order = np.concatenate([self._order(k)[within[passes == k]] for k in np.unique(passes)])
