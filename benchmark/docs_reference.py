@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from benchmark.arch import PRESETS, SPEC_KEYS, Key, keys
-from benchmark.recipe import QuantizeConfig, TrainConfig
+from benchmark.recipe import DataSettings, QuantizeConfig, TrainConfig
 from benchmark.space import SHAPE_KEYS, TOP_KEYS
 from benchmark.store import METRICS, SCHEMA, SCHEMA_VERSION
 
@@ -92,6 +92,7 @@ SPACE_NOTES = {
     '`{choice: ..., when: "..."}`), decided in file order',
     "training": "training settings (the TrainConfig table below)",
     "quantize": "quantisation settings (the QuantizeConfig table below)",
+    "data": "data settings (the DataSettings table below); the corpus and tokenizer are `--data` and `--tokenizer`",
     "objectives": "metrics of the registry with `:min` / `:max`, e.g. `[val_loss:min, flops_per_token_train:min]`",
     "trials": "candidates to sample; `--trials` overrides",
     "seeds": "seeds per candidate; `--seeds` overrides",
@@ -138,6 +139,15 @@ QUANTIZE_NOTES = {
     "calib_sequences": "training-split windows of `seq_len` tokens for GPTQ's Hessians (Hyperloop §4: 1024)",
 }
 
+DATA_NOTES = {
+    "max_docs": "documents read from each part of the source; null: the whole split (an `hf:` "
+    "dataset to its end)",
+    "max_epochs": "the most passes a run may make over any part of the corpus; a plan and a search "
+    "refuse more in one line (4: Muennighoff et al. 2023; the papers train one pass)",
+    "sampling": "`permutation`: each part's windows without replacement within a pass, a per-seed "
+    "order; `replacement`: random starts (studies begun before keep it)",
+}
+
 # Columns that are not metrics of the registry (a metric's column is described by the metric).
 COLUMN_NOTES = {
     "schema_version": f"the row's schema version ({SCHEMA_VERSION} today; older files still read)",
@@ -156,6 +166,9 @@ COLUMN_NOTES = {
     "train_loss": "training loss at the end",
     "val_ppl_unigram": "perplexity of the training unigram distribution on the same held-out text (a floor to beat)",
     "val_loss_by_source": "validation loss per corpus part (JSON)",
+    "tokens_by_source": "tokens of each corpus part in the training split (JSON)",
+    "epochs_by_source": "passes the run made over each corpus part: its share of the tokens trained over the part's tokens (JSON)",
+    "sampling": "how training batches drew their windows: permutation (without replacement within a pass) or replacement",
     "val_ppl_by_loops": "validation perplexity per evaluated loop count (JSON)",
     "evals": "evaluations during training: step, tokens trained and losses (JSON); the validation points of the "
     "curve (`<study>/_curves/`, store/curves.py)",
@@ -173,6 +186,7 @@ COLUMN_NOTES = {
     "backend": "torch.distributed backend of a data-parallel trial: `gloo` or `nccl`",
     "rank_batch_size": "sequences in each rank's micro-batch",
     "rank_grad_accum": "micro-batches each rank runs per optimiser step",
+    "oom_retries": "times an out-of-memory error retried the run at half the micro-batch and twice the accumulation",
     "peak_mem_bytes_by_rank": "each rank's peak memory, bytes (JSON list; `peak_mem_bytes` is their max)",
     "seed": "the trial's seed",
     "optuna_trial": "the Optuna trial number",
@@ -196,6 +210,7 @@ def note_problems() -> list[str]:
         "SPACE_NOTES": (TOP_KEYS, SPACE_NOTES),
         "TRAINING_NOTES": (keys(TrainConfig), TRAINING_NOTES),
         "QUANTIZE_NOTES": (keys(QuantizeConfig), QUANTIZE_NOTES),
+        "DATA_NOTES": (keys(DataSettings), DATA_NOTES),
         "COLUMN_NOTES": (_plain_columns(), COLUMN_NOTES),
     }
     out = []
@@ -338,6 +353,10 @@ def render() -> str:
                 _keys_table(keys(TrainConfig), TRAINING_NOTES),
                 "## Quantisation settings (`quantize:`)",
                 _keys_table(keys(QuantizeConfig), QUANTIZE_NOTES),
+                "## Data settings (`data:`)",
+                "Set in the space or with `--set data.max_epochs=8`; a study records `max_docs` and "
+                "`sampling` in its declaration.",
+                _keys_table(keys(DataSettings), DATA_NOTES),
                 "## Results columns",
                 f"Schema version {SCHEMA_VERSION}. One row per trial attempt, one Parquet file each: "
                 '`pandas.read_parquet("results/<study>")`.',

@@ -144,6 +144,25 @@ def own_speeds_file(tmp_path_factory):
         yield
 
 
+@pytest.fixture(autouse=True)
+def plans_ignore_this_machines_token_cache(monkeypatch):
+    """A plan counts the passes over the data, and refuses too many, from the token cache when the
+    corpus is tokenised there (search/preflight.py). This machine's own cache
+    (~/.cache/shapebench), warmed by whatever ran here before, must not decide whether a test's
+    plan is refused; a test that tokenises into a cache of its own ($SHAPEBENCH_CACHE or
+    data.cache_dir) reads that one. A search's refusal tokenises, so it does not depend on this."""
+    from benchmark.search import preflight
+
+    real = preflight.cached_parts
+
+    def own_cache_only(cfg):
+        if cfg.cache_dir is None and "SHAPEBENCH_CACHE" not in os.environ:
+            return None
+        return real(cfg)
+
+    monkeypatch.setattr(preflight, "cached_parts", own_cache_only)
+
+
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory):
     """A folder with `text.txt`, 400 paragraphs of a 13-word vocabulary, and its token cache: the

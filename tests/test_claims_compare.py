@@ -241,38 +241,3 @@ def test_a_file_that_is_not_a_board_report_in_markdown_is_refused_in_one_line(
         )
     assert compare.main([first, str(tmp_path / "nope.md")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
-
-
-def test_a_third_report_adds_its_columns_and_what_it_changed_against_the_one_before():
-    """The committed first and second reference reports, and the first again as a third: the third
-    columns are the first's cells, and what the third changed reads the second's change backwards
-    (a pair the second study did not run is compared with the first study, where it is)."""
-    root = Path(__file__).resolve().parents[1] / "results"
-    first, second = (
-        compare.read(root / "reference" / "REPORT.md"),
-        compare.read(root / "reference-2" / "REPORT.md"),
-    )
-    two = cells(compare.table(first, second))
-    three = cells(compare.table(first, second, first))
-    assert (
-        len(three) == len(two) and "Third: verdict" in three[0] and "What changed" not in three[0]
-    )
-    for a, b in zip(two, three):
-        assert b["Second: what changed"] == a["What changed"]
-        assert [b[f"Third: {k}"] for k in ("difference [95% CI]", "p (Holm)", "verdict")] == [
-            b[f"First: {k}"] for k in ("difference [95% CI]", "p (Holm)", "verdict")
-        ]
-    twice = next(
-        r for r in three if r["Better − worse (metric)"] == "hyperloop − transformer (val_loss)"
-    )
-    assert twice["Second: what changed"] == "gained (not decided → contradicted)"
-    assert twice["Third: what changed"] == "lost (contradicted → not decided)"
-    int4 = next(r for r in three if "int4" in r["Better − worse (metric)"])
-    assert int4["Third: what changed"] == "sign flipped (reproduced → contradicted)"
-    # the first study's float32 HC pairs, not run in the second: the third is compared with the first
-    fp32 = [r for r in three if "float32" in r["Claim"]]
-    assert fp32 and all(r["Second: what changed"] == "not run in the second study" for r in fp32)
-    assert all(r["Third: what changed"].startswith("unchanged") for r in fp32)
-    assert compare.table(first, second, first).title == (
-        f"Verdicts: {first.path} → {second.path} → {first.path}"
-    )

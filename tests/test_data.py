@@ -217,6 +217,7 @@ def test_hf_source_streams_through_load_dataset(tmp_path, monkeypatch):
         return iter([{"id": f"<urn:{i}>", "text": f"web page {i}"} for i in range(50)])
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr(sources, "resolve_revision", lambda name: "abc123")  # the Hub's commit now
     cfg = DataConfig(
         source="hf:HuggingFaceFW/fineweb-edu:sample-10BT",
         max_docs=40,
@@ -226,6 +227,7 @@ def test_hf_source_streams_through_load_dataset(tmp_path, monkeypatch):
     corpus = load_corpus(cfg)
     (part,) = corpus.parts
     assert part.name == "fineweb-edu"
+    assert corpus.dataset_id.startswith("hf:HuggingFaceFW/fineweb-edu:sample-10BT@abc123@")
     train = list(corpus.documents(part, "train"))
     val = list(corpus.documents(part, "validation"))
     assert calls[0] == (
@@ -234,15 +236,17 @@ def test_hf_source_streams_through_load_dataset(tmp_path, monkeypatch):
             "split": "train",
             "streaming": True,
             "name": "sample-10BT",
+            "revision": "abc123",  # unpinned, the commit resolved now, and recorded
             "cache_dir": str(tmp_path / "hf"),
         },
     )
     assert len(train) + len(val) == 40  # max_docs cuts the stream
     assert all(_in_validation("fineweb-edu", doc_id, 0.2) for doc_id, _ in val)
-    assert (
-        load_corpus(DataConfig(source="hf:a/b", cache_dir=str(tmp_path))).max_docs
-        == sources.HF_DEFAULT_MAX_DOCS
-    )
+    # No silent cap: without data.max_docs the stream is read to its end (it used to stop at 250K).
+    whole = load_corpus(DataConfig(source="hf:a/b", val_fraction=0.2, cache_dir=str(tmp_path)))
+    assert whole.max_docs is None
+    (part,) = whole.parts
+    assert sum(len(list(whole.documents(part, s))) for s in ("train", "validation")) == 50
 
 
 # --- errors a user can act on ---------------------------------------------------------------
@@ -268,8 +272,9 @@ def test_unknown_source(source, message):
         DataConfig(source=source)
     assert message in str(err.value)
     if message.startswith("data.source: unknown data source"):
-        assert "'hf:<dataset>[:<config>]', or a path to .txt/.jsonl/.parquet files" in str(
-            err.value
+        assert (
+            "'hf:<dataset>[:<config>][@<revision>]', or a path to .txt/.jsonl/.parquet files"
+            in str(err.value)
         )
 
 

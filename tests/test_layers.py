@@ -149,7 +149,7 @@ def test_the_drivers_functions_stay_short():
 # may be regenerated, extended or renamed. Only the records' own checks read them. A record is
 # reached from the repository's root as the tests spell it (ROOT, parents[1], parent.parent, or a
 # path relative to it); a test's own folder under tmp_path is not.
-RECORD_CHECKS = {"test_reference_report.py", "test_docs.py"}
+RECORD_CHECKS = {"test_reference_report.py", "test_docs.py", "test_memory_records.py"}
 _READS_RECORDS = re.compile(
     r"""(?:\bROOT|\.parents\[1\]|\.parent\.parent)\s*(?:/|\.joinpath\(|\.r?glob\()\s*["']results\b"""
     r"""|\bPath\(\s*["']results\b"""

@@ -208,13 +208,14 @@ def test_batches_are_deterministic_per_seed_and_resume():
 
 
 def test_one_part_draws_as_before():
-    """hf: and files are one part of weight 1: the same windows as the concatenated rule drew."""
+    """hf: and files are one part of weight 1: under `replacement` (the sampling of studies begun
+    before permutations) the same windows as the concatenated rule drew."""
     tokens = np.arange(1000, dtype=np.uint16)
     one = TokenArray(
         tokens=tokens, spans={"text": (0, 1000)}, fingerprint="f", weights={"text": 1.0}
     )
     generator = torch.Generator().manual_seed(3)
-    stream = batches(one, seq_len=16, batch_size=4, seed=3)
+    stream = batches(one, seq_len=16, batch_size=4, seed=3, sampling="replacement")
     for _ in range(3):
         starts = torch.randint(1000 - 16, (4,), generator=generator)  # the old rule, verbatim
         assert torch.equal(

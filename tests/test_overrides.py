@@ -100,9 +100,12 @@ def test_set_plans_the_paper_space_with_a_sane_schedule(capsys):
             r["flops_per_token_train"] == count_flops(r["spec"], 128)["train"]
         )  # at the set seq_len
     assert "1M tokens each, 2.048K per step (16 x 128), 489 steps (warmup 24);" in err
-    assert err.rstrip().endswith(
-        "set on the command line: --set training.seq_len=128 --set training.batch_size=16 "
-        "--set training.warmup=0.05 --budget 600K --tokens 1M"
+    summary = next(line for line in err.splitlines() if "set on the command line" in line)
+    assert (
+        summary.rstrip().endswith(  # the summary; the data's passes follow it (a line of its own)
+            "set on the command line: --set training.seq_len=128 --set training.batch_size=16 "
+            "--set training.warmup=0.05 --budget 600K --tokens 1M"
+        )
     )
 
 

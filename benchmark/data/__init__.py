@@ -16,10 +16,11 @@ poetry is ~94% of the text); `embedded:wiki,bible` is equal weights over those;
 source is one part of weight 1.
 """
 
-from benchmark.data.cache import PreparedData, prepare
+from benchmark.data.cache import PreparedData, cached_parts, prepare
 from benchmark.data.config import DataConfig, cache_root
 from benchmark.data.corpus import load_corpus
-from benchmark.data.sampling import batches, eval_sets
+from benchmark.data.sampling import batches, eval_sets, passes
+from benchmark.data.sources import pinned
 from benchmark.data.tokenizer import HF_EOT_CANDIDATES, Tokenizer
 
 __all__ = [
@@ -29,7 +30,10 @@ __all__ = [
     "Tokenizer",
     "batches",
     "cache_root",
+    "cached_parts",
     "eval_sets",
     "load_corpus",
+    "passes",
+    "pinned",
     "prepare",
 ]

@@ -46,21 +46,62 @@ class TokenArray:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    # Where the array lives in the cache (None: built in memory); its per-part counts sit beside it.
+    path: Path | None = None
+
     def counts(self, minlength: int = 0) -> np.ndarray:
         """How often each token id occurs in len(self) tokens drawn by the mixture: each part's
-        np.bincount scaled to its weight (float64; one part: its plain counts), so the unigram
-        baseline of every row (trial/run.py) is fitted to the text the model trains on. Counted
-        once per process per array and mixture: a worker's trials, and a trial's seeds, read the
-        same split (a pass over a split is a bincount per part, once)."""
+        counts scaled to its weight (float64; one part: its plain counts), so the unigram
+        baseline of every row (trial/run.py) is fitted to the text the model trains on. The
+        counts of each part are read from beside the cached array, where the first reader writes
+        them (once per cache, not per process), and counted in chunks of the memmap, never a
+        whole-split int64 copy."""
         key = (self.fingerprint, minlength, tuple(self.weights.items()))
         if key not in _COUNTS:
             total = np.zeros(minlength, dtype=np.float64)
             for name, weight in self.weights.items():
-                part = np.bincount(np.asarray(self.part(name), dtype=np.int64), minlength=minlength)
+                part = self.part_counts(name)
                 scaled = part * (weight * len(self) / max(len(self.part(name)), 1))
                 total = _padded_sum(total, scaled)
             _COUNTS[key] = total
         return _COUNTS[key]
+
+    def part_counts(self, name: str) -> np.ndarray:
+        """One part's token counts (int64, as long as its largest id + 1): from the cache's
+        `<array>.counts-<part>.npy` when it sums to the part's length, else counted and written."""
+        file = (
+            None
+            if self.path is None
+            else self.path.with_name(f"{self.path.stem}.counts-{name}.npy")
+        )
+        if file is not None and file.exists():
+            try:
+                counts = np.load(file, allow_pickle=False)
+                if counts.sum() == len(self.part(name)):
+                    return counts
+            except (OSError, ValueError):
+                pass
+        counts = streamed_bincount(self.part(name))
+        if file is not None:
+            try:
+                with atomic_open(file, "wb") as f:
+                    np.save(f, counts, allow_pickle=False)
+            except OSError:  # a cache this process may not write (a read-only shared copy)
+                pass
+        return counts
+
+
+# Tokens per bincount over the memmap: 16M ids are a 128 MB int64 copy at most, whatever the split.
+COUNT_CHUNK = 1 << 24
+
+
+def streamed_bincount(tokens: np.ndarray, chunk: int = COUNT_CHUNK) -> np.ndarray:
+    """np.bincount of `tokens` in chunks, so memory stays bounded by `chunk` (an int64 copy of a
+    10B-token split would be 80 GB)."""
+    total = np.zeros(0, dtype=np.int64)
+    for start in range(0, len(tokens), chunk):
+        total = _padded_sum(total, np.bincount(tokens[start : start + chunk].astype(np.int64)))
+    return total
 
 
 def _padded_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -78,6 +119,7 @@ class PreparedData:
     train: TokenArray
     val: TokenArray
     dataset_id: str  # recorded in results next to tokenizer.tokenizer_id
+    sampling: str = "permutation"  # how training batches draw (DataConfig.sampling)
 
 
 def prepare(cfg: DataConfig) -> PreparedData:
@@ -102,15 +144,55 @@ def prepare(cfg: DataConfig) -> PreparedData:
             train=tokenized(corpus, tokenizer, "train"),
             val=tokenized(corpus, tokenizer, "validation"),
             dataset_id=corpus.dataset_id,
+            sampling=cfg.sampling,
         )
+
+
+class _NotTrained(Exception):
+    pass
+
+
+def _untrained():
+    raise _NotTrained
+
+
+def cached_parts(cfg: DataConfig) -> dict[str, tuple[int, float]] | None:
+    """Each part's (tokens in the training split, weight in the mixture), read from the token
+    cache's sidecar without tokenising or training a tokenizer (what a plan shows); None when the
+    split has not been tokenised yet. The sidecar is not checksummed here: a search's `prepare`
+    verifies the array before it trains on it."""
+    corpus = load_corpus(cfg)
+    try:
+        tokenizer = load_tokenizer(
+            cfg.tokenizer,
+            cache_dir=corpus.cache_dir,
+            corpus_id=corpus.fingerprint,
+            texts=_untrained,
+        )
+    except _NotTrained:
+        return None
+    fingerprint, path = _token_path(corpus, tokenizer, "train")
+    try:
+        meta = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if meta.get("fingerprint") != fingerprint:
+        return None
+    spans = meta["spans"]
+    return {name: (spans[name][1] - spans[name][0], w) for name, w in corpus.weights.items()}
+
+
+def _token_path(corpus: Corpus, tokenizer: Tokenizer, split: str) -> tuple[str, Path]:
+    """The cache key of one split and where its array lives."""
+    fingerprint = hash_json([DATA_FORMAT, corpus.fingerprint, split, tokenizer.fingerprint])
+    return fingerprint, corpus.cache_dir / "tokens" / f"{split}-{fingerprint[:24]}.bin"
 
 
 def tokenized(corpus: Corpus, tokenizer: Tokenizer, split: str) -> TokenArray:
     """One split of the corpus as tokens, from the cache when a valid copy is there."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    fingerprint = hash_json([DATA_FORMAT, corpus.fingerprint, split, tokenizer.fingerprint])
-    path = corpus.cache_dir / "tokens" / f"{split}-{fingerprint[:24]}.bin"
+    fingerprint, path = _token_path(corpus, tokenizer, split)
     cached = _read_tokens(path, fingerprint, corpus.weights)
     if cached is not None:
         return cached
@@ -211,4 +293,6 @@ def _file_checksum(path: Path) -> str:
 def _open_tokens(path: Path, meta: dict, weights: dict[str, float]) -> TokenArray:
     tokens = np.memmap(path, dtype=np.dtype(meta["dtype"]), mode="r", shape=(meta["length"],))
     spans = {name: (int(start), int(end)) for name, (start, end) in meta["spans"].items()}
-    return TokenArray(tokens=tokens, spans=spans, fingerprint=meta["fingerprint"], weights=weights)
+    return TokenArray(
+        tokens=tokens, spans=spans, fingerprint=meta["fingerprint"], weights=weights, path=path
+    )

@@ -11,6 +11,7 @@ from typing import Any
 
 from benchmark.data.sources import _local_files, source_kind
 from benchmark.data.tokenizer import parse_spec
+from benchmark.recipe import SAMPLINGS
 
 CACHE_ENV = "SHAPEBENCH_CACHE"
 DEFAULT_CACHE = "~/.cache/shapebench"
@@ -22,8 +23,12 @@ class DataConfig:
     tokenizer: str = "bpe"  # see benchmark.data.tokenizer
     # 2%: the smallest embedded part (bible, 1189 chapters) still gets ~25 held-out chapters.
     val_fraction: float = 0.02
-    max_docs: int | None = None  # read only the first N documents of each part (tests, quick runs)
+    # Read only the first N documents of each part; None: the whole split (the space's
+    # `data.max_docs`; an hf: source is read to its end, however long, unless this says otherwise).
+    max_docs: int | None = None
     cache_dir: str | None = None  # default: $SHAPEBENCH_CACHE, else ~/.cache/shapebench
+    # How training batches draw their windows (data/sampling.py): the space's `data.sampling`.
+    sampling: str = "permutation"
 
     def __post_init__(self) -> None:
         if not isinstance(self.source, str):
@@ -32,6 +37,15 @@ class DataConfig:
         parse_spec(self.tokenizer)
         if not _is_number(self.val_fraction) or not 0 < self.val_fraction <= 0.5:
             raise ValueError(f"data.val_fraction must be in (0, 0.5], got {self.val_fraction!r}")
+        if self.cache_dir is not None and "://" in str(self.cache_dir):
+            raise ValueError(
+                f"--cache {self.cache_dir}: an object store is not a token cache yet (the arrays "
+                "are memory-mapped); give a folder every node shares (NFS)"
+            )
+        if self.sampling not in SAMPLINGS:
+            raise ValueError(
+                f"data.sampling must be one of {', '.join(SAMPLINGS)}, got {self.sampling!r}"
+            )
         if self.max_docs is not None and not (
             _is_number(self.max_docs, int) and self.max_docs >= 1
         ):

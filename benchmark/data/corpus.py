@@ -17,9 +17,9 @@ from typing import Any
 
 from benchmark.data.config import DataConfig, cache_root
 from benchmark.data.sources import (
-    HF_DEFAULT_MAX_DOCS,
     Document,
     Part,
+    pinned,
     source_kind,
     source_parts,
 )
@@ -56,7 +56,8 @@ class Corpus:
     def dataset_id(self) -> str:
         """The source with its mixture, then the text's fingerprint: an embedded corpus records its
         weights (4 significant digits, finer than any batch can tell apart), e.g.
-        embedded:wiki=0.3333,bible=0.3333,poetry=0.3333@<hash>; hf: and files are one part, weight 1."""
+        embedded:wiki=0.3333,bible=0.3333,poetry=0.3333@<hash>; hf: and files are one part, weight 1
+        (an hf: source with the commit read: hf:NAME:CONFIG@<revision>@<hash>)."""
         if source_kind(self.source) != "embedded":
             return f"{self.source}@{self.fingerprint[:12]}"
         mixture = ",".join(f"{name}={weight:.4g}" for name, weight in self.weights.items())
@@ -93,14 +94,13 @@ def load_corpus(cfg: DataConfig) -> Corpus:
     versions, file sizes and times), so a warm cache never opens the text."""
     kind = source_kind(cfg.source)
     cache_dir = cache_root(cfg.cache_dir)
-    parts, identity = source_parts(cfg.source, cache_dir / "hf")
-    max_docs = cfg.max_docs
-    if kind == "hf":
-        max_docs = max_docs or HF_DEFAULT_MAX_DOCS
+    source = pinned(cfg.source)  # an hf: dataset at one commit, which its dataset_id then names
+    parts, identity = source_parts(source, cache_dir / "hf")
+    max_docs = cfg.max_docs  # None: every document of the split, an hf: stream to its end
     mixture = [MIXTURE_FORMAT] if len(parts) > 1 else []
     fingerprint = hash_json([DATA_FORMAT, kind, identity, cfg.val_fraction, max_docs, *mixture])
     return Corpus(
-        source=cfg.source,
+        source=source,
         fingerprint=fingerprint,
         parts=tuple(parts),
         val_fraction=cfg.val_fraction,

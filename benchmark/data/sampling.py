@@ -5,9 +5,15 @@ the functions, so planning tools that import benchmark.data stay light.
 
 Training: each batch gives part p floor(B * w_p) rows and draws the few remaining rows from the
 parts by their leftover fractions, so every batch holds the mixture to within a row and the
-realised shares equal the weights in expectation. A window starts uniformly at random inside its
-part (with replacement): a part smaller than its share is read over again, about
-w_p * tokens / len(part) times in a run, and no part is cut short. Validation: part p gets the
+realised shares equal the weights in expectation. Which windows the rows read (`sampling`, the
+space's `data.sampling`): `permutation` cuts each part into windows of seq_len + 1 tokens that
+overlap by one (each target scored once) and reads them in a permutation of its own per pass
+(seeded by the seed, the part and the pass, as OLMo shuffles a global index per epoch), so a run of
+one pass reads each token once and a part smaller than its share is read again in a new order;
+`replacement` starts every window uniformly at random inside its part (with replacement), the
+sampling of studies begun before (their declaration says so), which finish under it. Either way a
+part is read about w_p * tokens / len(part) times in a run (`passes`), and the batch at step k is a
+function of the data, the seed and k alone, so `skip=k` resumes a run exactly. Validation: part p gets the
 first round(N * w_p) windows of its held-out split, so `val_loss`, the token-weighted mean that
 evaluation computes, is the mixture's loss to within one window per part; each part's own loss
 stays in `val_loss_by_source`. Sampling the held-out tokens by the weights, rather than weighting
@@ -25,18 +31,26 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from benchmark.data.cache import TokenArray
+from benchmark.recipe import SAMPLINGS
 
 if TYPE_CHECKING:
     import torch
 
 
 def batches(
-    train: TokenArray, seq_len: int, batch_size: int, seed: int, *, skip: int = 0
+    train: TokenArray,
+    seq_len: int,
+    batch_size: int,
+    seed: int,
+    *,
+    skip: int = 0,
+    sampling: str = "permutation",
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Endless training batches of random windows drawn by the mixture (module docstring): inputs
-    (B, T) and the targets one token later (B, T), int64, rows grouped by part. One seed gives one
+    """Endless training batches of windows drawn by the mixture (module docstring): inputs (B, T)
+    and the targets one token later (B, T), int64, rows grouped by part. One seed gives one
     sequence of batches; `skip` drops the first batches without reading them, so a resumed run
-    continues the same sequence. A one-part array draws exactly as the concatenated rule did."""
+    continues the same sequence. A one-part array under `replacement` draws exactly as the
+    concatenated rule did."""
     import torch
 
     if not isinstance(
@@ -45,6 +59,8 @@ def batches(
         raise TypeError(
             f"batches takes the split's TokenArray (data.train), which carries the mixture, not {type(train).__name__}"
         )
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"data.sampling: {sampling!r} is not one of {', '.join(SAMPLINGS)}")
     names = list(train.weights)
     parts = [train.part(name) for name in names]
     for name, tokens in zip(names, parts):  # a window is seq_len + 1 tokens
@@ -56,6 +72,7 @@ def batches(
     base, leftover = _floor_shares(batch_size, train.weights)
     extra = batch_size - int(base.sum())  # rows drawn by the leftover fractions, 0 for one part
     generator = torch.Generator().manual_seed(seed)
+    windows = [_Windows(len(t), seq_len, seed, i) for i, t in enumerate(parts)]
     offsets = np.arange(seq_len + 1)
     for step in itertools.count():
         rows = base.copy()
@@ -64,17 +81,57 @@ def batches(
                 torch.from_numpy(leftover), extra, replacement=True, generator=generator
             )
             rows += np.bincount(drawn.numpy(), minlength=len(names))
-        starts = [
-            torch.randint(len(t) - seq_len, (int(n),), generator=generator).numpy()
-            for t, n in zip(parts, rows)
-        ]
+        if sampling == "replacement":  # the generator's draws, in the order studies began with
+            starts = [
+                torch.randint(len(t) - seq_len, (int(n),), generator=generator).numpy()
+                for t, n in zip(parts, rows)
+            ]
+        else:  # a cursor per part: skipping a step moves it without reading a token
+            starts = [w.take(int(n), read=step >= skip) for w, n in zip(windows, rows)]
         if step < skip:
             continue
-        windows = np.concatenate(
+        batch = np.concatenate(
             [t[s[:, None] + offsets] for t, s in zip(parts, starts)]
         )  # (B, T + 1)
-        windows = torch.from_numpy(windows.astype(np.int64))
-        yield windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+        batch = torch.from_numpy(batch.astype(np.int64))
+        yield batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+
+
+class _Windows:
+    """One part's windows without replacement within a pass: window i starts at i * seq_len (the
+    last target of one is the first input of the next), read in pass k's permutation, a function
+    of (seed, part, k) alone."""
+
+    def __init__(self, length: int, seq_len: int, seed: int, part: int):
+        self.count = (length - 1) // seq_len  # windows of seq_len + 1 tokens, overlapping by one
+        self.seq_len, self.seed, self.part = seq_len, seed, part
+        self.cursor, self.order = 0, {}
+
+    def take(self, n: int, read: bool = True) -> np.ndarray | None:
+        """The starts of the next n windows (None, moving on alone, when not `read`)."""
+        at, self.cursor = self.cursor, self.cursor + n
+        if not read:
+            return None
+        if n == 0:  # a part the batch's leftover rows passed over
+            return np.zeros(0, dtype=np.int64)
+        index = np.arange(at, at + n)
+        passes, within = np.divmod(index, self.count)
+        order = np.concatenate([self._order(k)[within[passes == k]] for k in np.unique(passes)])
+        return order.astype(np.int64) * self.seq_len
+
+    def _order(self, k: int) -> np.ndarray:
+        if k not in self.order:
+            self.order = {  # the pass before is kept: a batch may straddle two passes
+                **{j: o for j, o in self.order.items() if j == k - 1},
+                k: np.random.default_rng([self.seed, self.part, k]).permutation(self.count),
+            }
+        return self.order[k]
+
+
+def passes(tokens: int, weights: dict[str, float], sizes: dict[str, int]) -> dict[str, float]:
+    """The passes a run of `tokens` training tokens makes over each part: w_p * tokens / len(part),
+    the part's share of the tokens over the tokens it has (any sampling, in expectation)."""
+    return {name: weights[name] * tokens / sizes[name] for name in weights}
 
 
 def _floor_shares(total: int, weights: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:

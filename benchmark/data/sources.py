@@ -25,21 +25,21 @@ from benchmark.data.packages import package_dir
 #     embedded:<part>[,<part>]   some of those, equal weights, e.g. embedded:wiki,bible (1/2 each)
 #     embedded:<part>=<w>[,...]  those parts with relative weights w > 0, normalised to sum to 1,
 #                                e.g. embedded:wiki=0.5,bible=0.2,poetry=0.3 (embedded_weights)
-#     hf:<dataset>[:<config>]    a Hugging Face dataset, streamed: split "train", field "text",
-#                                e.g. hf:HuggingFaceFW/fineweb-edu:sample-10BT
+#     hf:<dataset>[:<config>][@<revision>]
+#                                a Hugging Face dataset, read as a stream to its end (split "train",
+#                                field "text") at a pinned revision (a commit of the dataset's
+#                                repository; unpinned, the current one is resolved and recorded),
+#                                e.g. hf:HuggingFaceFW/fineweb-edu:sample-10BT@<sha>
 #     <path>                     a .txt, .jsonl or .parquet file, a directory of them, or a glob
 #                                ("data/*.jsonl"); one kind per corpus. jsonl/parquet: one document
 #                                per record, from its "text" field. txt: one document per paragraph
 #                                (blank-line separated), so even a single file has documents to split.
 SOURCE_FORMS = (
     "'embedded', 'embedded:<part>[,<part>]' or 'embedded:<part>=<weight>[,...]' (parts: wiki, bible, poetry), "
-    "'hf:<dataset>[:<config>]', or a path to .txt/.jsonl/.parquet files (a file, directory or glob)"
+    "'hf:<dataset>[:<config>][@<revision>]', or a path to .txt/.jsonl/.parquet files (a file, directory or glob)"
 )
 LOCAL_BUILDERS = {".txt": "text", ".jsonl": "json", ".parquet": "parquet"}
 POETRY_LINES_PER_DOC = 32
-# A streamed Hub dataset is endless for our purposes; read this prefix unless max_docs says otherwise
-# (fineweb-edu: ~1k tokens per document, so ~250M tokens).
-HF_DEFAULT_MAX_DOCS = 250_000
 
 # (stable id, text). The id decides the document's split: article title, "Book chapter", first line
 # number, the record's "id" (hf), or the text itself (local files, so exact duplicates share a split).
@@ -252,16 +252,43 @@ def _text_of(record: dict, source: str) -> str:
     return text
 
 
+def hf_parts_of(source: str) -> tuple[str, str, str]:
+    """(dataset, config, revision) of `hf:NAME[:CONFIG][@REVISION]`; '' for what is not given."""
+    body, _, revision = source.removeprefix("hf:").partition("@")
+    name, _, config = body.partition(":")
+    return name, config, revision
+
+
+def resolve_revision(name: str) -> str:
+    """The commit the Hub's copy of dataset `name` is at now (huggingface_hub, imported here: only
+    an unpinned hf: source needs it)."""
+    from huggingface_hub import HfApi
+
+    return HfApi().dataset_info(name).sha
+
+
+def pinned(source: str) -> str:
+    """`source` with an hf: dataset's revision resolved and written in (`hf:NAME:CONFIG@SHA`), so
+    that every node of a search reads, and every cache key and dataset_id names, one commit of it;
+    any other source as it is."""
+    if source_kind(source) != "hf":
+        return source
+    name, config, revision = hf_parts_of(source)
+    return source if revision else f"{source}@{resolve_revision(name)}"
+
+
 def _hf_parts(source: str, hf_cache: Path) -> tuple[list[Part], list]:
-    name, _, config = source.removeprefix("hf:").partition(":")
+    name, config, revision = hf_parts_of(pinned(source))
 
     def read() -> Iterator[Document]:
-        records = _load_dataset(name, name=config or None, cache_dir=str(hf_cache))
+        records = _load_dataset(
+            name, name=config or None, revision=revision, cache_dir=str(hf_cache)
+        )
         for position, record in enumerate(records):
             yield str(record.get("id", position)), _text_of(record, source)
 
-    # The Hub copy is identified by name only: a dataset revised upstream needs a new cache dir.
-    return [Part(name.rsplit("/", 1)[-1], read)], [name, config]
+    # The Hub copy is identified by its name and the commit read: two revisions, two caches.
+    return [Part(name.rsplit("/", 1)[-1], read)], [name, config, revision]
 
 
 def _local_parts(source: str, hf_cache: Path) -> tuple[list[Part], list]:

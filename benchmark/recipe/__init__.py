@@ -4,7 +4,9 @@ above the architecture spec (whose count rules a `20x` token amount multiplies).
 import from here; the modules behind it, lowest first:
 
     amounts    parameter and token amounts (`113M`, `20x`), tolerances, and their short forms
-    settings   TrainConfig and QuantizeConfig: the training and quantisation settings, their rules
+    settings   TrainConfig, QuantizeConfig and DataSettings: the training, quantisation and data
+               settings, their rules
+    memory     a training step's estimated peak memory, and the micro-batch that fits a GPU
 """
 
 from benchmark.recipe.amounts import (
@@ -15,11 +17,24 @@ from benchmark.recipe.amounts import (
     parse_tokens,
     parse_tolerance,
 )
+from benchmark.recipe.memory import (
+    USABLE,
+    MemoryEstimate,
+    estimate_memory,
+    fit_micro_batch,
+    fmt_size,
+    parse_size,
+)
 from benchmark.recipe.settings import (
+    DATA_DEFAULTS,
     DEFAULTS,
+    MAX_EPOCHS,
     PRECISIONS,
     QUANTIZE_DEFAULTS,
+    SAMPLINGS,
     SCHEDULES,
+    DataSettings,
+    DataSettingsError,
     QuantizeConfig,
     QuantizeConfigError,
     TrainConfig,
@@ -27,7 +42,13 @@ from benchmark.recipe.settings import (
 )
 
 __all__ = [
+    "DATA_DEFAULTS",
     "DEFAULTS",
+    "MAX_EPOCHS",
+    "SAMPLINGS",
+    "DataSettings",
+    "DataSettingsError",
+    "MemoryEstimate",
     "PRECISIONS",
     "QUANTIZE_DEFAULTS",
     "SCHEDULES",
@@ -36,9 +57,14 @@ __all__ = [
     "Tokens",
     "TrainConfig",
     "TrainConfigError",
+    "USABLE",
+    "estimate_memory",
+    "fit_micro_batch",
     "fmt_count",
     "fmt_fraction",
+    "fmt_size",
     "parse_amount",
+    "parse_size",
     "parse_tokens",
     "parse_tolerance",
 ]

@@ -180,3 +180,43 @@ class QuantizeConfig:
 
 _QUANTIZE_KEYS = keys(QuantizeConfig)
 QUANTIZE_DEFAULTS = {f.name: f.default for f in fields(QuantizeConfig)}
+
+
+class DataSettingsError(TrainConfigError):
+    """A data setting that breaks its rule (the space's `data:` section)."""
+
+    section = "data"
+
+
+SAMPLINGS = ("permutation", "replacement")
+# Passes over any part of the corpus a run may make before a plan or search refuses it. 4: up to
+# about four epochs of repeated data train nearly as well as unique data (Muennighoff et al. 2023,
+# "Scaling Data-Constrained Language Models", §5), and every committed study is within it (the most:
+# ref2-ladder's 10M-token runs, 2.3 passes over the embedded bible at BPE-1024:
+# results/reference-2/README.md). The papers train one pass (Hyperloop: 12.5B tokens of FineWeb-Edu).
+MAX_EPOCHS = 4.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataSettings:
+    """The space's `data:` section: how much of the source a run reads and how it draws from it.
+    `max_docs`: the documents read from each part (null: the whole split). `max_epochs`: the most
+    passes a run may make over any part (plan and search refuse more). `sampling`: `permutation`
+    draws each part's windows without replacement within a pass (a per-seed permutation, so one
+    pass sees each token once), `replacement` at random starts with replacement (the sampling of
+    studies begun before, which finish under it: data/sampling.py)."""
+
+    max_docs: int | None = setting(None, at_least=1)
+    max_epochs: float = setting(MAX_EPOCHS, above=0)
+    sampling: str = setting("permutation", choices=SAMPLINGS)
+
+    def __post_init__(self):
+        _checked(_DATA_KEYS, vars(self), DataSettingsError)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "DataSettings":
+        return cls(**_checked(_DATA_KEYS, raw, DataSettingsError))
+
+
+_DATA_KEYS = keys(DataSettings)
+DATA_DEFAULTS = {f.name: f.default for f in fields(DataSettings)}

@@ -2,7 +2,7 @@
 
     shapebench plan [SPACE.yaml] --budget 113M [--count total] [--trials N] [--tokens 20x|5M]
         [--set KEY=VALUE ...] [--seed S] [--json] [--claims FILE] [--data SOURCE] [--tokenizer bpe]
-        [--gpu-tflops 400]
+        [--gpu-tflops 400] [--gpu-memory 80GiB]
     shapebench search [SPACE.yaml] --budget 113M [the plan's flags] [--name STUDY] [--results DIR]
         [--resume] [--address auto] [--seeds N] [--time-budget 30m] [--concurrency N] ...
     shapebench search --spec ARCH.yaml [--tokens 2M] [--data SOURCE] [--checkpoint DIR]
@@ -32,7 +32,7 @@ from benchmark.arch.counting import COUNTS
 from benchmark.console import console as wide_console
 from benchmark.data import DataConfig
 from benchmark.perf import probe, timing
-from benchmark.recipe import PRECISIONS, TrainConfig, parse_tokens
+from benchmark.recipe import PRECISIONS, TrainConfig, parse_size, parse_tokens
 from benchmark.search import (
     SAMPLERS,
     STORAGE_WAIT_S,
@@ -41,11 +41,13 @@ from benchmark.search import (
     StudyError,
     check_declared,
     loggers,
+    preflight,
     run_search,
     storage_url,
 )
 from benchmark.search.gate import LIMIT_HOURS, too_big
 from benchmark.space.language import SearchSpace, SpaceError, load_space, parse_budgets
+from benchmark.space.memory import check_fits
 from benchmark.space.plan import ASSUMED_GPU_FLOPS, make_plan, records, render
 from benchmark.space.source import Override, parse_set
 from benchmark.store.declaration import read_study_info
@@ -148,6 +150,17 @@ def _space_flags(p: argparse.ArgumentParser) -> None:
         default=ASSUMED_GPU_FLOPS / 1e12,
         help="the achieved training TFLOP/s per GPU the estimate's GPU-hours assume "
         "(default: %(default)g, an H100 at ~40%% of its dense bf16 peak)",
+    )
+    p.add_argument(
+        "--cache",
+        help="the token cache, built once and read by every node: a shared folder (NFS) on a "
+        "cluster (default: $SHAPEBENCH_CACHE, else ~/.cache/shapebench)",
+    )
+    p.add_argument(
+        "--gpu-memory",
+        type=_checked(parse_size),
+        help="a GPU's memory (80GiB): each run's micro-batch is the largest that fits, "
+        "its accumulation keeps the batch (recipe/memory.py)",
     )
 
 
@@ -365,12 +378,12 @@ def overrides(args: argparse.Namespace) -> list[Override]:
 
 
 def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
-    plan = _plan(space, args)
-    rows, search = (
-        records(plan, probe.estimates(plan, _trial_config(space, args))),
-        timing.search_times(),
-    )
+    plan, cfg = _plan(space, args), _trial_config(space, args)
+    rows = records(plan, probe.estimates(plan, cfg), cfg=cfg, gpu_memory=args.gpu_memory)
+    check_fits(space, rows)  # a run that cannot fit one sequence: one line
+    rows, search = preflight.with_passes(rows, _data(args, space)), timing.search_times()
     render(plan, rows, wide_console(), search, as_json=args.json, gpu_flops=args.gpu_tflops * 1e12)
+    preflight.plan_passes(space, rows, sys.stderr if args.json else wide_console())
     if (
         args.claims
     ):  # each claim of the file on this space's study: its arms, what differs, what is confounded
@@ -395,9 +408,9 @@ def _trial_config(
     return TrainConfig.from_dict({**space.trial_training, **_policy(args)})
 
 
-def _data(args: argparse.Namespace):
-    """The corpus and tokenizer; ValueError for a form, or local files, that cannot be read."""
-    return DataConfig(source=args.data, tokenizer=args.tokenizer).checked()
+def _data(args: argparse.Namespace, space: SearchSpace | None = None):
+    """The corpus, tokenizer and the space's `data:`; ValueError for a source that cannot be read."""
+    return preflight.data_config(args.data, args.tokenizer, space, args.cache).checked()
 
 
 def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
@@ -419,9 +432,9 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
         if args.resume:
             space = as_declared(space, args, opts.study_dir)
             opts = _options(space, args, name)
-        plan = _plan(
-            space, args
-        )  # before anything is trained: every candidate builds and its schedule fits
+        space, opts = preflight.as_declared_data(space, opts)  # a study keeps its sampling
+        plan = _plan(space, args)  # before training: every candidate builds, its schedule fits
+        space = preflight.fit_memory(space, plan, _trial_config(space, args), args.gpu_memory)
         if (
             not (args.yes or args.address or args.resume)
             and (
@@ -441,9 +454,8 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
         check_results(
             opts.study_dir
         )  # before anything is trained: a path that cannot take rows is one line
-        check_declared(
-            space, opts
-        )  # a space edited since the study began: one line, before the header
+        check_declared(space, opts)  # a space edited since the study began: one line
+        preflight.search_passes(space, plan, opts.data)  # tokenised once; passes held to the limit
     except (ResultsError, StudyError) as e:
         print(f"{SEARCH}: {name}: {e}", file=sys.stderr)
         return 2
@@ -501,7 +513,7 @@ def _options(space: SearchSpace, args: argparse.Namespace, name: str):
         workers_per_trial=args.workers_per_trial,
         parallel=args.parallel or "auto",
         rerun=tuple(args.rerun or ()),
-        data=_data(args),
+        data=_data(args, space),
         sampler=args.sampler,
         resume_command=_resume_command(args, name),
         **loggers.options(args),

@@ -302,6 +302,7 @@ DECLARED = (
     "objectives",
     "training",
     "quantize",
+    "data",
     "tune",
     "controlled",
 )
@@ -342,6 +343,9 @@ def declaration(space) -> dict[str, Any]:
             "objectives": [list(o) for o in space.objectives],
             "training": dict(space.training),
             "quantize": dict(space.quantize),
+            # what the trials read and how they draw it, defaults filled: a study records the
+            # sampling it began under (data.max_epochs is a limit, not the experiment)
+            "data": {k: space.data_value(k) for k in ("max_docs", "sampling")},
             "pruner": space.pruner,
             "tune": space.tune.declared() if getattr(space, "tune", None) else None,
             "controlled": space.controlled,  # the shape held across candidates, or preferred

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from benchmark.arch import COUNTS, FFN_WIDTHS, PRESETS, SPEC_KEYS, did_you_mean, one_of, set_dotted
-from benchmark.recipe import DEFAULTS as TRAINING_DEFAULTS
 from benchmark.recipe import (
+    DATA_DEFAULTS,
     QUANTIZE_DEFAULTS,
+    DataSettings,
+    DataSettingsError,
     QuantizeConfig,
     QuantizeConfigError,
     TrainConfig,
@@ -25,6 +27,7 @@ from benchmark.recipe import (
     parse_tokens,
     parse_tolerance,
 )
+from benchmark.recipe import DEFAULTS as TRAINING_DEFAULTS
 from benchmark.space.align import Align, parse_align
 from benchmark.space.budget import DEFAULT_TOLERANCE, SOLVE_NONE, SOLVES
 from benchmark.space.domains import Axis, Choice, read_domain
@@ -57,6 +60,7 @@ TOP_KEYS = (
     "axes",
     "training",
     "quantize",
+    "data",
     "objectives",
     "trials",
     "seeds",
@@ -177,6 +181,9 @@ class SearchSpace:
     quantize: dict[str, Any] = field(
         default_factory=dict
     )  # as written; QuantizeConfig fills its defaults
+    data: dict[str, Any] = field(
+        default_factory=dict
+    )  # as written; DataSettings fills its defaults
     objectives: tuple[tuple[str, str], ...] = (("val_loss", "min"),)
     trials: int = DEFAULT_TRIALS
     seeds: int = 1  # every candidate trained with this many seeds (--seeds overrides)
@@ -202,6 +209,10 @@ class SearchSpace:
     def training_value(self, key: str) -> Any:
         """A training setting as the harness will see it (TrainConfig's default when the file gives none)."""
         return self.trial_training.get(key, TRAINING_DEFAULTS[key])
+
+    def data_value(self, key: str) -> Any:
+        """A data setting (`data:` section) as the search will use it (DataSettings' default)."""
+        return self.data.get(key, DATA_DEFAULTS[key])
 
     def tokens_for(self, params: Mapping[str, int], budget: int | None = None) -> int:
         """Training tokens for a candidate with these parameter counts and budget
@@ -390,6 +401,7 @@ class _Reader:
             axes=with_ladder(self.axes(variants), budgets),
             training=self.training(),
             quantize=self.quantize(),
+            data=self.data(),
             objectives=self.parsed("objectives", _objectives, (("val_loss", "min"),)),
             trials=self.parsed("trials", _positive_int, DEFAULT_TRIALS),
             seeds=seeds,
@@ -542,6 +554,17 @@ class _Reader:
             raise self.fail(
                 ("quantize", e.key), e.reason, value=e.key in QUANTIZE_DEFAULTS
             ) from None
+        return dict(raw)
+
+    def data(self) -> dict[str, Any]:
+        """The section as written, once DataSettings accepts it (the search fills its defaults)."""
+        raw = self.top.get("data", {})
+        if not isinstance(raw, dict):
+            raise self.fail(("data",), f"expected a mapping like {{max_epochs: 4}}, got {raw!r}")
+        try:
+            DataSettings.from_dict(raw)
+        except DataSettingsError as e:
+            raise self.fail(("data", e.key), e.reason, value=e.key in DATA_DEFAULTS) from None
         return dict(raw)
 
 

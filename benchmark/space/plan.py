@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from benchmark.arch import count_flops
-from benchmark.recipe import fmt_count, fmt_fraction, parse_tokens
+from benchmark.recipe import TrainConfig, fmt_count, fmt_fraction, fmt_size, parse_tokens
 from benchmark.space.budget import SOLVE_NONE
 from benchmark.space.candidates import Candidate, choose, grid, resolve
 from benchmark.space.language import BUDGET_AXIS, SearchSpace
+from benchmark.space.memory import memory_columns, memory_summary
 from benchmark.store import PARAM_COLUMNS
 
 # A trial's seconds outside its training steps and their compilation: the evaluations,
@@ -111,14 +112,22 @@ def runs_per_candidate(space: SearchSpace, seeds: int | None = None) -> int:
 
 
 def records(
-    plan: Plan, speed: float | Callable[[str], Any], seeds: int | None = None
+    plan: Plan,
+    speed: float | Callable[[str], Any],
+    seeds: int | None = None,
+    *,
+    cfg: TrainConfig | None = None,
+    gpu_memory: int | None = None,
 ) -> list[dict[str, Any]]:
     """One JSON-able record per candidate (`shapebench plan --json`). `speed` is
     this machine's training FLOP/s, or family -> Speed (store/speeds.py: what trials measured
     here, with their time outside training) so that the estimate learns from finished trials.
     `est_seconds` is one run; `runs` how many the candidate trains (runs_per_candidate, `seeds`
-    final seeds, else the space's)."""
+    final seeds, else the space's). `micro_batch`, `grad_accum` and `peak_mem_est`: the memory
+    of a run under `cfg` (default: the space's training), fitted to `gpu_memory` bytes if given
+    (space/memory.py)."""
     space = plan.space
+    cfg = cfg or TrainConfig.from_dict(space.trial_training)
     runs = runs_per_candidate(space, seeds)
     speed_of = speed if callable(speed) else (lambda family: _Fixed(speed, TRIAL_REST_S, 0))
     out = []
@@ -145,6 +154,7 @@ def records(
                 "est_seconds": flops["train"] * tokens / known.flops_per_s + known.overhead_s,
                 "est_from_trials": known.trials,
                 "runs": runs,
+                **memory_columns(c.spec, cfg, gpu_memory),
             }
         )
     return out
@@ -252,6 +262,8 @@ def render(
         "× anchor" if held else "Δ budget",
         "train FLOP/tok",
         "est. time",
+        "micro x accum",
+        "est. peak",
     ):
         table.add_column(
             col,
@@ -276,6 +288,8 @@ def render(
             f"{r['anchor_ratio']:.3f}×" if held else f"{r['budget_distance']:+.3%}",
             fmt_count(r["flops_per_token_train"]),
             fmt_seconds(r["est_seconds"]),
+            "-" if r["micro_batch"] is None else f"{r['micro_batch']} x {r['grad_accum']}",
+            fmt_size(r["peak_mem_est"]),
         )
     console.print(table)
     console.print(
@@ -344,7 +358,7 @@ def summary(
         f"{how} candidates{_runs(space)} at {at} {space.count} parameters "
         f"± {fmt_fraction(space.tolerance)}; "
         f"{_matched(plan)}; {_tokens(space)} tokens each, {_step(space)}, "
-        f"{_steps(rows)}; "
+        f"{_steps(rows)}; {memory_summary(rows)}; "
         f"est. {fmt_seconds(trials + around)} here: the trials {fmt_seconds(trials)} ({_basis(rows)}), "
         f"the search around them {fmt_seconds(around)} ({source}); {_gpu_hours(rows, gpu_flops)}; "
         f"planned in {plan.seconds:.2f} s"

@@ -73,7 +73,11 @@ __all__ = [
 # 6: loss_spike, the largest rise of the training loss over its best so far (trial/curve.py); a
 #    tuned study's phase (tune or final) and tuned setting (JSON: the training settings the `tune:`
 #    grid set); older files read them null (a null phase is a final row).
-SCHEMA_VERSION = 6
+# 7: the data a run read (tokens_by_source, JSON: each part's tokens in the training split;
+#    epochs_by_source, JSON: the passes the run made over each; sampling, how its batches drew:
+#    data/sampling.py) and oom_retries (the times an out-of-memory error halved the micro-batch,
+#    trial/run.py); older files read them null.
+SCHEMA_VERSION = 7
 # infeasible: the sampled point has no candidate within the budget (nothing was trained).
 STATUSES = ("ok", "failed", "pruned", "diverged", "infeasible")
 # The key of a measured row (trial/run.py) holding its training curve: no column, as the curve's
@@ -111,6 +115,9 @@ SCHEMA = pa.schema(
         ("val_ppl", _f64),
         ("val_ppl_unigram", _f64),
         ("val_loss_by_source", _str),
+        ("tokens_by_source", _str),
+        ("epochs_by_source", _str),
+        ("sampling", _str),
         ("val_ppl_by_loops", _str),
         *((name, _f64) for name in LOOP_LOSSES),
         ("evals", _str),
@@ -137,6 +144,7 @@ SCHEMA = pa.schema(
         ("backend", _str),
         ("rank_batch_size", _i64),
         ("rank_grad_accum", _i64),
+        ("oom_retries", _i64),
         ("peak_mem_bytes_by_rank", _str),
         *((name, _f64) for name in TIME_SPLIT),
         ("seed", _i64),

@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import gc
 import json
+import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
 
 from benchmark.arch import ArchSpec, count_flops, count_params
-from benchmark.data import DataConfig, PreparedData, batches, cache_root, eval_sets, prepare
+from benchmark.data import (
+    DataConfig,
+    PreparedData,
+    batches,
+    cache_root,
+    eval_sets,
+    passes,
+    prepare,
+)
 from benchmark.models.hyper import stream_record
 from benchmark.recipe import QuantizeConfig, TrainConfig
 from benchmark.store import (
@@ -93,8 +103,22 @@ def calibration(data: PreparedData, cfg: TrainConfig, sequences: int) -> list[to
     """`sequences` windows of seq_len tokens of the training split, drawn as one batch so that its
     parts follow the training mixture (another seed than training's), in forward passes of
     CALIB_BATCH: GPTQ calibrates on training text (Hyperloop §4: FineWeb-Edu, its training corpus)."""
-    x, _ = next(batches(data.train, cfg.seq_len, sequences, cfg.seed + 1))  # (sequences, seq_len)
+    x, _ = next(  # (sequences, seq_len)
+        batches(data.train, cfg.seq_len, sequences, cfg.seed + 1, sampling=data.sampling)
+    )
     return list(x.split(CALIB_BATCH))
+
+
+def data_columns(data: PreparedData, tokens: int) -> dict[str, Any]:
+    """The data a run of `tokens` training tokens read: each part's tokens in the training split,
+    the passes it made over each (sampling.passes) and how its batches drew."""
+    sizes = {name: len(data.train.part(name)) for name in data.train.weights}
+    epochs = {name: round(p, 4) for name, p in passes(tokens, data.train.weights, sizes).items()}
+    return {
+        "tokens_by_source": json.dumps(sizes),
+        "epochs_by_source": json.dumps(epochs),
+        "sampling": data.sampling,
+    }
 
 
 def quantized_columns(
@@ -155,16 +179,10 @@ def run_trial(
     evals = eval_sets(data.val, cfg.seq_len, cfg.eval_tokens)
     t0 = time.perf_counter()
     try:
-        result = train(
-            spec,
-            cfg,
-            batches(data.train, cfg.seq_len, cfg.batch_size, cfg.seed),
-            evals,
-            on_step,
-            on_eval,
-            ranks=ranks,
-            on_point=on_point,
+        result, cfg, retries = train_fitting(
+            spec, cfg, data, evals, on_step, on_eval, ranks, on_point
         )
+        row.update(training=json.dumps(asdict(cfg), sort_keys=True), oom_retries=retries)
     except TrialDiverged as e:  # the tokens it trained and where its time went, as for any row
         done = (
             {
@@ -181,6 +199,7 @@ def run_trial(
             "status": "diverged",
             "error": str(e),
             **done,
+            **data_columns(data, done.get("tokens_trained", 0)),
             "wall_s": time.perf_counter() - t0,
             "finished_at": now(),
         }
@@ -193,6 +212,7 @@ def run_trial(
         row.update(
             {
                 "tokens_trained": result.tokens_trained,
+                **data_columns(data, result.tokens_trained),
                 "train_loss": result.train_loss,
                 "val_loss": final["val_loss"],
                 "val_ppl": final["val_ppl"],
@@ -227,6 +247,47 @@ def run_trial(
     if quantize:  # a search's trial: its speed teaches `--plan` (store/speeds.py)
         remember_speed(spec.family, cfg, row)
     return row
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """An allocation the device could not serve: CUDA's OutOfMemoryError, or a CPU allocator's
+    RuntimeError ("DefaultCPUAllocator: can't allocate memory")."""
+    return isinstance(e, torch.OutOfMemoryError) or (
+        isinstance(e, RuntimeError) and "can't allocate memory" in str(e)
+    )
+
+
+def train_fitting(spec, cfg: TrainConfig, data: PreparedData, evals, *hooks):
+    """train(), and after an out-of-memory error the run again from its start at half the
+    micro-batch and twice the accumulation (the same batch, so the same optimiser steps), said in
+    one line, until it fits or the micro-batch cannot be halved (then the error stands). Returns
+    (result, the settings it trained with, the retries). Not inside the step loop: a retry is a
+    fresh run with its own batches. A data-parallel rank (`ranks`) is not retried alone: its
+    peers hold the same micro-batch."""
+    on_step, on_eval, ranks, on_point = hooks
+    retries = 0
+    while True:
+        stream = batches(data.train, cfg.seq_len, cfg.batch_size, cfg.seed, sampling=data.sampling)
+        try:
+            result = train(
+                spec, cfg, stream, evals, on_step, on_eval, ranks=ranks, on_point=on_point
+            )
+            return result, cfg, retries
+        except Exception as e:
+            if not out_of_memory(e) or ranks is not None or cfg.batch_size % 2:
+                raise
+            half = replace(cfg, batch_size=cfg.batch_size // 2, grad_accum=cfg.grad_accum * 2)
+        print(
+            f"out of memory at micro-batch {cfg.batch_size} x {cfg.grad_accum} accumulated; "
+            f"retrying at {half.batch_size} x {half.grad_accum}, the same batch of "
+            f"{cfg.batch_size * cfg.grad_accum} sequences",
+            file=sys.stderr,
+            flush=True,
+        )
+        cfg, retries = half, retries + 1
+        gc.collect()  # the failed run's model and activations, before the next one allocates
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 class Clock:
