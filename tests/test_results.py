@@ -95,7 +95,7 @@ def test_version_1_files_read_beside_version_2_with_the_diagnostics_null(tmp_pat
     df = read_study(tmp_path / "s").set_index("trial_id")
     assert (
         df.loc["old", "schema_version"] == 1
-        and df.loc["new", "schema_version"] == SCHEMA_VERSION == 6
+        and df.loc["new", "schema_version"] == SCHEMA_VERSION == 7
     )
     assert pd.isna(df.loc["old", "stream_cosine"]) and df.loc["new", "stream_cosine"] == 0.9
     assert len(pd.read_parquet(tmp_path / "s")) == 2

@@ -42,6 +42,7 @@ from benchmark.search import (
     check_declared,
     loggers,
     run_search,
+    saving,
     storage_url,
 )
 from benchmark.search.gate import LIMIT_HOURS, too_big
@@ -74,6 +75,7 @@ SEARCH_ONLY = (
     "pending_timeout",
     "spec",
     "checkpoint",
+    *saving.FLAGS,
 )  # search-only flags
 
 
@@ -231,6 +233,7 @@ def _search_flags(p: argparse.ArgumentParser, hidden: bool) -> None:
         action="store_true",
         help=f"run a search estimated at more than {LIMIT_HOURS} h without asking",
     )
+    saving.add_flags(add)
     add("--spec", help="train and evaluate one architecture (YAML) instead of a search")
     add("--checkpoint", help="with --spec: save the trained model here (safetensors + spec.json)")
 
@@ -506,6 +509,7 @@ def _options(space: SearchSpace, args: argparse.Namespace, name: str):
         resume_command=_resume_command(args, name),
         **loggers.options(args),
         time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
+        **saving.options(args),
         **{
             f"{flag}_s": parse_duration(text)
             for flag in ("pending_timeout", "storage_wait")

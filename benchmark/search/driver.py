@@ -101,6 +101,8 @@ class SearchOptions:
     data: DataConfig = field(default_factory=DataConfig)
     asha: bool = True  # successive halving over tokens when there is one objective
     checkpoints: bool = False  # keep each trial's weights under <study>/_checkpoints
+    checkpoint_every: str | None = None  # runs save their state this often (trial/runstate.py)
+    keep_checkpoints: bool = False  # keep a finished run's saved state under <study>/_runstate
     sampler: str | None = None  # None: the study's recorded sampler, else "auto" (optuna_study.py)
     resume_command: str = ""  # how the user goes on after a stop, for the one line that says so
     rerun: tuple[
@@ -420,6 +422,8 @@ def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -
         seeds=opts.seeds,
         retries=opts.retries,
         checkpoints=opts.checkpoints,
+        checkpoint_every=opts.checkpoint_every,
+        keep_checkpoints=opts.keep_checkpoints,
         policy=policy or {},
         tune=space.tune,
         report_curves=opts.tensorboard or bool(opts.mlflow),

@@ -128,8 +128,12 @@ def attempts(
     training settings a `tune:` grid sets (a tuning run's point, or the candidate's choice)."""
     # torch loads in the worker that trains, not in the driver that hands Ray this module.
     from benchmark.trial.run import run_trial
+    from benchmark.trial.runstate import DEFAULT_EVERY, RunState, parse_every
 
     cfg = ctx.train_config(seed, setting)
+    # one process's run saves and continues its state; a Train job's ranks do not yet
+    every = parse_every(ctx.checkpoint_every or DEFAULT_EVERY)
+    state = RunState(ctx.state_dir(), config["spec"], cfg, every) if ctx.workers is None else None
     on_step = reporter(ctx.progress, trial_id, cfg.tokens_per_step)
     on_point, on_eval = curve_reports(ctx, trial_id, report, _steps(config, cfg))
     for attempt in range(ctx.retries + 1):
@@ -145,6 +149,7 @@ def attempts(
                     quantize=ctx.quantize_config(),
                     checkpoint_dir=ctx.checkpoint_dir(trial_id),
                     on_point=on_point,
+                    state=state,
                 )
             else:
                 measured = _distributed(config, ctx, cfg, trial_id, on_step, report is not None)
@@ -157,6 +162,9 @@ def attempts(
         rows.write(ctx, row)
         if ctx.checkpoints and row["status"] == "ok":
             rows.upload_checkpoint(ctx, trial_id)
+        final = row["status"] != "failed" or attempt == ctx.retries
+        if state is not None and final and not ctx.keep_checkpoints:
+            state.remove()  # its row is written: the run never trains again
         if row["status"] != "failed":
             return row
     return row

@@ -73,7 +73,9 @@ __all__ = [
 # 6: loss_spike, the largest rise of the training loss over its best so far (trial/curve.py); a
 #    tuned study's phase (tune or final) and tuned setting (JSON: the training settings the `tune:`
 #    grid set); older files read them null (a null phase is a final row).
-SCHEMA_VERSION = 6
+# 7: resumed_from_step and resumes, the step a run last continued from after a stop (its saved
+#    state: trial/runstate.py) and how many times it did; older files read them null.
+SCHEMA_VERSION = 7
 # infeasible: the sampled point has no candidate within the budget (nothing was trained).
 STATUSES = ("ok", "failed", "pruned", "diverged", "infeasible")
 # The key of a measured row (trial/run.py) holding its training curve: no column, as the curve's
@@ -115,6 +117,8 @@ SCHEMA = pa.schema(
         *((name, _f64) for name in LOOP_LOSSES),
         ("evals", _str),
         ("loss_spike", _f64),
+        ("resumed_from_step", _i64),
+        ("resumes", _i64),
         ("phase", _str),
         ("tuned", _str),
         ("val_ppl_int8", _f64),

@@ -5,6 +5,7 @@ modules behind it, lowest first:
     compilation   the regions torch.compile compiles, and its caches
     step          the loss and the training step, the same on CPU and CUDA
     curve         the training curve a trial keeps
+    runstate      a run's whole state part-way, saved and continued from
     evaluate      held-out loss, per source and per loop count
     training      the training loop
     analysis      mechanism diagnostics (streams, loops, logit lens)

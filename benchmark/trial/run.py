@@ -30,6 +30,7 @@ from benchmark.trial.analysis import hyper_diagnostics
 from benchmark.trial.checkpoint import save_checkpoint
 from benchmark.trial.evaluate import evaluate, evaluate_loops, unigram_perplexity
 from benchmark.trial.quant import QuantConfig, calibrate, quantize
+from benchmark.trial.runstate import RunState
 from benchmark.trial.training import TrialDiverged, train
 
 
@@ -131,13 +132,16 @@ def run_trial(
     quantize: QuantizeConfig | None = QuantizeConfig(),
     ranks=None,
     on_point: Callable[[dict], None] | None = None,
+    state: RunState | None = None,
 ) -> dict[str, Any]:
     """Train and evaluate one candidate. Returns one results row (docs/reference.md "Results columns"); a NaN/inf
     loss gives status `diverged` instead of raising. `quantize` (a space's `quantize:` section)
     adds the INT8/INT4 columns; None (or False) leaves them out. `ranks`: one rank of a
     data-parallel trial (trial/distributed.py); rank 0 evaluates and returns the row, the other
     ranks train and return {}. The row's `curve` (curve.Curve's points; `on_point` gets each as it
-    is made) is no results column: the search writes it beside the row (store/curves.py)."""
+    is made) is no results column: the search writes it beside the row (store/curves.py).
+    `state` (trial/runstate.py): the run saves its whole state there as it trains, and continues
+    from a state saved earlier (the row's `resumed_from_step` and `resumes` say so)."""
     spec = spec if isinstance(spec, ArchSpec) else ArchSpec.from_dict(spec)
     data = data or prepare(data_cfg or DataConfig())
     check_vocab(spec, data)
@@ -154,16 +158,20 @@ def run_trial(
     }
     evals = eval_sets(data.val, cfg.seq_len, cfg.eval_tokens)
     t0 = time.perf_counter()
+    saved = state.load() if state is not None else None
+    skip = saved["step"] * cfg.grad_accum if saved else 0  # the batches it trained on before
     try:
         result = train(
             spec,
             cfg,
-            batches(data.train, cfg.seq_len, cfg.batch_size, cfg.seed),
+            batches(data.train, cfg.seq_len, cfg.batch_size, cfg.seed, skip=skip),
             evals,
             on_step,
             on_eval,
             ranks=ranks,
             on_point=on_point,
+            state=state,
+            saved=saved,
         )
     except TrialDiverged as e:  # the tokens it trained and where its time went, as for any row
         done = (
@@ -172,6 +180,7 @@ def run_trial(
                 **Clock(e.result).split(cfg),
                 CURVE: e.result.curve,
                 "loss_spike": e.result.loss_spike,
+                **resumed(e.result),
             }
             if e.result
             else {}
@@ -202,6 +211,7 @@ def run_trial(
                 "evals": json.dumps(result.evals),
                 CURVE: result.curve,
                 "loss_spike": result.loss_spike,
+                **resumed(result),
                 "tokens_per_s": result.tokens_per_s,
                 "flops_per_s": result.flops_per_s,
                 "peak_mem_bytes": result.peak_mem_bytes,
@@ -227,6 +237,10 @@ def run_trial(
     if quantize:  # a search's trial: its speed teaches `--plan` (store/speeds.py)
         remember_speed(spec.family, cfg, row)
     return row
+
+
+def resumed(result) -> dict[str, int]:
+    return {"resumed_from_step": result.resumed_from_step, "resumes": result.resumes}
 
 
 class Clock:
