@@ -107,7 +107,7 @@ SPACE_NOTES = {
 
 TRAINING_NOTES = {
     "tokens": "training tokens: absolute (`5M`) or per parameter (`20x`)",
-    "tokens_per": "which parameter count `Nx` multiplies (in a search space: the budget's `count` unless given)",
+    "tokens_per": "which parameter count `Nx` multiplies (in a search space: the budget's `count` unless given; `budget`: the declared budget, the same tokens for every candidate of that budget)",
     "seq_len": "tokens per sequence",
     "batch_size": "sequences per micro-batch",
     "grad_accum": "micro-batches per optimiser step",

@@ -536,18 +536,16 @@ def test_cli_reports_claims_in_markdown_html_and_json(tmp_path, capsys):
     assert first["pairs"][0]["difference"]["estimate"] == pytest.approx(-0.05)
     assert report["claims"][1]["verdict"] == "no data"  # the study ran no Transformer
     md = (tmp_path / "site" / "leaderboard.md").read_text()
-    assert "## Claims (quickstart.yaml)" in md and "| reproduced |" in md
+    # the headings name the adjustment and its family: the report's pairs with a p (one claim has none)
+    title = "(quickstart.yaml; Holm over all 1 pairs of the report)"
+    assert f"## Claims {title}" in md and "| reproduced |" in md
     # the verdicts in brief lead the report, before the first leaderboard
-    assert md.index("## Verdicts (quickstart.yaml)") < md.index("## Budget") < md.index("## Claims")
+    assert md.index(f"## Verdicts {title}") < md.index("## Budget") < md.index("## Claims")
     html = (tmp_path / "site" / "index.html").read_text()
-    assert html.index("<h2>Verdicts (quickstart.yaml)</h2>") < html.index(
-        "<h2>Claims (quickstart.yaml)</h2>"
-    )
+    assert html.index(f"<h2>Verdicts {title}</h2>") < html.index(f"<h2>Claims {title}</h2>")
     # the claims' sentences wrap, so that the verdict at a row's end shows in the window
     assert (
-        html.split("<h2>Verdicts (quickstart.yaml)</h2>", 1)[1]
-        .lstrip()
-        .startswith('<div class="fit wrap">')
+        html.split(f"<h2>Verdicts {title}</h2>", 1)[1].lstrip().startswith('<div class="fit wrap">')
     )
     assert cli.main([str(tmp_path / "results"), "--claims", str(tmp_path / "nope.yaml")]) == 2
     assert "nope.yaml: cannot be read" in capsys.readouterr().err
@@ -619,10 +617,9 @@ def test_a_published_difference_below_the_detectable_is_said_so(tmp_path):
         "Detectable (80%)": "0.0310",
         "p (Holm)": "0.013",  # t = 8.66 on 2 df, one pair
         "Verdict": "reproduced",
-        # -0.02 lies past the interval's end nearer 0 (-0.0252): the effect measured is larger;
-        # the power of 3 paired seeds at 0.02 is below a half
-        "Size": "larger than published; underpowered at 3 seeds (detects 0.0310; the paper's effect "
-        "is 0.0200, power 25%)",
+        # -0.02 lies past the interval's end nearer 0 (-0.0252): the effect measured is larger; the
+        # power of 3 paired seeds at 0.02 is below a half, which a decided verdict does not say
+        "Size": "larger than published",
         "Arms": "—",
     }
     full = {c.header: c.cells[0] for c in claims.table(loaded, [below]).columns}
@@ -631,7 +628,7 @@ def test_a_published_difference_below_the_detectable_is_said_so(tmp_path):
     } == {k: cells[k] for k in ("Difference [95% CI]", "Published", "Detectable (80%)", "Verdict")}
     pair = claims.to_json(loaded, [below])["claims"][0]["pairs"][0]
     assert (pair["published"], pair["published_below_detectable"]) == (-0.02, True)
-    assert (pair["size"], pair["underpowered"], pair["seeds"]) == ("larger", True, 3)
+    assert (pair["size"], pair["underpowered"], pair["seeds"]) == ("larger", False, 3)
     assert pair["power_at_published"] == pytest.approx(
         float(stats.power(0.02, 0.01 / math.sqrt(3), 2))
     )
@@ -650,6 +647,52 @@ def test_a_published_difference_below_the_detectable_is_said_so(tmp_path):
 
 
 # --- the verdict rule: one stated error rate -----------------------------------------------------
+
+
+def test_power_and_the_detectable_are_stated_at_the_adjusted_rate_of_the_declared_family(tmp_path):
+    """Four pairs in one file: Holm over the report tests the first at 0.05 / 4, and the detectable
+    difference and the power at the paper's are stated at that rate; within each claim the family
+    is one pair and the rate 0.05. An undecided pair says it is underpowered, a decided one not;
+    an interval that holds the paper's difference and 0 is uninformative, not consistent."""
+    base = {s: v for s, v in enumerate([5.02, 4.95, 5.06, 4.99, 5.01])}
+    shifts = {
+        "a": [-0.10, -0.11, -0.09, -0.10, -0.10],
+        "b": [-0.04, -0.02, -0.05, -0.02, -0.03],
+        "c": [-0.05, -0.01, -0.04, -0.01, -0.02],
+        "d": [0.02, -0.03, 0.01, -0.02, 0.0],  # -0.004 [-0.029, 0.021]: holds 0 and -0.01
+    }
+    trials = rows(
+        {"base": base, **{f: {s: base[s] + d for s, d in enumerate(v)} for f, v in shifts.items()}}
+    )
+    text = _four_claims().replace("    groups:", "    published: -0.01\n    groups:")
+    path = tmp_path / "claims.yaml"
+    for within, alpha in (("report", 0.05 / 4), ("claim", 0.05)):
+        path.write_text(("" if within == "report" else f"adjust_within: {within}\n") + text)
+        loaded = claims.load(path)
+        assert loaded.adjust_within == within
+        results = claims.evaluate(loaded, trials)
+        for r in results:
+            p, d = r.pairs[0], r.pairs[0].difference
+            assert p.alpha == pytest.approx(alpha) and p.family == (4 if within == "report" else 1)
+            assert p.detectable == pytest.approx(float(stats.detectable(d.se, d.df, 1 - alpha)))
+            assert p.power == pytest.approx(float(stats.power(0.01, d.se, d.df, 1 - alpha)))
+        a, _, _, d = (r.pairs[0] for r in results)
+        assert a.verdict == "reproduced" and not a.underpowered  # power 0.03 at 0.01, not said
+        assert d.verdict == "not decided" and d.underpowered and d.size == "uninformative"
+        heading = claims.verdicts(loaded, results).title
+        assert heading == (
+            "Verdicts (claims.yaml; Holm over all 4 pairs of the report)"
+            if within == "report"
+            else "Verdicts (claims.yaml; Holm within each claim: 1 pairs)"
+        )
+        size = {c.header: c.cells for c in claims.verdicts(loaded, results).columns}["Size"]
+        assert size[3].startswith("uninformative at 5 seeds (the interval holds the paper's")
+        assert "underpowered at 5 seeds" in size[3] and "underpowered" not in size[0]
+    path.write_text("adjust_within: studies\n" + text)
+    with pytest.raises(
+        ClaimsError, match=r"claims.yaml:1:\d+: adjust_within: expected one of report"
+    ):
+        claims.load(path)
 
 
 def _four_claims() -> str:

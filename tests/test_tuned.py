@@ -121,6 +121,111 @@ def test_a_candidate_trains_only_the_tuning_runs_it_lacks_and_picks_the_best_poi
     assert trained == ["t0009-g1-s100", "t0009-g1-s101", "t0009-g2-s100", "t0009-g2-s101"]
 
 
+def _settle_with(tmp_path, tune: str, losses, number=7, continues=()):
+    """settle() over `losses` ((lr, seed) -> loss; a missing one diverged): (choice, trained ids)."""
+    from benchmark.search import tuning
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    ctx = _ctx(tmp_path / "s", load_space(space_file(tmp_path, tune)))
+    trained = []
+
+    def train(trial_id, seed, point):
+        from benchmark.store.results import write_row
+
+        trained.append(trial_id)
+        loss = losses.get((point["lr"], seed))
+        row = _row(trial_id, seed, point["lr"], loss, "ok" if loss else "diverged")
+        write_row(ctx.study_dir, row)
+        return row
+
+    config = {"optuna_trial": number, "continues": list(continues)}
+    return tuning.settle(config, ctx, number, train), trained
+
+
+def test_an_edge_choice_extends_the_grid_until_it_is_inside_or_at_a_bound(tmp_path):
+    # the loss falls with lr up to 0.1: 1e-2 wins the declared grid at its top, so 0.1 (the grid's
+    # own ratio, 10) is trained, wins at the new top, and 1.0 is trained: worse, so 0.1 is inside
+    losses = {(1e-3, 100): 5.0, (1e-2, 100): 4.0, (0.1, 100): 3.5, (1.0, 100): 6.0}
+    tune = "{grid: {lr: [1e-3, 1e-2]}, seeds: [100], extend: {lr: [1e-4, %s]}}"
+    choice, trained = _settle_with(tmp_path / "a", tune % "1.0", losses)
+    assert choice == {"lr": 0.1}
+    assert trained == ["t0007-g0-s100", "t0007-g1-s100", "t0007-g2-s100", "t0007-g3-s100"]
+    # a trial that continues it (killed after its extensions) reads them and trains nothing
+    choice, again = _settle_with(tmp_path / "a", tune % "1.0", losses, number=9, continues=[7])
+    assert choice == {"lr": 0.1} and again == []
+    # the declared bound stops it: 1.0 lies beyond 0.5, so 0.1, an edge, is the choice
+    choice, trained = _settle_with(tmp_path / "b", tune % "0.5", losses)
+    assert choice == {"lr": 0.1} and trained[-1] == "t0007-g2-s100" and len(trained) == 3
+    # without `extend`, the declared grid's edge is the choice, as before
+    choice, trained = _settle_with(
+        tmp_path / "c", "{grid: {lr: [1e-3, 1e-2]}, seeds: [100]}", losses
+    )
+    assert choice == {"lr": 1e-2} and len(trained) == 2
+    # a bottom edge extends downwards by the same ratio
+    low = {(1e-3, 100): 4.0, (1e-2, 100): 5.0, (1e-4, 100): 4.5}
+    choice, trained = _settle_with(tmp_path / "d", tune % "1.0", low)
+    assert choice == {"lr": 1e-3} and trained[-1] == "t0007-g2-s100"
+
+
+def test_points_within_the_noise_of_the_best_tie_and_the_declared_rule_breaks_the_tie(tmp_path):
+    from benchmark.space.tuning import Tune
+
+    # two tuning seeds: seed 101 is 0.1 above seed 100 everywhere but for noise of +-0.01
+    values = {
+        '{"lr": 0.001}': [3.60, 3.72],
+        '{"lr": 0.003}': [3.52, 3.60],
+        '{"lr": 0.01}': [3.49, 3.61],  # the best mean (3.55), by 0.01 over 0.003
+        '{"lr": 0.03}': [3.70, 3.80],
+    }
+    tune = Tune(grid=(("lr", (0.001, 0.003, 0.01, 0.03)),), seeds=(100, 101))
+    pick, margin, tied = tune.decide(values)
+    # residuals of the additive fit: +-0.0075, +-0.0125, +-0.0075, +-0.0025 on 3 degrees of
+    # freedom: s^2 = 0.00055 / 3, margin = sqrt(s^2 x 2 / 2) = 0.0135, above 0.01
+    assert margin == pytest.approx((0.00055 / 3) ** 0.5, rel=1e-9)
+    assert (
+        tied == ['{"lr": 0.003}', '{"lr": 0.01}'] and pick == '{"lr": 0.003}'
+    )  # middle: lower of 2
+    assert tune.decide(values)[0] == replace(tune, ties="middle").decide(values)[0]
+    assert replace(tune, ties="higher").decide(values)[0] == '{"lr": 0.01}'
+    assert replace(tune, ties="best").decide(values)[0] == '{"lr": 0.01}'
+    wide = replace(tune, margin=0.15)  # a declared margin: every point but 0.03 ties
+    assert wide.decide(values)[2] == ['{"lr": 0.001}', '{"lr": 0.003}', '{"lr": 0.01}']
+    assert wide.decide(values)[0] == '{"lr": 0.003}'
+    assert replace(tune, ties="lower", margin=0.15).decide(values)[0] == '{"lr": 0.001}'
+    # one tuning seed has no noise: only equal means tie, and the best is chosen as before
+    one = Tune(grid=tune.grid, seeds=(100,))
+    assert one.decide({k: v[:1] for k, v in values.items()})[:2] == ('{"lr": 0.01}', 0.0)
+    # the declaration records the later keys only where the file gave them
+    assert (
+        "margin" not in one.declared()
+        and replace(one, given=("ties",)).declared()["ties"] == "middle"
+    )
+
+
+def test_the_tuning_protocol_keys_are_validated(tmp_path):
+    for tune, message in [
+        ("{grid: {lr: [1e-3, 1e-2]}, seeds: [100], margin: -1}", "tune.margin: expected noise"),
+        (
+            "{grid: {lr: [1e-3, 1e-2]}, seeds: [100], ties: left}",
+            "tune.ties: expected one of middle",
+        ),
+        (
+            "{grid: {lr: [1e-3, 1e-2]}, seeds: [100], extend: {warmup: [0, 1]}}",
+            "tune.extend.warmup: not a key of tune.grid",
+        ),
+        (
+            "{grid: {lr: [1e-3, 1e-2]}, seeds: [100], extend: {lr: [2e-3, 1]}}",
+            "tune.extend.lr: expected [lowest, highest] around the grid's values",
+        ),
+        (
+            "{grid: {lr: [1e-3]}, seeds: [100], extend: {lr: [1e-4, 1]}}",
+            "tune.extend.lr: a grid is extended along a key of 2 or more",
+        ),
+    ]:
+        with pytest.raises(SpaceError, match=re.escape(message)):
+            load_space(space_file(tmp_path, tune))
+
+
 def test_a_trials_time_inside_counts_its_tuning_runs(tmp_path, monkeypatch):
     """The driver's span of a tuned trial less its time inside is orchestration: the tuning runs
     are inside (left out, a 4-point grid read as 20 minutes of orchestration a trial)."""

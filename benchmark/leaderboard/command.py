@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None, prog: str = "shapebench board") -> int:
             skipped_notes(studies, skipped, declared),
         )
         checked = (
-            (claims, evaluate_claims(claims, board.trials, args.adjust, declared))
+            (claims, evaluate_claims(claims, board.trials, args.adjust, declared, board.tuning))
             if claims
             else None
         )

@@ -14,7 +14,10 @@ from benchmark.recipe.amounts import parse_amount, parse_tokens
 
 SCHEDULES = ("cosine", "wsd")
 PRECISIONS = ("auto", "bf16", "fp32")
-TOKENS_PER = COUNTS
+# Which parameter count `Nx` multiplies: a count rule of the model's own, or `budget`: the declared
+# budget, the same for every candidate of a size class (Hyperloop §4.1 trains every model of a
+# size class on the same tokens, 50x the non-looped baseline's parameters).
+TOKENS_PER = (*COUNTS, "budget")
 
 
 class TrainConfigError(ValueError):
@@ -100,6 +103,11 @@ class TrainConfig:
         return cls(**raw)
 
     def total_tokens(self, params: Mapping[str, int]) -> int:
+        """`params`: the counts by rule, and `budget` where tokens_per is `budget`."""
+        if self.tokens_per not in params:
+            raise TrainConfigError(
+                "tokens_per", f"{self.tokens_per}: no such count given ({', '.join(params)})"
+            )
         return parse_tokens(self.tokens).resolve(params[self.tokens_per])
 
     @property

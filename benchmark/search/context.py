@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from benchmark.recipe import QuantizeConfig, TrainConfig
+from benchmark.recipe import QuantizeConfig, TrainConfig, parse_tokens
 from benchmark.store import is_uri
 from benchmark.store.location import join
 
@@ -55,18 +55,19 @@ class TrialContext:
     def seed_list(self) -> list[int]:
         return [self.seed + k for k in range(self.seeds)]
 
-    def train_config(self, seed: int, setting: Mapping[str, Any] | None = None):
-        """`setting`: training settings a `tune:` grid sets over the space's (a point of the grid)."""
+    def train_config(
+        self, seed: int, setting: Mapping[str, Any] | None = None, budget: int | None = None
+    ):
+        """`setting`: training settings a `tune:` grid sets over the space's (a point of the grid);
+        `budget`: the candidate's, which `tokens_per: budget` multiplies (resolved here to the
+        tokens every candidate of that budget trains, so the row records the amount)."""
         # as SearchSpace.trial_training: `tokens_per` defaults to the budget's count, the space may set it
-        return TrainConfig.from_dict(
-            {
-                "tokens_per": self.count,
-                **self.training,
-                **(setting or {}),
-                "seed": seed,
-                **self.policy,
-            }
-        )
+        raw = {"tokens_per": self.count, **self.training, **(setting or {})}
+        if raw["tokens_per"] == "budget":
+            if budget is None:
+                raise ValueError("tokens_per: budget needs the candidate's budget")
+            raw.update(tokens=parse_tokens(raw["tokens"]).resolve(budget), tokens_per=self.count)
+        return TrainConfig.from_dict({**raw, "seed": seed, **self.policy})
 
     def quantize_config(self):
         return QuantizeConfig.from_dict(self.quantize)

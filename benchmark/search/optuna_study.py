@@ -259,6 +259,7 @@ class Sample:
                 count_params(config["spec"]),
                 about=f"trial {trial.number} ({config['family']}, "
                 f"budget {fmt_count(config['budget'])})",
+                budget=config["budget"],
             )
             self.space.check_objectives(
                 ArchSpec.from_dict(config["spec"]), about=f"trial {trial.number}"

@@ -130,7 +130,7 @@ def attempts(
     from benchmark.trial.run import run_trial
     from benchmark.trial.runstate import DEFAULT_EVERY, RunState, parse_every
 
-    cfg = ctx.train_config(seed, setting)
+    cfg = ctx.train_config(seed, setting, config.get("budget"))
     # one process's run saves and continues its state; a Train job's ranks do not yet
     every = parse_every(ctx.checkpoint_every or DEFAULT_EVERY)
     state = RunState(ctx.state_dir(), config["spec"], cfg, every) if ctx.workers is None else None
@@ -171,7 +171,7 @@ def attempts(
 
 
 def _steps(config, cfg) -> int:
-    return cfg.steps(count_params(ArchSpec.from_dict(config["spec"])))
+    return cfg.steps(count_params(ArchSpec.from_dict(config["spec"])))  # cfg's tokens resolved
 
 
 LOGGED_POINTS = 50  # curve points per run reported to Tune's loggers (the store keeps every point)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from typing import Any, Callable, Mapping
 
 from benchmark.search import rows
@@ -60,35 +59,79 @@ def done(ctx: TrialContext, number: int, continues=()) -> dict[tuple[str, int], 
     }
 
 
+def grid(
+    ctx: TrialContext, have: Mapping[tuple[str, int], Mapping[str, Any]]
+) -> tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any], int]]]:
+    """The grid as far as the tuning rows `have` ((tuned, seed) -> row) have taken it: (its points,
+    each at its index in the trial ids, g0.., the declared ones first and each extension's after;
+    the runs of it not yet trained, as (index, setting, seed)). A choice on an edge that `extend`
+    names adds the next value past it (space/tuning.Tune.beyond) once every run of the grid so far
+    has its row: the extension is read from the rows, so a resumed trial extends as its first did."""
+    tune = ctx.tune
+    axes = [(k, list(v)) for k, v in tune.grid]
+    order: list[str] = []  # the points' JSON in index order
+    while True:
+        points = tune.points(axes)
+        order += [t for t in map(setting_text, points) if t not in order]
+        missing = [
+            (order.index(setting_text(p)), p, seed)
+            for p in points
+            for seed in tune.seeds
+            if (setting_text(p), seed) not in have
+        ]
+        if missing:
+            return points, missing
+        pick = choose(ctx, [have[(setting_text(p), s)] for p in points for s in tune.seeds])
+        grown = next(
+            (
+                (key, nxt)
+                for key, _ in tune.extend
+                if pick is not None and (nxt := tune.beyond(axes, key, pick[key])) is not None
+            ),
+            None,
+        )
+        if grown is None:
+            return points, []
+        axes = [(k, v + [grown[1]] if k == grown[0] else v) for k, v in axes]
+
+
+def wanted(
+    ctx: TrialContext, number: int, have: Mapping[tuple[str, int], Mapping[str, Any]]
+) -> list[tuple[str, int, dict[str, Any]]]:
+    """The tuning runs candidate `number` still needs, given the rows it has ((tuned, seed) -> row:
+    `done`): (trial id, seed, setting) each, none once its choice is settled. A scheduler trains
+    them (side by side, if it can), then asks again: an extension of the grid is wanted only once
+    the runs before it are in."""
+    return [(trial_id(number, i, seed), seed, p) for i, p, seed in grid(ctx, have)[1]]
+
+
 def settle(
     config: Mapping[str, Any], ctx: TrialContext, number: int, train: Callable[..., dict]
 ) -> dict | None:
-    """Train the grid's runs this candidate lacks (`train(trial_id, seed, setting)` trains one and
-    returns its row), then the chosen point; None when no point trained to a finite metric on
-    every tuning seed."""
+    """Train the tuning runs this candidate lacks (`train(trial_id, seed, setting)` trains one and
+    returns its row) until none is wanted, then the chosen point; None when no point trained to a
+    finite metric on every tuning seed."""
     have = done(ctx, number, config.get(rows.CONTINUES) or ())
-    found: dict[tuple[str, int], dict] = {}
-    for i, point in enumerate(ctx.tune.points()):
-        for seed in ctx.tune.seeds:
-            key = (setting_text(point), seed)
-            found[key] = have[key] if key in have else train(trial_id(number, i, seed), seed, point)
-    return choose(ctx, list(found.values()))
+    while todo := wanted(ctx, number, have):
+        for tid, seed, point in todo:
+            have[(setting_text(point), seed)] = train(tid, seed, point)
+    points, _ = grid(ctx, have)
+    return choose(ctx, [have[(setting_text(p), s)] for p in points for s in ctx.tune.seeds])
 
 
-def choose(ctx: TrialContext, tuned_rows: list[Mapping[str, Any]]) -> dict | None:
-    """The point whose mean metric over the tuning seeds is best (ctx.tune's direction); a point
-    with a run that failed, diverged or has no finite value is not chosen: it is no recipe to trust."""
-    by_point: dict[str, list[float]] = {}
+def values_of(ctx: TrialContext, tuned_rows: list[Mapping[str, Any]]) -> dict[str, list[float]]:
+    """Each point's metric on its tuning seeds, in the seeds' order; NaN for a run that failed or
+    diverged (a point with one is no recipe to trust: Tune.decide)."""
+    by_point: dict[str, dict[int, float]] = {}
     for r in tuned_rows:
         ok = r.get("status") == "ok"
         value = metrics.row_value(r, ctx.tune.metric, ctx.count) if ok else math.nan
-        by_point.setdefault(r["tuned"], []).append(value)
-    means = {
-        p: statistics.fmean(v)
-        for p, v in by_point.items()
-        if len(v) == len(ctx.tune.seeds) and all(math.isfinite(x) for x in v)
-    }
-    if not means:
-        return None
-    pick = (min if ctx.tune.direction == "min" else max)(means, key=means.get)
-    return json.loads(pick)
+        by_point.setdefault(r["tuned"], {})[int(r["seed"])] = value
+    return {p: [v.get(s, math.nan) for s in ctx.tune.seeds] for p, v in by_point.items()}
+
+
+def choose(ctx: TrialContext, tuned_rows: list[Mapping[str, Any]]) -> dict | None:
+    """The point the space's rule chooses (space/tuning.Tune.decide: the best mean over the tuning
+    seeds, points within the margin of it tied and the tie broken by the declared rule)."""
+    pick, _, _ = ctx.tune.decide(values_of(ctx, tuned_rows))
+    return None if pick is None else json.loads(pick)

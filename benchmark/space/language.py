@@ -196,23 +196,25 @@ class SearchSpace:
         """A training setting as the harness will see it (TrainConfig's default when the file gives none)."""
         return self.trial_training.get(key, TRAINING_DEFAULTS[key])
 
-    def tokens_for(self, params: Mapping[str, int]) -> int:
-        """Training tokens for a candidate with these parameter counts (TrainConfig.total_tokens)."""
-        return parse_tokens(self.training_value("tokens")).resolve(
-            params[self.training_value("tokens_per")]
-        )
+    def tokens_for(self, params: Mapping[str, int], budget: int | None = None) -> int:
+        """Training tokens for a candidate with these parameter counts and budget
+        (TrainConfig.total_tokens; `tokens_per: budget` multiplies the budget)."""
+        return TrainConfig.from_dict(self.trial_training).total_tokens(_counts(params, budget))
 
     @property
     def overrides(self) -> tuple[str, ...]:
         """What the command line set over the file, as given: `--set training.seq_len=128`, `--budget 600K`."""
         return tuple(o.given for o in self.source.overrides)
 
-    def schedule(self, params: Mapping[str, int], about: str = "") -> tuple[int, int]:
+    def schedule(
+        self, params: Mapping[str, int], about: str = "", budget: int | None = None
+    ) -> tuple[int, int]:
         """(steps, warmup steps) of a candidate with these parameter counts, as its trial trains
         (TrainConfig.steps and lr_at). SpaceError when the schedule cannot fit: fewer tokens than
         one step, a warmup that does not end before the run does, or (wsd) a warmup that runs into
         the decay. `about` names the candidate, whose size sets the steps of per-parameter tokens."""
         cfg = TrainConfig.from_dict(self.trial_training)
+        params = _counts(params, budget)
         tokens, steps, per_step = cfg.total_tokens(params), cfg.steps(params), cfg.tokens_per_step
         warm = cfg.warmup_steps(steps)
         amount = parse_tokens(cfg.tokens)
@@ -533,3 +535,8 @@ class _Reader:
                 ("quantize", e.key), e.reason, value=e.key in QUANTIZE_DEFAULTS
             ) from None
         return dict(raw)
+
+
+def _counts(params: Mapping[str, int], budget: int | None) -> Mapping[str, int]:
+    """A candidate's counts, with its budget where there is one (`tokens_per: budget`)."""
+    return params if budget is None else {**params, "budget": budget}

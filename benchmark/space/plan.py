@@ -93,7 +93,7 @@ def make_plan(space: SearchSpace, seed: int = 0) -> Plan:
         candidates
     ):  # a schedule that cannot fit is an error now, not a mis-trained trial
         about = f"candidate {i} ({c.spec.family}, budget {fmt_count(c.solution.budget)})"
-        space.schedule(c.solution.params, about=about)
+        space.schedule(c.solution.params, about=about, budget=c.solution.budget)
         space.check_objectives(c.spec, about=f"candidate {i}")
     return Plan(
         space=space,
@@ -124,10 +124,10 @@ def records(
     out = []
     for i, c in enumerate(plan.candidates):
         flops = count_flops(c.spec, space.training_value("seq_len"))
-        tokens = space.tokens_for(c.solution.params)
+        tokens = space.tokens_for(c.solution.params, c.solution.budget)
         config = c.config()
         known = speed_of(c.spec.family)
-        steps, warmup = space.schedule(c.solution.params)
+        steps, warmup = space.schedule(c.solution.params, budget=c.solution.budget)
         out.append(
             {
                 "candidate": i,

@@ -12,12 +12,22 @@ width, and so its ratio to d_model; or, under `solve: none`, nothing: every arm 
 shape and its own parameter count). Anything else that differs is a confound: a head width, an FFN
 ratio, a loop embedding the claim does not test.
 
+The arms must also have trained alike: each candidate's runs carry their recipe (`recipe.*`: the
+batch, sequence length, accumulation, schedule, warmup, decay, optimiser and evaluation settings of
+its rows' `training`, the precision they ran at, and the hardware and thread count of its final and
+of its tuning runs, as shares); any of these that differs between groups is a confound, the setting
+the study tuned aside. Tokens follow the claim's declared rule (`tokens:` in the claims file): the
+same for every arm (`same`, the default: the Hyperloop paper trains a size class on one token
+count, §4.1), the tokens of a named group, or each arm at the same multiple of its own count
+(`own`: AbbIE's 20 tokens per parameter, §3.2); arms that break it are confounded on `tokens`.
+
 Both the plan (arms_of_candidates) and the report (arms_of_groups) go through `compare`.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -35,6 +45,24 @@ _STRUCTURE = ("layers.begin", "layers.middle", "layers.end", "loops", "depth")
 _WIDTHS = ("ffn.d_ff", "ffn.d_h", "ffn.width_ratio")
 _HEADS = ("n_heads", "n_kv_heads")
 HYPER_KEYS = tuple(f"hyper.{f.name}" for f in fields(HyperSpec))
+# A run's recipe as the arms check compares it: its `training` keys (the tuned ones aside) and, from
+# its row, the precision it ran at and its hardware; tokens are checked by the claim's rule instead.
+RECIPE = (
+    "batch_size",
+    "seq_len",
+    "grad_accum",
+    "schedule",
+    "warmup",
+    "decay",
+    "min_lr",
+    "lr",
+    "weight_decay",
+    "beta1",
+    "beta2",
+    "grad_clip",
+    "eval_tokens",
+)
+TOKENS = "tokens"  # a candidate's tokens trained (facts), checked by the claim's token rule
 # Results columns a claim may filter on, as the spec keys they stand for.
 _COLUMNS = {
     "streams": ("hyper.streams",),
@@ -124,7 +152,7 @@ def differing(groups: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[str, .
     keys = dict.fromkeys(k for cands in groups.values() for f in cands for k in f if k != "params")
     # a section one arm lacks differs whole (`hyper`), not key by key
     lacking = any(f.get("hyper") == "none" for cands in groups.values() for f in cands)
-    keys = {k: None for k in keys if not (lacking and k.startswith("hyper."))}
+    keys = {k: None for k in keys if not (lacking and k.startswith("hyper.")) and k != TOKENS}
     out = []
     for k in keys:
         seen = {frozenset(_text(f.get(k)) for f in cands) for cands in groups.values() if cands}
@@ -206,13 +234,33 @@ def solved(declared: Mapping[str, Any]) -> set[str]:
     return {"d_model", "ffn.d_ff", "ffn.d_h", "ffn.width", *(_HEADS if heads else ())}
 
 
+def tokens_broken(
+    groups: Mapping[str, Sequence[Mapping[str, Any]]], rule: str, tolerance: float
+) -> bool:
+    """Whether the groups' tokens break the claim's rule: `same` (or a group's name: every arm at
+    its tokens) within twice the budget's tolerance (two arms each within it of the budget);
+    `own`, the same tokens per counted parameter to within 0.1%."""
+    cands = [f for fs in groups.values() for f in fs if f.get(TOKENS)]
+    if len(cands) < 2:
+        return False
+    if rule == "own":
+        per = [f[TOKENS] / f["params"] for f in cands if f.get("params")]
+        return bool(per) and max(per) / min(per) - 1 > 1e-3
+    ref = [f[TOKENS] for f in groups.get(rule, ())] if rule in groups else None
+    values = [f[TOKENS] for f in cands]
+    lo, hi = (min(ref), max(ref)) if ref else (min(values), max(values))
+    return max(hi, *values) / min(lo, *values) - 1 > 2 * tolerance
+
+
 def compare(
     groups: Mapping[str, list[dict[str, Any]]],
     filters: Mapping[str, Mapping[str, Sequence[Any]]],
     declared: Mapping[str, Any],
+    tokens: str = "same",
 ) -> Arms:
     """The arms of one claim: `groups` name -> its candidates' facts; `filters` name -> the group's
-    column filters (with the claim's `where`); `declared` the study's declaration (_study.json)."""
+    column filters (with the claim's `where`); `declared` the study's declaration (_study.json);
+    `tokens` the claim's token rule (TOKEN_RULES or a group's name)."""
     # A filter every group shares (the claim's `where: {budget: 1M}`) tests nothing.
     columns = dict.fromkeys(c for f in filters.values() for c in f)
     values = {
@@ -221,7 +269,10 @@ def compare(
         if len({tuple(sorted(map(str, f.get(c, ())))) for f in filters.values()}) > 1
     }
     differ = differing(groups)
-    accounted = tested(values, declared, values) | solved(declared)
+    if tokens_broken(groups, tokens, float(declared.get("tolerance") or 0.005)):
+        differ = (*differ, TOKENS)
+    tuned = {f"recipe.{k}" for k in ((declared.get("tune") or {}).get("grid") or {})}
+    accounted = tested(values, declared, values) | solved(declared) | tuned
     not_set = _not_as_set(groups, filters, declared)
     return Arms(
         groups=dict(groups),
@@ -252,8 +303,11 @@ def _not_as_set(groups, filters, declared) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def candidates_of(rows: pd.DataFrame, count: str | None) -> list[dict[str, Any]]:
-    """A group's distinct candidates (by spec) as facts(), each with its parameters under `count`."""
+def candidates_of(
+    rows: pd.DataFrame, count: str | None, tuning: pd.DataFrame | None = None
+) -> list[dict[str, Any]]:
+    """A group's distinct candidates (by spec) as facts(), each with its parameters under `count`,
+    its tokens and its runs' recipe (recipe_of; `tuning`: the study's tuning runs, by spec)."""
     out = []
     if "spec" not in rows:
         return out
@@ -262,7 +316,37 @@ def candidates_of(rows: pd.DataFrame, count: str | None) -> list[dict[str, Any]]
         column = f"params_{count}" if count else "params_total"
         if column in part:
             f["params"] = int(part[column].iloc[0])
-        out.append(f)
+        tuned = tuning[tuning["spec"] == spec] if tuning is not None and "spec" in tuning else None
+        out.append({**f, **recipe_of(part, tuned)})
+    return out
+
+
+def _shares(values: pd.Series) -> str:
+    """'AMD EPYC (2 cpus, 1 torch threads) 3/4; Intel Xeon ... 1/4': each value's share of the runs."""
+    seen = Counter(str(v).replace("(R)", "").replace("(TM)", "") for v in values.dropna())
+    n = sum(seen.values())
+    return "; ".join(f"{k} {c}/{n}" for k, c in sorted(seen.items()))
+
+
+def recipe_of(rows: pd.DataFrame, tuning: pd.DataFrame | None = None) -> dict[str, Any]:
+    """How a candidate's runs trained: `recipe.<key>` for each RECIPE key of their `training` (the
+    distinct values, ", " between several), the precision they ran at, the hardware of its final
+    runs and of its tuning runs (each value's share), and TOKENS, its final runs' tokens trained."""
+    out: dict[str, Any] = {}
+    if "training" in rows:
+        settings = [json.loads(t) for t in rows["training"].dropna()]
+        for key in RECIPE:
+            seen = dict.fromkeys(_text(t.get(key)) for t in settings if key in t)
+            if seen:
+                out[f"recipe.{key}"] = ", ".join(seen)
+    if "precision" in rows and rows["precision"].notna().any():
+        out["recipe.precision"] = ", ".join(sorted(set(map(str, rows["precision"].dropna()))))
+    if "hardware" in rows and rows["hardware"].notna().any():
+        out["recipe.hardware"] = _shares(rows["hardware"])
+    if tuning is not None and "hardware" in tuning and tuning["hardware"].notna().any():
+        out["recipe.tuning_hardware"] = _shares(tuning["hardware"])
+    if "tokens_trained" in rows and rows["tokens_trained"].notna().any():
+        out[TOKENS] = int(rows["tokens_trained"].dropna().max())
     return out
 
 
@@ -272,6 +356,8 @@ def candidates_of(rows: pd.DataFrame, count: str | None) -> list[dict[str, Any]]
 def declaration(space) -> dict[str, Any]:
     """What a study of `space` (a SearchSpace) declares about its shape, as _study.json holds it."""
     return {
+        "tolerance": space.tolerance,
+        "tune": space.tune.declared() if space.tune is not None else None,
         "solve": space.solve,
         "anchor": space.anchor,
         "axes": {a.key: None for a in space.axes},
@@ -286,10 +372,13 @@ def plan_rows(plan) -> pd.DataFrame:
     for c in plan.candidates:
         config = c.config()
         spec = config.pop("spec")
+        params = c.solution.params
         rows.append(
             {
                 "study": plan.space.name,
                 "status": "ok",
+                "tokens_trained": plan.space.tokens_for(params, budget=c.solution.budget),
+                "training": json.dumps(plan.space.trial_training, default=str),
                 **describe(spec),
                 **config,
                 "budget_count": plan.space.count,

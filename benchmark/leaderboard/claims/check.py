@@ -59,42 +59,56 @@ class Pair:
     )  # the difference's p-value, adjusted over every pair evaluated together
     adjustment: str = stats.DEFAULT_ADJUSTMENT  # how (stats.ADJUSTMENTS)
     seeds: int = 0  # the fewer seeds of the two groups
+    # The two-sided rate each pair is tested at once adjusted: 0.05 / m for Holm and BH over a
+    # family of m pairs (the rate their smallest p must meet), 0.05 unadjusted. Power and the
+    # detectable difference are stated at it: a verdict decided at the adjusted p needs it.
+    alpha: float = stats.ALPHA
+    family: int = 1  # the pairs adjusted together (the claims file's `adjust_within`)
+
+    @property
+    def detectable(self) -> float:
+        """The smallest true difference these seeds decide with 80% power at the pair's rate."""
+        d = self.difference
+        return math.nan if d is None else float(stats.detectable(d.se, d.df, 1 - self.alpha))
 
     @property
     def below_detectable(self) -> bool:
         """The paper's difference is smaller than what these seeds detect with 80% power."""
-        d = self.difference
         return (
             self.published is not None
-            and d is not None
-            and math.isfinite(d.detectable)
-            and abs(self.published) < d.detectable
+            and math.isfinite(self.detectable)
+            and abs(self.published) < self.detectable
         )
 
     @property
     def power(self) -> float:
-        """The chance these seeds decide the paper's difference, were it the true one (NaN without one)."""
+        """The chance these seeds decide the paper's difference at the pair's rate, were it the
+        true one (NaN without one)."""
         d = self.difference
         if self.published is None or d is None:
             return math.nan
-        return float(stats.power(self.published, d.se, d.df))
+        return float(stats.power(self.published, d.se, d.df, 1 - self.alpha))
 
     @property
     def underpowered(self) -> bool:
-        """Less likely than not to decide the paper's difference (power below UNDERPOWERED)."""
-        return self.power < UNDERPOWERED
+        """Less likely than not to decide the paper's difference (power below UNDERPOWERED): said of
+        a pair left undecided, where it explains the silence; beside a decided verdict it is no
+        reason to doubt the direction (the size then says how the estimate compares)."""
+        return self.verdict == UNDECIDED and self.power < UNDERPOWERED
 
     @property
     def size(self) -> str:
-        """Where the paper's difference lies against the interval: 'consistent' (inside it),
-        'larger' (the whole interval beyond it on the expected side), 'opposite' (the whole interval
-        on the other side of 0: the sign reversed, which 'smaller' would understate), 'smaller'
-        (short of it otherwise); '' without a published value or an interval."""
+        """Where the paper's difference lies against the interval: 'consistent' (inside it, and 0
+        outside: the interval tells the paper's effect from none), 'uninformative' (both the
+        paper's difference and 0 inside: consistent with either), 'larger' (the whole interval
+        beyond it on the expected side), 'opposite' (the whole interval on the other side of 0: the
+        sign reversed, which 'smaller' would understate), 'smaller' (short of it otherwise); ''
+        without a published value or an interval."""
         d = self.difference
         if self.published is None or d is None or not math.isfinite(d.lo):
             return ""
         if d.lo <= self.published <= d.hi:
-            return "consistent"
+            return "uninformative" if d.lo <= 0 <= d.hi else "consistent"
         lower = self.expected == "< 0"
         if (d.hi < self.published) if lower else (d.lo > self.published):
             return "larger"
@@ -118,38 +132,54 @@ def evaluate(
     trials: pd.DataFrame,
     adjust: str = stats.DEFAULT_ADJUSTMENT,
     declared: Mapping[str, dict] | None = None,
+    tuning: pd.DataFrame | None = None,
 ) -> list[Result]:
     """Every claim checked against `trials` (a board's trials: every row read, any status), in its
     study, or in each study when it names none; verdicts at the p-values adjusted by `adjust`
     (stats.ADJUSTMENTS). `declared`: each study's declaration (_study.json), which says what its
-    space solved and what its variants set, for the arms' check."""
+    space solved and what its variants set, for the arms' check; `tuning`: the tuning runs
+    (leaderboard/tuning.split), whose hardware the arms' check compares too."""
     studies = list(pd.unique(trials["study"]))
     results = [
-        _evaluate(claims.origin, c, study, trials, (declared or {}).get(study) or {})
+        _evaluate(claims.origin, c, study, trials, (declared or {}).get(study) or {}, tuning)
         for c in claims.claims
         for study in ([c.study] if c.study else studies)
     ]
-    return _adjusted(results, adjust)
+    return _adjusted(results, adjust, claims.adjust_within)
 
 
-def _adjusted(results: list[Result], method: str) -> list[Result]:
-    """Each pair's p-value adjusted over every pair of the file, and its direction decided by the
-    adjusted p: many claims checked at 5% each find some "reproduced" or "contradicted" by chance,
-    and a verdict states the error rate it was decided at (Holm: the family-wise rate)."""
-    pairs = [p for r in results for p in r.pairs]
+def family_of(r: Result, within: str):
+    """The family a result's pairs are adjusted in: the whole report, its study or its claim."""
+    return {"report": None, "study": r.study, "claim": (r.claim.index, r.study)}[within]
+
+
+def _adjusted(results: list[Result], method: str, within: str = "report") -> list[Result]:
+    """Each pair's p-value adjusted over its family (`within`: every pair of the report, of its
+    study or of its claim), and its direction decided by the adjusted p: many claims checked at 5%
+    each find some "reproduced" or "contradicted" by chance, and a verdict states the error rate
+    it was decided at (Holm: the family-wise rate)."""
+
     # a pair without data, or with one seed a side (no standard error), has no p and is no test
-    adjusted = iter(
-        stats.adjust(
-            [p.difference.p if p.difference is not None else math.nan for p in pairs], method
-        )
-    )
+    def p_of(p: Pair) -> float:
+        return p.difference.p if p.difference is not None else math.nan
+
+    families: dict[Any, list[tuple[int, int]]] = {}
+    for i, r in enumerate(results):
+        families.setdefault(family_of(r, within), []).extend((i, j) for j in range(len(r.pairs)))
+    decided: dict[tuple[int, int], Pair] = {}
+    for members in families.values():
+        ps = [p_of(results[i].pairs[j]) for i, j in members]
+        m = sum(math.isfinite(x) for x in ps)
+        alpha = stats.ALPHA if method == "none" else stats.ALPHA / max(m, 1)
+        for (i, j), adjusted in zip(members, stats.adjust(ps, method)):
+            p = results[i].pairs[j]
+            decided[(i, j)] = _decide(
+                replace(p, p_adjusted=float(adjusted), adjustment=method, alpha=alpha, family=m)
+            )
     out = []
-    for r in results:
-        decided = tuple(
-            _decide(replace(p, p_adjusted=float(next(adjusted)), adjustment=method))
-            for p in r.pairs
-        )
-        out.append(replace(r, pairs=decided, verdict=_overall([p.verdict for p in decided])))
+    for i, r in enumerate(results):
+        pairs = tuple(decided[(i, j)] for j in range(len(r.pairs)))
+        out.append(replace(r, pairs=pairs, verdict=_overall([p.verdict for p in pairs])))
     return out
 
 
@@ -172,7 +202,12 @@ def _absent(study: str, found: str, declared: Mapping[str, Any]) -> str:
 
 
 def _evaluate(
-    src: Source, claim: Claim, study: str, trials: pd.DataFrame, declared: Mapping[str, Any]
+    src: Source,
+    claim: Claim,
+    study: str,
+    trials: pd.DataFrame,
+    declared: Mapping[str, Any],
+    tuning: pd.DataFrame | None = None,
 ) -> Result:
     rows = trials[trials["study"] == study]
     published = claim.published or (None,) * (len(claim.order) - 1)
@@ -238,13 +273,19 @@ def _evaluate(
         }
     )
     arms = None
+    tuned_runs = (
+        tuning[tuning["study"] == study] if tuning is not None and "study" in tuning else None
+    )
     if "spec" in rows and all(len(m) for m in matched.values()):
         cands = {
-            name: candidates_of(m, counts[0] if len(counts) == 1 else None)
+            name: candidates_of(m, counts[0] if len(counts) == 1 else None, tuned_runs)
             for name, m in matched.items()
         }
         arms = compare(
-            cands, {n: {**claim.where, **claim.groups[n]} for n in claim.order}, declared
+            cands,
+            {n: {**claim.where, **claim.groups[n]} for n in claim.order},
+            declared,
+            claim.tokens,
         )
     return Result(
         claim=claim,

@@ -120,7 +120,7 @@ def read(path: str | Path) -> Report:
         raise ReportError(f"{path}: unknown verdict {odd!r}")
     return Report(
         path=str(path),
-        claims_file=re.search(r"^## Verdicts \((.+)\)$", text, re.M).group(1),
+        claims_file=re.search(r"^## Verdicts \(([^;]+)(?:; .*)?\)$", text, re.M).group(1),
         adjustment=_P_HEAD.fullmatch(p_head).group(1) or "unadjusted",
         rows=rows,
     )

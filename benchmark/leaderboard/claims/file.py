@@ -16,8 +16,26 @@ from benchmark.space.source import Source
 from benchmark.space.yamlsafe import YamlError, load_yaml
 from benchmark.store.metrics import MetricError
 
-TOP_KEYS = ("description", "claims", "instability")  # instability: stability.py
-CLAIM_KEYS = ("claim", "source", "study", "metric", "order", "groups", "where", "published", "note")
+TOP_KEYS = ("description", "adjust_within", "claims", "instability")  # instability: stability.py
+# The family a verdict's p-value is adjusted in: every pair of the report, of its study, or of its
+# claim. A choice the file makes before the rows are read, and the report prints: a wider family
+# asks more of each pair (Holm over 19 pairs tests the first at 0.05 / 19).
+ADJUST_WITHIN = ("report", "study", "claim")
+CLAIM_KEYS = (
+    "claim",
+    "source",
+    "study",
+    "metric",
+    "order",
+    "groups",
+    "where",
+    "published",
+    "tokens",
+    "note",
+)
+# A claim's token rule, as its paper trains its arms (the arms check: claims/arms.py): `same` (every
+# arm the same tokens), `own` (each arm the same multiple of its own count), or a group's name.
+TOKEN_RULES = ("same", "own")
 SOURCE_KEYS = ("paper", "where")
 GROUP_METRIC = "metric"  # in a group's mapping: its metric, not a column filter
 
@@ -42,6 +60,7 @@ class Claim:
     note: str = ""
     group_metrics: Mapping[str, Objective] = field(default_factory=dict)  # a group's own metric
     published: tuple[float, ...] | None = None  # the paper's better - worse, per adjacent pair
+    tokens: str = TOKEN_RULES[0]  # TOKEN_RULES, or a group: every arm at that group's tokens
 
     @property
     def expected(self) -> str:
@@ -66,6 +85,7 @@ class ClaimsFile:
     description: str
     claims: tuple[Claim, ...]
     origin: Source  # positions of every key, for errors found against the rows
+    adjust_within: str = ADJUST_WITHIN[0]
 
 
 def load(path: str | os.PathLike) -> ClaimsFile:
@@ -85,8 +105,17 @@ def load(path: str | os.PathLike) -> ClaimsFile:
     if not isinstance(listed, list) or not listed:
         raise error(src, ("claims",), "expected a non-empty list of claims")
     claims = tuple(_claim(src, i, raw) for i, raw in enumerate(listed))
+    within = top.get("adjust_within", ADJUST_WITHIN[0])
+    if within not in ADJUST_WITHIN:
+        raise error(
+            src, ("adjust_within",), f"expected one of {', '.join(ADJUST_WITHIN)}, got {within!r}"
+        )
     return ClaimsFile(
-        path=path, description=str(top.get("description") or ""), claims=claims, origin=src
+        path=path,
+        description=str(top.get("description") or ""),
+        claims=claims,
+        origin=src,
+        adjust_within=within,
     )
 
 
@@ -167,6 +196,18 @@ def _claim(src: Source, i: int, raw: Any) -> Claim:
         published=_published(src, (*at, "published"), raw["published"], order, metric)
         if "published" in raw
         else None,
+        tokens=_tokens(src, (*at, "tokens"), raw.get("tokens", TOKEN_RULES[0]), order),
+    )
+
+
+def _tokens(src: Source, at: tuple, raw: Any, order: list) -> str:
+    if raw in TOKEN_RULES or raw in order:
+        return str(raw)
+    raise error(
+        src,
+        at,
+        f"expected same (every arm the same tokens), own (each arm the same tokens per counted "
+        f"parameter) or a group of the claim ({', '.join(map(str, order))}), got {raw!r}",
     )
 
 

@@ -25,6 +25,7 @@ COLUMNS = (
     ("hyper", "hyper-connections"),
     ("tie_embeddings", "tied emb."),
     ("params", "params"),
+    ("tokens", "tokens"),
 )
 
 
@@ -47,7 +48,7 @@ def claim_arms(claims: ClaimsFile, plans: dict) -> list[tuple]:
                 c,
                 c.study,
                 plan.space.count,
-                arms_.compare(groups, filters, arms_.declaration(plan.space)),
+                arms_.compare(groups, filters, arms_.declaration(plan.space), c.tokens),
             )
         )
     return out
@@ -63,7 +64,9 @@ def markdown(found: list[tuple]) -> str:
         )
         lines = [
             f"### {claim.claim}",
-            f"`{study}` — **{arms.label}**; differ in: " + (", ".join(arms.differ) or "nothing"),
+            f"`{study}` — **{arms.label}**; differ in: "
+            + (", ".join(arms.differ) or "nothing")
+            + f"; token rule: {claim.tokens}",
             "",
             head,
             "|" + "---|" * len(COLUMNS),
@@ -76,6 +79,7 @@ def markdown(found: list[tuple]) -> str:
                     "ffn": f"{f.get('ffn.kind', '?')} {f.get('ffn.K', 1)}×{f.get('ffn.width', '?')} "
                     f"({f.get('ffn.width_ratio', '?')})",
                     "params": f"{f.get('params', 0):,}",
+                    "tokens": f"{f['tokens']:,}" if f.get("tokens") else "—",
                 }
                 lines.append("| " + " | ".join(str(cells.get(k, "—")) for k, _ in COLUMNS) + " |")
         parts.append("\n".join(lines))

@@ -48,10 +48,11 @@ def _size(r: Result, p: Pair | None) -> str:
         "smaller": "smaller than published",
         "opposite": "opposite in sign to published",
         "consistent": "consistent with published",
+        "uninformative": f"uninformative at {p.seeds} seeds (the interval holds the paper's difference and 0)",
     }.get(p.size, MISSING)
-    if p.underpowered and math.isfinite(p.difference.detectable):
+    if p.underpowered and math.isfinite(p.detectable):
         text += (
-            f"; underpowered at {p.seeds} seeds (detects {_num(p.difference.detectable, digits)}; the paper's "
+            f"; underpowered at {p.seeds} seeds (detects {_num(p.detectable, digits)}; the paper's "
             f"effect is {_num(abs(p.published), digits)}, power {p.power:.0%})"
         )
     return text
@@ -78,7 +79,7 @@ def _pair_cells(r: Result, p: Pair | None) -> dict[str, str]:
     return {
         "diff": f"{_num(d.estimate, digits)}{interval} ({d.method})" if d else MISSING,
         "published": _published_cell(p),
-        "detectable": _num(d.detectable, digits) if d else MISSING,
+        "detectable": _num(p.detectable, digits) if d else MISSING,
         "p_adjusted": _p_cell(p.p_adjusted) if p is not None else MISSING,
         "verdict": _verdict(r, p),
         "size": _size(r, p),
@@ -140,23 +141,43 @@ def _method(results: list[Result]) -> str:
     return next((p.adjustment for r in results for p in r.pairs), stats.DEFAULT_ADJUSTMENT)
 
 
-def rule(results: list[Result]) -> str:
+def family(claims: ClaimsFile, results: list[Result]) -> str:
+    """The adjustment and its family, as the Verdicts and Claims headings print it: 'Holm over the
+    all 19 pairs of the report', 'Holm within each study: 2 to 6 pairs'."""
+    name = _RULES[_method(results)][0]
+    sizes = sorted({p.family for r in results for p in r.pairs if p.family})
+    n = (f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]}") if sizes else "0"
+    if name == "unadjusted":
+        return "unadjusted"
+    if claims.adjust_within == "report":
+        return f"{name} over all {n} pairs of the report"
+    return f"{name} within each {claims.adjust_within}: {n} pairs"
+
+
+def rule(results: list[Result], within: str = "report") -> str:
     """The verdict rule, printed under every table of claims."""
     method = _method(results)
+    where = "this table" if within == "report" else f"its {within} in this table"
+    rate = (
+        "5% two-sided"
+        if method == "none"
+        else "two-sided at the pair's adjusted rate, 0.05 / m for a family of m pairs"
+    )
     return (
         "verdict: the direction, decided by the pair's two-sided p-value "
         + _RULES[method][1]
-        + " over every "
-        "pair of this table with 2 seeds or more a side: reproduced / contradicted where that p is below 0.05 "
+        + f" over every pair of {where} with 2 seeds or more a side: reproduced / contradicted where that p is below 0.05 "
         "and the difference is on the expected / the other side, else not decided (the 95% interval beside it "
         "is not adjusted); difference: better − worse, paired by seed where both groups hold the same seeds, "
         "else Welch; published: the paper's own better − worse at its scale; size: consistent with published "
         "where the paper's difference lies inside the 95% interval, larger / smaller where the interval lies "
-        "beyond it / short of it, opposite in sign where it lies wholly on the other side of 0; "
-        "underpowered: these seeds are less likely than not (power below 50%) to "
-        "decide the paper's difference; detectable: the smallest true difference these seeds detect with 80% "
-        "power (5% two-sided); arms: controlled where the groups' models differ only in what the claim tests "
-        "and the dimension its space solves for the budget, else confounded: the keys that also differ"
+        "beyond it / short of it, opposite in sign where it lies wholly on the other side of 0, uninformative "
+        "where the interval holds both the paper's difference and 0; underpowered (said of a pair not "
+        "decided): these seeds are less likely than not (power below 50%) to decide the paper's difference; "
+        f"detectable: the smallest true difference these seeds detect with 80% power ({rate}); arms: "
+        "controlled where the groups' models differ only in what the claim tests and the dimension its space "
+        "solves for the budget and their runs trained alike (tokens, steps, batch, schedule, evaluation, "
+        "precision, hardware and threads: the tuned setting aside), else confounded: what also differs"
     )
 
 
@@ -194,12 +215,12 @@ def table(claims: ClaimsFile, results: list[Result]) -> Table:
             for k, v in row.items():
                 cells[k].append(v)
     return Table(
-        title=f"Claims ({os.path.basename(claims.path)})",
+        title=f"Claims ({os.path.basename(claims.path)}; {family(claims, results)})",
         columns=[Column(header=h, cells=cells[k]) for k, h in heads.items()],
         caption="count: the parameter count the groups' budgets matched (the space's count:, to compare with "
         "the paper's); groups: mean ± s.e. over seeds (a group's candidates averaged per seed), and, in a tuned "
         "study, the setting its final seeds trained at (chosen on the study's grid: the Tuning table); "
-        + rule(results),
+        + rule(results, claims.adjust_within),
     )
 
 
@@ -216,9 +237,10 @@ def verdicts(claims: ClaimsFile, results: list[Result]) -> Table:
             for k, v in {"claim": r.claim.claim, "pair": pair, **_pair_cells(r, p)}.items():
                 cells[k].append(v)
     return Table(
-        title=f"Verdicts ({os.path.basename(claims.path)})",
+        title=f"Verdicts ({os.path.basename(claims.path)}; {family(claims, results)})",
         columns=[Column(header=h, cells=cells[k]) for k, h in heads.items()],
-        caption=rule(results) + "; the groups' means, sources and arms: the claims table",
+        caption=rule(results, claims.adjust_within)
+        + "; the groups' means, sources and arms: the claims table",
     )
 
 
@@ -240,13 +262,14 @@ def to_json(claims: ClaimsFile, results: list[Result]) -> dict:
             "p": _finite(d.p),
             "interval": [_finite(d.lo), _finite(d.hi)],
             "level": d.level,
-            "detectable": _finite(d.detectable),
+            "detectable": _finite(d.detectable),  # at 5% two-sided, unadjusted
             "power": d.power,
         }
 
     return {
         "file": claims.path,
         "description": claims.description,
+        "adjust_within": claims.adjust_within,
         "claims": [
             {
                 "claim": r.claim.claim,
@@ -283,6 +306,9 @@ def to_json(claims: ClaimsFile, results: list[Result]) -> dict:
                         "adjustment": p.adjustment,
                         "published": p.published,
                         "size": p.size or None,
+                        "alpha": p.alpha,
+                        "family": p.family,
+                        "detectable_at_alpha": _finite(p.detectable),
                         "power_at_published": _finite(p.power),
                         "underpowered": p.underpowered,
                         "seeds": p.seeds,
