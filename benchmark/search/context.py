@@ -40,6 +40,9 @@ class TrialContext:
         None  # runs save their state (trial/runstate.py); None: its default
     )
     keep_checkpoints: bool = False  # keep a finished run's saved state (--keep-checkpoints)
+    # each run a Ray task asking for these ({"cpu", "gpu"}: search/dispatch.py); None: the runs
+    # train inside their candidate's trial, one after another
+    run_resources: Mapping[str, float] | None = None
     policy: Mapping[str, Any] = field(
         default_factory=dict
     )  # precision / compile / device overrides

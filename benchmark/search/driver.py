@@ -103,6 +103,7 @@ class SearchOptions:
     checkpoints: bool = False  # keep each trial's weights under <study>/_checkpoints
     checkpoint_every: str | None = None  # runs save their state this often (trial/runstate.py)
     keep_checkpoints: bool = False  # keep a finished run's saved state under <study>/_runstate
+    runs_as_tasks: bool = True  # each run a Ray task where it can be (search/dispatch.py)
     sampler: str | None = None  # None: the study's recorded sampler, else "auto" (optuna_study.py)
     resume_command: str = ""  # how the user goes on after a stop, for the one line that says so
     rerun: tuple[
@@ -340,6 +341,7 @@ def _run(run: _Run, ctx: TrialContext, summary: SearchSummary) -> Halt | None:
             threads=res.threads,
             workers=res.worker_group(opts.parallel),
             progress=start_board(),
+            run_resources=res.bundle() if _per_run(ctx, opts, res) else None,
         )
         seed = opts.seed + len(
             study.trials
@@ -430,6 +432,17 @@ def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -
     )
 
 
+def _per_run(ctx: TrialContext, opts: SearchOptions, res) -> bool:
+    """Each run its own Ray task (search/dispatch.py), unless a run reports to Tune as it trains
+    (ASHA's rungs, curves for --tensorboard and --mlflow) or is a Train job of several workers."""
+    return (
+        opts.runs_as_tasks
+        and res.workers == 1
+        and not ctx.training["eval_every"]
+        and not ctx.report_curves
+    )
+
+
 def _asha(space, opts: SearchOptions, names: list[str]) -> bool:
     """Successive halving, unless the space says `pruner: none`, needs one objective that the trial
     reports while it trains."""
@@ -485,7 +498,11 @@ def _tune(run: _Run, ctx: TrialContext, sampler, res):
         beat=driving.registry.beat,
     )
     tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(trainable, ctx=ctx), res.bundle()),
+        # a trial whose runs are Ray tasks holds nothing itself: its tasks hold a run's resources
+        tune.with_resources(
+            tune.with_parameters(trainable, ctx=ctx),
+            res.bundle() if ctx.run_resources is None else IDLE,
+        ),
         tune_config=tune.TuneConfig(
             search_alg=ConcurrencyLimiter(searcher, max_concurrent=res.concurrency),
             scheduler=scheduler,
@@ -509,6 +526,11 @@ def _tune(run: _Run, ctx: TrialContext, sampler, res):
         interrupted = ray_session.fit_interrupted(tuner.fit)
     stopped = Halt("interrupted", INTERRUPTED) if interrupted else None
     return view, callback.halt or searcher.halt or stopped
+
+
+# What a trial that trains nothing itself asks for: Tune refuses a trial that asks for nothing,
+# and 1 MiB of memory stands for it (as resources.TrialResources.bundle for a Train job's trial).
+IDLE = {"cpu": 0, "memory": 2**20}
 
 
 def _scheduler(space, ctx: TrialContext, modes):

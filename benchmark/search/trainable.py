@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmark.arch import ArchSpec, count_params
 from benchmark.data import prepare
-from benchmark.search import rows, tuning
+from benchmark.search import dispatch, rows, tuning
 from benchmark.search.context import TrialContext
 from benchmark.search.progress import reporter
 from benchmark.store import StoreFull, metrics
@@ -50,16 +50,12 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
     if "infeasible" in config:  # the sampled point has no candidate within the budget
         rows.write(ctx, rows.infeasible(ctx, config))
         return {**NO_VALUES, "status": "infeasible", "error": config["infeasible"]}
-    data = prepare(ctx.data)
     setting = None
-    tuning_runs: list[dict[str, Any]] = []  # trained inside this trial: their time is its own
-
-    def tune_run(trial_id, seed, point):
-        tuning_runs.append(attempts(config, ctx, trial_id, seed, data, None, point, tuning.TUNE))
-        return tuning_runs[-1]
-
+    train_all, runs = _trainer(config, ctx, tune)
     if ctx.tune is not None:  # the candidate's grid first, on its tuning seeds (search/tuning.py)
-        setting = tuning.settle(config, ctx, number, tune_run)
+        setting = tuning.settle_batches(
+            config, ctx, number, lambda todo: train_all([(*run, tuning.TUNE) for run in todo])
+        )
         if setting is None:
             return _untuned(config, ctx, number)
     # A seed with its final row is not trained again: one of the trials this one continues finished
@@ -67,21 +63,12 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
     earlier = rows.finished_seeds(
         rows.trial_rows(ctx.study_dir, number, config.get(rows.CONTINUES) or ()), ctx.retries
     )
-    written, trained = [], []
-    for seed in ctx.seed_list():
-        if seed in earlier:
-            written.append(earlier[seed])
-            continue
-        # ASHA's rungs: the first seed trained (evaluations every eval_every steps are ASHA's)
-        report = (
-            _intermediate_report(tune) if not trained and ctx.training.get("eval_every") else None
-        )
-        trained.append(
-            attempts(config, ctx, ctx.trial_id(number, seed), seed, data, report, setting)
-        )
-        written.append(trained[-1])
+    todo = [s for s in ctx.seed_list() if s not in earlier]
+    jobs = [(ctx.trial_id(number, s), s, setting, tuning.FINAL) for s in todo]
+    trained = dict(zip(todo, train_all(jobs, asha=True)))
+    written = [earlier[s] if s in earlier else trained[s] for s in ctx.seed_list()]
     # the time inside the trial, its tuning runs' included: the driver's span less this is its own
-    wall = sum(r.get("wall_s") or 0 for r in tuning_runs + trained)
+    wall = sum(r.get("wall_s") or 0 for r in runs)
     if not any(r["status"] == "ok" for r in written):  # Optuna has no value: the trial ends as FAIL
         return {
             **NO_VALUES,
@@ -96,6 +83,29 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
         "status": "ok",
         "trial_wall_s": wall,
     }
+
+
+def _trainer(config, ctx: TrialContext, tune):
+    """(train_all, runs): `train_all(jobs)` trains runs ((trial id, seed, setting, phase) each) and
+    returns their rows in order, side by side as Ray tasks when ctx.run_resources says so
+    (search/dispatch.py), else here one after another, the first of a batch `asha` reporting
+    its evaluations to Tune (ASHA's rungs); `runs` collects every row trained."""
+    runs: list[dict[str, Any]] = []
+    data = prepare(ctx.data) if ctx.run_resources is None else None
+
+    def train_all(jobs: list[tuple], asha: bool = False) -> list[dict[str, Any]]:
+        if ctx.run_resources is not None:
+            out = dispatch.run_all(config, ctx, jobs)
+        else:
+            out = []
+            for k, (trial_id, seed, setting, phase) in enumerate(jobs):
+                rungs = asha and k == 0 and ctx.training.get("eval_every")
+                report = _intermediate_report(tune) if rungs else None
+                out.append(attempts(config, ctx, trial_id, seed, data, report, setting, phase))
+        runs.extend(out)
+        return out
+
+    return train_all, runs
 
 
 def intermediate(record: dict[str, Any]) -> dict[str, Any]:
