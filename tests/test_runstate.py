@@ -102,3 +102,61 @@ def test_the_interval_is_steps_or_a_duration():
     assert every.due(1, since_s=150.0, last_save_s=3.0)
     assert every.due(1, since_s=60.0, last_save_s=0.5) and not every.due(1, 59.0, 0.5)
     assert Every(steps=10).due(20, 0, math.inf) and not Every(steps=10).due(21, 1e9, 0)
+
+
+STALLED = """
+import sys, torch
+sys.path.insert(0, {root!r})
+torch.set_num_threads(1)
+from benchmark.data import prepare
+from benchmark.recipe import TrainConfig
+from benchmark.trial.run import run_trial
+from benchmark.trial.runstate import Every, RunState
+import tiny_search, tiny_trial
+cfg = TrainConfig.from_dict({cfg!r})
+state = RunState({folder!r}, {spec!r}, cfg, Every(steps=10), watch=True, stall_after_s=2.0, name="t0003-s1")
+run_trial({spec!r}, cfg, data=prepare(tiny_search.data(Path({corpus!r}))), quantize=None, state=state)
+"""
+
+
+def test_a_run_that_makes_no_step_is_ended_and_continues_from_its_last_save(corpus, tmp_path):
+    """A test-only fault sleeps inside step 25: the watchdog ends the process after 2 s with no
+    step, in one line and no traceback; run again, the run continues from its save at 20, counts
+    the stall, and ends as the run that never stalled."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import tiny_search
+
+    from benchmark.data import prepare
+    from benchmark.trial.watchdog import FAULT, STALLED_EXIT
+
+    spec = {**tiny_trial.SPEC, "vocab_size": 320}
+    folder = str(tmp_path / "_runstate")
+    code = "from pathlib import Path\n" + STALLED.format(
+        root=str(Path(__file__).resolve().parents[1]),
+        cfg={**tiny_trial.CFG, "tokens": "12K", "eval_every": 7},
+        folder=folder,
+        spec=spec,
+        corpus=str(corpus),
+    )
+    env = {
+        **os.environ,
+        FAULT: f"{tmp_path / 'stalled-once'}:25",
+        "PYTHONPATH": str(Path(__file__).resolve().parent),
+    }
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == STALLED_EXIT, proc.stderr[-2000:]
+    (line,) = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert line.startswith("shapebench: run t0003-s1: no step for ")
+    assert line.endswith("after step 24 (limit 2 s): ended, to run again from its last save")
+    data = prepare(tiny_search.data(corpus))
+    torch.set_num_threads(1)
+    whole = run_trial(spec, CFG, data=data, quantize=None)
+    state = RunState(folder, spec, CFG, Every(steps=10), watch=True, stall_after_s=2.0)
+    again = run_trial(spec, CFG, data=data, quantize=None, state=state)
+    assert (again["resumed_from_step"], again["resumes"], again["stalls"]) == (20, 1, 1)
+    assert again["curve"] == whole["curve"] and again["val_loss"] == whole["val_loss"]
+    assert whole["stalls"] == 0

@@ -40,6 +40,7 @@ class TrialContext:
         None  # runs save their state (trial/runstate.py); None: its default
     )
     keep_checkpoints: bool = False  # keep a finished run's saved state (--keep-checkpoints)
+    step_timeout: str | None = None  # the watchdog's limit (trial/watchdog.py); None: its default
     # each run a Ray task asking for these ({"cpu", "gpu"}: search/dispatch.py); None: the runs
     # train inside their candidate's trial, one after another
     run_resources: Mapping[str, float] | None = None

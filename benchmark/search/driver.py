@@ -104,6 +104,7 @@ class SearchOptions:
     checkpoint_every: str | None = None  # runs save their state this often (trial/runstate.py)
     keep_checkpoints: bool = False  # keep a finished run's saved state under <study>/_runstate
     runs_as_tasks: bool = True  # each run a Ray task where it can be (search/dispatch.py)
+    step_timeout: str | None = None  # end a run with no step for this long (trial/watchdog.py)
     sampler: str | None = None  # None: the study's recorded sampler, else "auto" (optuna_study.py)
     resume_command: str = ""  # how the user goes on after a stop, for the one line that says so
     rerun: tuple[
@@ -426,6 +427,7 @@ def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -
         checkpoints=opts.checkpoints,
         checkpoint_every=opts.checkpoint_every,
         keep_checkpoints=opts.keep_checkpoints,
+        step_timeout=opts.step_timeout,
         policy=policy or {},
         tune=space.tune,
         report_curves=opts.tensorboard or bool(opts.mlflow),

@@ -138,12 +138,17 @@ def attempts(
     training settings a `tune:` grid sets (a tuning run's point, or the candidate's choice)."""
     # torch loads in the worker that trains, not in the driver that hands Ray this module.
     from benchmark.trial.run import run_trial
-    from benchmark.trial.runstate import DEFAULT_EVERY, RunState, parse_every
+    from benchmark.trial.runstate import DEFAULT_EVERY, RunState, parse_every, parse_limit
 
     cfg = ctx.train_config(seed, setting, config.get("budget"))
     # one process's run saves and continues its state; a Train job's ranks do not yet
     every = parse_every(ctx.checkpoint_every or DEFAULT_EVERY)
-    state = RunState(ctx.state_dir(), config["spec"], cfg, every) if ctx.workers is None else None
+    watch, limit_s = parse_limit(ctx.step_timeout)
+    state = (
+        RunState(ctx.state_dir(), config["spec"], cfg, every, watch, limit_s, name=trial_id)
+        if ctx.workers is None
+        else None
+    )
     on_step = reporter(ctx.progress, trial_id, cfg.tokens_per_step)
     on_point, on_eval = curve_reports(ctx, trial_id, report, _steps(config, cfg))
     for attempt in range(ctx.retries + 1):

@@ -74,7 +74,8 @@ __all__ = [
 #    tuned study's phase (tune or final) and tuned setting (JSON: the training settings the `tune:`
 #    grid set); older files read them null (a null phase is a final row).
 # 7: resumed_from_step and resumes, the step a run last continued from after a stop (its saved
-#    state: trial/runstate.py) and how many times it did; older files read them null.
+#    state: trial/runstate.py) and how many times it did; stalls, how many times the watchdog
+#    ended it (trial/watchdog.py); older files read them null.
 SCHEMA_VERSION = 7
 # infeasible: the sampled point has no candidate within the budget (nothing was trained).
 STATUSES = ("ok", "failed", "pruned", "diverged", "infeasible")
@@ -119,6 +120,7 @@ SCHEMA = pa.schema(
         ("loss_spike", _f64),
         ("resumed_from_step", _i64),
         ("resumes", _i64),
+        ("stalls", _i64),
         ("phase", _str),
         ("tuned", _str),
         ("val_ppl_int8", _f64),

@@ -240,7 +240,11 @@ def run_trial(
 
 
 def resumed(result) -> dict[str, int]:
-    return {"resumed_from_step": result.resumed_from_step, "resumes": result.resumes}
+    return {
+        "resumed_from_step": result.resumed_from_step,
+        "resumes": result.resumes,
+        "stalls": result.stalls,
+    }
 
 
 class Clock:

@@ -20,17 +20,19 @@ import re
 import struct
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from benchmark.arch import ArchSpec
 from benchmark.store import location
+from benchmark.trial.watchdog import Watchdog, end_process
 
 # torch and safetensors load in the functions that move tensors: the search's command line reads
 # parse_every (its --checkpoint-every) without loading torch.
 
 SUFFIX = ".state.safetensors"
+STALLS = ".stalls"  # beside it: how many times the watchdog ended the run
 # A save every ten minutes of training, or every fifty saves' worth of time when a save is slower
 # than twelve seconds: so a save costs at most 2% of the run's time (1/50), and a lost node costs
 # at most ten minutes of its work. A step count ("500") or another duration ("30m") overrides it.
@@ -66,6 +68,20 @@ def parse_every(text: str | int) -> Every | None:
     return Every(seconds=float(m[1]) * _UNITS[m[2]]) if m[2] else Every(steps=int(m[1]))
 
 
+def parse_limit(text: str | None) -> tuple[bool, float | None]:
+    """`--step-timeout`: a duration (90s, 10m), 'off' (no watchdog), or None: from the run's own
+    step time (trial/watchdog.py). Returns (watch, limit_s)."""
+    if text is None:
+        return True, None
+    t = str(text).strip().lower()
+    if t in ("off", "none"):
+        return False, None
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smh]?)", t)
+    if not m or float(m[1]) <= 0:
+        raise ValueError(f"expected a duration (90s, 10m, 1h) or off, got {text!r}")
+    return True, float(m[1]) * _UNITS[m[2] or "s"]
+
+
 def run_key(spec, cfg) -> str:
     """The run's name among saved states: the same spec and training settings (seed included) are
     the same run, whichever trial of the study trains it."""
@@ -78,9 +94,23 @@ class RunState:
     """The saved state of the run of `spec` and `cfg` (trial.run's) in `folder` (a path or a URI),
     saved `every` (None: never; a retried run still resumes from a state saved earlier)."""
 
-    def __init__(self, folder: str, spec, cfg, every: Every | None):
-        self.path = location.join(folder, run_key(spec, cfg) + SUFFIX)
+    def __init__(
+        self,
+        folder: str,
+        spec,
+        cfg,
+        every: Every | None,
+        watch: bool = False,
+        stall_after_s: float | None = None,
+        name: str = "",
+    ):
+        key = run_key(spec, cfg)
+        self.path = location.join(folder, key + SUFFIX)
+        self.stall_path = location.join(folder, key + STALLS)
         self.every = every
+        # the watchdog (trial/watchdog.py): its limit (None: from the run's step time) and the
+        # run's name in its line
+        self.watch, self.stall_after_s, self.name = watch, stall_after_s, name
         self.saves = 0
         self.last_save_s = 0.0
         self._since = time.monotonic()
@@ -134,8 +164,30 @@ class RunState:
         self._since = time.monotonic()
 
     def remove(self) -> None:
-        if location.exists(self.path):
-            location.remove(self.path)
+        for path in (self.path, self.stall_path):
+            if location.exists(path):
+                location.remove(path)
+
+    def stalls(self) -> int:
+        """How many times the watchdog ended this run."""
+        if not location.exists(self.stall_path):
+            return 0
+        return int(location.read_bytes(self.stall_path))
+
+    def watchdog(self, step: Callable[[], int]) -> Watchdog | None:
+        """The run's watchdog, or None when not watched; `step()`: the run's step now."""
+        if not self.watch:
+            return None
+
+        def stalled(idle_s: float, limit_s: float) -> None:
+            count = self.stalls() + 1
+            location.write_bytes(self.stall_path, str(count).encode())
+            end_process(
+                f"shapebench: run {self.name or self.path}: no step for {idle_s:.0f} s after step "
+                f"{step()} (limit {limit_s:.0f} s): ended, to run again from its last save"
+            )
+
+        return Watchdog(self.stall_after_s, stalled)
 
 
 def saved_record(where: str) -> dict[str, Any] | None:

@@ -26,6 +26,7 @@ from benchmark.trial.memory import peak_memory_bytes, reset_peak_memory
 from benchmark.trial.policy import device_of, policy_of, precision_name, prepare_device
 from benchmark.trial.runstate import RunState, restore
 from benchmark.trial.step import TrainStep
+from benchmark.trial.watchdog import Watchdog, stall_fault
 
 
 class TrialDiverged(RuntimeError):
@@ -87,6 +88,7 @@ class TrainResult:
     )  # the row's data-parallel columns (distributed.columns)
     resumed_from_step: int = 0  # the step a saved state continued it from (runstate.py); 0: never
     resumes: int = 0  # how many times it continued from a saved state
+    stalls: int = 0  # how many times the watchdog ended it (trial/watchdog.py)
 
 
 def train(
@@ -141,6 +143,8 @@ def train(
     )
     curve = Curve(total, cfg.tokens_per_step, lambda step: cfg.lr_at(step, total), on_point)
     start = _continue(saved, model, opt, result, curve) if saved else 0
+    watch = state.watchdog(lambda: len(result.losses)) if state is not None else None
+    result.stalls = state.stalls() if state is not None else 0
     try:
         loop = _Loop(
             step_fn=step_fn,
@@ -154,6 +158,7 @@ def train(
             start=start,
             save=_saver(state, model, opt, result, curve) if state is not None else None,
             state=state,
+            watch=watch,
         )
         _loop(loop, result, curve)
     except TrialDiverged as e:  # its row still says how far it got and where the time went
@@ -167,6 +172,8 @@ def train(
         raise
     finally:
         step_fn.close()  # the model leaves compiled or not, eager for what follows
+        if watch is not None:
+            watch.close()
     _time(result, cfg, spec, device, t0)
     result.train_loss = result.losses[-1]
     result.curve, result.loss_spike = curve.points, largest_rise(result.losses)
@@ -242,6 +249,7 @@ class _Loop:
     start: int = 0  # the first step to train: a continued run's saved step
     state: RunState | None = None  # when to save the run's state
     save: Callable[[int], None] | None = None  # saves the run's state after that many steps
+    watch: Watchdog | None = None  # hears of every step, evaluation and save
 
 
 def _loop(loop: _Loop, result: TrainResult, curve: Curve) -> None:
@@ -256,12 +264,15 @@ def _loop(loop: _Loop, result: TrainResult, curve: Curve) -> None:
         loop.eval_data,
     )
     pending, last = [], float("nan")
+    fault = stall_fault() if loop.watch is not None else None
     for step in range(loop.start, total):
         for group in step_fn.optimizer.param_groups:
             group["lr"] = cfg.lr_at(step, total)
         micro = [next(loop.batches) for _ in range(cfg.grad_accum)]
         mine = micro if step_fn.parallel is None else step_fn.parallel.share(micro)
         loss = step_fn.accumulate([(to_device(x, device), to_device(y, device)) for x, y in mine])
+        if fault is not None:
+            fault(step + 1)
         pending.append(
             torch.stack([loss.float(), step_fn.grad_norm.float()])
         )  # (2,): read together
@@ -278,6 +289,8 @@ def _loop(loop: _Loop, result: TrainResult, curve: Curve) -> None:
             result.timed_from = time.perf_counter()
         if loop.on_step is not None:
             loop.on_step(step + 1, total, last)
+        if loop.watch is not None:
+            loop.watch.beat()
         if evaluating:
             t = time.perf_counter()
             scored = (
@@ -302,6 +315,8 @@ def _loop(loop: _Loop, result: TrainResult, curve: Curve) -> None:
             result.eval_s += time.perf_counter() - t
         if saving:  # after the step's evaluation, which the saved record then holds
             loop.save(step + 1)
+        if loop.watch is not None and (evaluating or saving):
+            loop.watch.beat(step=False)
 
 
 # Steps between reads of the loss on CUDA: reading it waits for the GPU, so a divergence is seen up
