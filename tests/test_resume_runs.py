@@ -69,9 +69,10 @@ def _after_second_save(proc, state_dir: Path) -> dict:
     deadline = time.time() + 300
     while time.time() < deadline:
         assert proc.poll() is None, proc.communicate()[1][-3000:]
+        curves = state_dir.parent / "_curves"
         for path in state_dir.glob("*.state.safetensors"):
             record = saved_record(str(path))
-            if record and record["step"] >= 2 * EVERY:
+            if record and record["step"] >= 2 * EVERY and list(curves.glob("*.parquet")):
                 return record
         time.sleep(0.05)
     pytest.fail("no run saved its state twice")
@@ -111,6 +112,9 @@ def test_a_killed_worker_and_a_stopped_driver_continue_their_runs(corpus, tmp_pa
     )
     record = _after_second_save(proc, results / "killed" / "_runstate")
     assert record["pid"] != proc.pid  # the Ray worker's process, not the driver
+    # the curve so far is beside the rows while the run trains (written at each save)
+    live = pd.read_parquet(results / "killed" / "_curves")
+    assert set(live["trial_id"]) == {"t0000"} and 2 * EVERY - 3 <= live["step"].max() < 586
     os.kill(record["pid"], signal.SIGKILL)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]

@@ -43,6 +43,7 @@ from benchmark.search import (
     loggers,
     run_search,
     saving,
+    schedule,
     storage_url,
 )
 from benchmark.search.gate import LIMIT_HOURS, too_big
@@ -251,6 +252,11 @@ def build_plan_parser(prog: str = PLAN) -> argparse.ArgumentParser:
         help="then each claim of FILE on this space's study, its arms and "
         "the keys they differ in (as the board's --claims plans them)",
     )
+    p.add_argument(
+        "--workers",
+        type=_positive,
+        help="then the study's wall time on N GPUs, every run its own task (search/schedule.py)",
+    )
     _search_flags(p, hidden=True)
     return p
 
@@ -374,6 +380,10 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
         timing.search_times(),
     )
     render(plan, rows, wide_console(), search, as_json=args.json, gpu_flops=args.gpu_tflops * 1e12)
+    if args.workers and not args.json:
+        tuning = space.tune.runs if space.tune else 0
+        at = schedule.simulate(rows, tuning, args.workers, args.gpu_tflops * 1e12)
+        wide_console().print(escape(schedule.describe(at, args.workers)))
     if (
         args.claims
     ):  # each claim of the file on this space's study: its arms, what differs, what is confounded

@@ -112,6 +112,7 @@ class SearchOptions:
     ] = ()  # --rerun COLUMN=VALUE: the finished trials with a matching row train anew
     tensorboard: bool = False  # every trial's curve to TensorBoard too (search/loggers.py)
     mlflow: str | None = None  # ... and to MLflow: a folder (its SQLite store) or a tracking URI
+    wandb: str | None = None  # ... and to Weights & Biases: the project
 
     @property
     def study_dir(self) -> str:
@@ -430,7 +431,7 @@ def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -
         step_timeout=opts.step_timeout,
         policy=policy or {},
         tune=space.tune,
-        report_curves=opts.tensorboard or bool(opts.mlflow),
+        report_curves=opts.tensorboard or bool(opts.mlflow) or bool(opts.wandb),
     )
 
 
@@ -519,7 +520,10 @@ def _tune(run: _Run, ctx: TrialContext, sampler, res):
             storage_path=ctx.study_dir,
             verbose=0,
             stop=StopAll(callback),
-            callbacks=[callback, *loggers.callbacks(opts.tensorboard, opts.mlflow, opts.name)],
+            callbacks=[
+                callback,
+                *loggers.callbacks(opts.tensorboard, opts.mlflow, opts.name, opts.wandb),
+            ],
             log_to_file=False,
             failure_config=tune.FailureConfig(max_failures=opts.node_retries),
         ),

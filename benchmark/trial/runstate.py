@@ -111,6 +111,8 @@ class RunState:
         # the watchdog (trial/watchdog.py): its limit (None: from the run's step time) and the
         # run's name in its line
         self.watch, self.stall_after_s, self.name = watch, stall_after_s, name
+        # (step, record) after each save: the search writes the curve so far (live curves)
+        self.on_save: Callable[[int, dict[str, Any]], None] | None = None
         self.saves = 0
         self.last_save_s = 0.0
         self._since = time.monotonic()
@@ -160,6 +162,8 @@ class RunState:
         blob = save_tensors(tensors, metadata={"state": json.dumps(state)})
         location.write_bytes(self.path, blob)
         self.saves += 1
+        if self.on_save is not None:
+            self.on_save(step, record)
         self.last_save_s = time.perf_counter() - t
         self._since = time.monotonic()
 
