@@ -33,7 +33,7 @@ base: {{vocab_size: 320, n_heads: 2, layers: {{begin: 1, middle: 1, end: 1}}}}
 axes:
   family: [transformer]
 training: {{tokens: 150K, seq_len: 32, batch_size: 8, lr: 3e-3, eval_tokens: 2K}}
-quantize: {group_size: 16, calib_sequences: 16}
+quantize: {{group_size: 16, calib_sequences: 16}}
 objectives: [val_loss:min]
 pruner: none
 trials: 1
@@ -54,8 +54,6 @@ def _search(corpus: Path, results: Path, name: str) -> list[str]:
         name,
         "--results",
         str(results),
-        "--concurrency",
-        "1",
         "--cpus-per-trial",
         "1",
         "--checkpoint-every",

@@ -437,9 +437,12 @@ def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -
 
 def _per_run(ctx: TrialContext, opts: SearchOptions, res) -> bool:
     """Each run its own Ray task (search/dispatch.py), unless a run reports to Tune as it trains
-    (ASHA's rungs, curves for --tensorboard and --mlflow) or is a Train job of several workers."""
+    (ASHA's rungs, curves for --tensorboard, --mlflow and --wandb), is a Train job of several
+    workers, or --concurrency bounds the trials at once: tasks are bounded by the resources alone,
+    and `--concurrency N` keeps its meaning, N trials (each its runs in turn) at once."""
     return (
         opts.runs_as_tasks
+        and opts.concurrency is None
         and res.workers == 1
         and not ctx.training["eval_every"]
         and not ctx.report_curves

@@ -24,8 +24,9 @@ from benchmark.data import prepare
 from benchmark.search import dispatch, rows, tuning
 from benchmark.search.context import TrialContext
 from benchmark.search.progress import reporter
-from benchmark.store import StoreFull, metrics, write_curve
+from benchmark.store import StoreFull, location, metrics, write_curve
 from benchmark.store.curves import KEY as CURVE
+from benchmark.store.curves import curves_dir
 from benchmark.trial import lost_worker, run_distributed
 
 INTERMEDIATE = tuple(m.name for m in metrics.METRICS if m.intermediate)
@@ -155,7 +156,7 @@ def attempts(
     for attempt in range(ctx.retries + 1):
         started = rows.now()
         if state is not None:  # the curve so far, beside the rows, at each save
-            state.on_save = _live_curve(ctx, trial_id, seed, phase, attempt)
+            state.on_save = _live_curve(ctx, state, trial_id, seed, phase, attempt)
         try:
             if ctx.workers is None:
                 measured = run_trial(
@@ -188,17 +189,21 @@ def attempts(
     return row
 
 
-def _live_curve(ctx: TrialContext, trial_id: str, seed: int, phase: str, attempt: int):
+def _live_curve(ctx: TrialContext, state, trial_id: str, seed: int, phase: str, attempt: int):
     """Writes a run's curve so far where its finished curve will be (`<study>/_curves/`, the row
     file's name), so that `pd.read_parquet("<study>/_curves")` shows runs in flight too; the
-    run's end writes it whole. A run without `tune:` has no phase column there."""
+    run's end writes it whole. A run continued under another trial's name (a trial numbered anew
+    on resume) removes the curve it left under the old one. No phase column without `tune:`."""
+    name = f"{trial_id}.a{attempt}.parquet"
     keys = {"study": ctx.study, "trial_id": trial_id, "attempt": attempt, "seed": seed}
     keys.update(tuning.columns(ctx, None, phase) if ctx.tune is not None else {})
 
     def write(step: int, record: dict[str, Any]) -> None:
         row = {**keys, CURVE: record["curve"]["points"]}
         try:
-            write_curve(ctx.study_dir, row, f"{trial_id}.a{attempt}.parquet")
+            write_curve(ctx.study_dir, row, name)
+            if before := state.rename(name):
+                location.remove(location.join(curves_dir(ctx.study_dir), before))
         except OSError:  # a view while it trains: the run's end writes the curve (or says why not)
             pass
 

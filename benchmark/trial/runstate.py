@@ -33,6 +33,7 @@ from benchmark.trial.watchdog import Watchdog, end_process
 
 SUFFIX = ".state.safetensors"
 STALLS = ".stalls"  # beside it: how many times the watchdog ended the run
+NAMED = ".name"  # and what the search calls the run now (its live curve's file)
 # A save every ten minutes of training, or every fifty saves' worth of time when a save is slower
 # than twelve seconds: so a save costs at most 2% of the run's time (1/50), and a lost node costs
 # at most ten minutes of its work. A step count ("500") or another duration ("30m") overrides it.
@@ -107,6 +108,7 @@ class RunState:
         key = run_key(spec, cfg)
         self.path = location.join(folder, key + SUFFIX)
         self.stall_path = location.join(folder, key + STALLS)
+        self.name_path = location.join(folder, key + NAMED)
         self.every = every
         # the watchdog (trial/watchdog.py): its limit (None: from the run's step time) and the
         # run's name in its line
@@ -167,8 +169,18 @@ class RunState:
         self.last_save_s = time.perf_counter() - t
         self._since = time.monotonic()
 
+    def rename(self, name: str) -> str | None:
+        """Record `name` as what the search calls this run now; the name an earlier, stopped
+        attempt had, when it was another (a trial numbered anew on resume), else None."""
+        before = None
+        if location.exists(self.name_path):
+            before = location.read_bytes(self.name_path).decode()
+        if before != name:
+            location.write_bytes(self.name_path, name.encode())
+        return before if before not in (None, name) else None
+
     def remove(self) -> None:
-        for path in (self.path, self.stall_path):
+        for path in (self.path, self.stall_path, self.name_path):
             if location.exists(path):
                 location.remove(path)
 
