@@ -252,11 +252,7 @@ def build_plan_parser(prog: str = PLAN) -> argparse.ArgumentParser:
         help="then each claim of FILE on this space's study, its arms and "
         "the keys they differ in (as the board's --claims plans them)",
     )
-    p.add_argument(
-        "--workers",
-        type=_positive,
-        help="then the study's wall time on N GPUs, every run its own task (search/schedule.py)",
-    )
+    schedule.add_flag(p)
     _search_flags(p, hidden=True)
     return p
 
@@ -381,9 +377,9 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
     )
     render(plan, rows, wide_console(), search, as_json=args.json, gpu_flops=args.gpu_tflops * 1e12)
     if args.workers and not args.json:
-        tuning = space.tune.runs if space.tune else 0
-        at = schedule.simulate(rows, tuning, args.workers, args.gpu_tflops * 1e12)
-        wide_console().print(escape(schedule.describe(at, args.workers)))
+        wide_console().print(
+            escape(schedule.line(space, rows, args.workers, args.gpu_tflops * 1e12))
+        )
     if (
         args.claims
     ):  # each claim of the file on this space's study: its arms, what differs, what is confounded

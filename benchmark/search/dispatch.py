@@ -16,7 +16,7 @@ one after another (search/trainable.py)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from benchmark.search.context import TrialContext
 
@@ -24,26 +24,14 @@ from benchmark.search.context import TrialContext
 LOST_WORKER_RETRIES = 3
 
 
-def _run(config: Mapping[str, Any], ctx: TrialContext, job: tuple) -> dict[str, Any]:
-    """One run in a Ray task: its row (written where the study lives)."""
-    import ray
-    import torch
-
-    from benchmark.data import prepare
-    from benchmark.search.trainable import attempts
-
-    torch.set_num_threads(max(1, ctx.threads))
-    config = {**config, "node_id": ray.get_runtime_context().get_node_id()}
-    trial_id, seed, setting, phase = job
-    return attempts(config, ctx, trial_id, seed, prepare(ctx.data), None, setting, phase)
-
-
-def run_all(config: Mapping[str, Any], ctx: TrialContext, jobs: list[tuple]) -> list[dict]:
-    """Train `jobs` ((trial id, seed, setting, phase) each) side by side as Ray tasks of
-    ctx.run_resources each; their rows, in order."""
+def run_all(
+    run: Callable[..., dict], config: Mapping[str, Any], ctx: TrialContext, jobs: list[tuple]
+) -> list[dict]:
+    """Train `jobs` ((trial id, seed, setting, phase) each) side by side, each `run(config, ctx,
+    job)` (trainable.run_task: its row) in a Ray task of ctx.run_resources; their rows, in order."""
     import ray
 
-    task = ray.remote(_run).options(
+    task = ray.remote(run).options(
         num_cpus=ctx.run_resources["cpu"],
         num_gpus=ctx.run_resources["gpu"],
         max_retries=LOST_WORKER_RETRIES,

@@ -504,11 +504,7 @@ def _tune(run: _Run, ctx: TrialContext, sampler, res):
         beat=driving.registry.beat,
     )
     tuner = tune.Tuner(
-        # a trial whose runs are Ray tasks holds nothing itself: its tasks hold a run's resources
-        tune.with_resources(
-            tune.with_parameters(trainable, ctx=ctx),
-            res.bundle() if ctx.run_resources is None else IDLE,
-        ),
+        tune.with_resources(tune.with_parameters(trainable, ctx=ctx), _bundle(ctx, res)),
         tune_config=tune.TuneConfig(
             search_alg=ConcurrencyLimiter(searcher, max_concurrent=res.concurrency),
             scheduler=scheduler,
@@ -540,6 +536,11 @@ def _tune(run: _Run, ctx: TrialContext, sampler, res):
 # What a trial that trains nothing itself asks for: Tune refuses a trial that asks for nothing,
 # and 1 MiB of memory stands for it (as resources.TrialResources.bundle for a Train job's trial).
 IDLE = {"cpu": 0, "memory": 2**20}
+
+
+def _bundle(ctx: TrialContext, res) -> dict[str, float]:
+    """What a trial asks for: a run's resources, or nothing when its runs are Ray tasks (theirs)."""
+    return res.bundle() if ctx.run_resources is None else IDLE
 
 
 def _scheduler(space, ctx: TrialContext, modes):

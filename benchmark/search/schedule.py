@@ -57,3 +57,26 @@ def describe(s: Schedule, workers: int) -> str:
         f"({s.gpu_h:.3g} GPU-hours / {workers} = {s.gpu_h / workers:.3g} h if they packed "
         "perfectly; a candidate's final seeds wait for its tuning)"
     )
+
+
+def add_flag(p) -> None:
+    """`shapebench plan --workers N` (command.build_plan_parser)."""
+    p.add_argument(
+        "--workers",
+        type=_gpus,
+        help="then the study's wall time on N GPUs, every run its own task (search/schedule.py)",
+    )
+
+
+def _gpus(text: str) -> int:
+    import argparse
+
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of GPUs (1 or more), got {text!r}")
+    return int(text)
+
+
+def line(space, rows: Sequence[Mapping[str, Any]], workers: int, gpu_flops: float) -> str:
+    """The plan's line for `--workers`: the space's runs on that many GPUs."""
+    tuning = space.tune.runs if space.tune else 0
+    return describe(simulate(rows, tuning, workers, gpu_flops), workers)

@@ -97,7 +97,7 @@ def _trainer(config, ctx: TrialContext, tune):
 
     def train_all(jobs: list[tuple], asha: bool = False) -> list[dict[str, Any]]:
         if ctx.run_resources is not None:
-            out = dispatch.run_all(config, ctx, jobs)
+            out = dispatch.run_all(run_task, config, ctx, jobs)
         else:
             out = []
             for k, (trial_id, seed, setting, phase) in enumerate(jobs):
@@ -108,6 +108,17 @@ def _trainer(config, ctx: TrialContext, tune):
         return out
 
     return train_all, runs
+
+
+def run_task(config: dict[str, Any], ctx: TrialContext, job: tuple) -> dict[str, Any]:
+    """One run in a Ray task (search/dispatch.py): its row, written where the study lives."""
+    import ray
+    import torch
+
+    torch.set_num_threads(max(1, ctx.threads))
+    config = {**config, "node_id": ray.get_runtime_context().get_node_id()}
+    trial_id, seed, setting, phase = job
+    return attempts(config, ctx, trial_id, seed, prepare(ctx.data), None, setting, phase)
 
 
 def intermediate(record: dict[str, Any]) -> dict[str, Any]:
