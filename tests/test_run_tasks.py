@@ -66,6 +66,7 @@ def test_runs_of_a_candidate_train_side_by_side_with_the_same_results(six_slots,
         address=six_slots.address,
         cpus_per_trial=1,
         seeds=3,
+        runs_as_tasks=True,
     )
     run_search(load_space(path), opts, console=None, policy=POLICY)
     one = replace(opts, name="alone", concurrency=1, runs_as_tasks=False)

@@ -103,7 +103,9 @@ class SearchOptions:
     checkpoints: bool = False  # keep each trial's weights under <study>/_checkpoints
     checkpoint_every: str | None = None  # runs save their state this often (trial/runstate.py)
     keep_checkpoints: bool = False  # keep a finished run's saved state under <study>/_runstate
-    runs_as_tasks: bool = True  # each run a Ray task where it can be (search/dispatch.py)
+    # each run a Ray task where it can be (search/dispatch.py); off by default until a run's task
+    # that cannot start is noticed as a trial that cannot start is (--pending-timeout)
+    runs_as_tasks: bool = False
     step_timeout: str | None = None  # end a run with no step for this long (trial/watchdog.py)
     sampler: str | None = None  # None: the study's recorded sampler, else "auto" (optuna_study.py)
     resume_command: str = ""  # how the user goes on after a stop, for the one line that says so

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from benchmark.trial.runstate import DEFAULT_EVERY, parse_every, parse_limit
 
-FLAGS = ("checkpoint_every", "keep_checkpoints", "save_weights", "step_timeout")
+FLAGS = ("checkpoint_every", "keep_checkpoints", "save_weights", "step_timeout", "runs_as_tasks")
 
 
 def _checked(parse):
@@ -40,6 +40,12 @@ def add_flags(add: Callable[..., None]) -> None:
         "off: never (default: 100 of its own steps, at least 10m; docs/clusters.md)",
     )
     add(
+        "--runs-as-tasks",
+        action="store_true",
+        help="train each run (tuning run, final seed) as its own Ray task, side by side on as many "
+        "GPUs as are free, rather than a candidate's runs in turn inside its trial (docs/clusters.md)",
+    )
+    add(
         "--keep-checkpoints",
         action="store_true",
         help="keep a finished run's saved state (<study>/_runstate/)",
@@ -58,4 +64,5 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
         "keep_checkpoints": bool(getattr(args, "keep_checkpoints", False)),
         "checkpoints": bool(getattr(args, "save_weights", False)),
         "step_timeout": getattr(args, "step_timeout", None),
+        "runs_as_tasks": bool(getattr(args, "runs_as_tasks", False)),
     }
