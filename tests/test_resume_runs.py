@@ -41,7 +41,7 @@ trials: 1
 EVERY = 20  # steps between saves
 
 
-def _search(corpus: Path, results: Path, name: str) -> list[str]:
+def _search(corpus: Path, results: Path, name: str, *flags: str) -> list[str]:
     space = results.parent / f"{name}.yaml"
     space.write_text(SPACE.format(name=name))
     return [
@@ -58,7 +58,7 @@ def _search(corpus: Path, results: Path, name: str) -> list[str]:
         "1",
         "--checkpoint-every",
         str(EVERY),
-        "--runs-as-tasks",
+        *flags,
         *tiny_search.cli(corpus),
     ]
 
@@ -106,8 +106,12 @@ def test_a_killed_worker_and_a_stopped_driver_continue_their_runs(corpus, tmp_pa
     results = tmp_path / "results"
     results.mkdir()
     # the worker that trains the run is killed after its second save; Tune runs the trial again
+    # (the run a Ray task of its own: Ray runs the task again)
     proc = subprocess.Popen(
-        _search(corpus, results, "killed"), stderr=subprocess.PIPE, text=True, env=env
+        _search(corpus, results, "killed", "--runs-as-tasks"),
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     record = _after_second_save(proc, results / "killed" / "_runstate")
     assert record["pid"] != proc.pid  # the Ray worker's process, not the driver
@@ -121,7 +125,8 @@ def test_a_killed_worker_and_a_stopped_driver_continue_their_runs(corpus, tmp_pa
     resumed = pd.read_parquet(results / "killed")["resumed_from_step"]
     assert resumed.iloc[0] % EVERY == 0  # from its last periodic save
 
-    # the driver stopped with Ctrl-C after the run's second save, then the command it prints
+    # the driver stopped with Ctrl-C after the run's second save, then the command it prints (the
+    # run inside its trial, which Ray ends with the search; a run's own task trains on to its end)
     command = _search(corpus, results, "stopped")
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
     _after_second_save(proc, results / "stopped" / "_runstate")
