@@ -103,7 +103,8 @@ def _trainer(config, ctx: TrialContext, tune):
             for k, (trial_id, seed, setting, phase) in enumerate(jobs):
                 rungs = asha and k == 0 and ctx.training.get("eval_every")
                 report = _intermediate_report(tune) if rungs else None
-                out.append(attempts(config, ctx, trial_id, seed, data, report, setting, phase))
+                args = (config, ctx, trial_id, seed, data, report, setting)
+                out.append(attempts(*args) if phase == tuning.FINAL else attempts(*args, phase))
         runs.extend(out)
         return out
 
