@@ -174,6 +174,11 @@ COLUMN_NOTES = {
     "curve (`<study>/_curves/`, store/curves.py)",
     "loss_spike": "the largest rise of the training loss above its best so far, nats (every step's loss; the "
     "claims' instability rule reads it)",
+    "resumed_from_step": "the step the run last continued from after it was stopped (a lost worker, "
+    "Ctrl-C, `--time-budget`), from the state it saved (`--checkpoint-every`); 0: it never stopped",
+    "resumes": "how many times the run continued from a saved state",
+    "stalls": "how many times the watchdog ended the run for making no step (`--step-timeout`); "
+    "each time it continued from its last save",
     "phase": "a tuned study's row: `tune` (a run of the `tune:` grid, never ranked or judged) or `final`",
     "tuned": "the training settings the `tune:` grid set for this row (JSON): a tuning run's point, or the "
     "point a final row's candidate chose",

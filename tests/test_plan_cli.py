@@ -570,3 +570,22 @@ def test_gpu_time_reads_in_the_unit_that_fits(flops, said):
 
     rows = [{"flops_per_token_train": flops / 1000, "tokens": 500, "runs": 2}]
     assert gpu_time(rows) == f"{said} at an assumed 400 TFLOP/s per GPU"
+
+
+def test_the_wall_time_on_a_cluster_with_every_run_its_own_task(capsys):
+    """search/schedule.py: tuning runs of every candidate side by side, then each candidate's final
+    seeds once its tuning is done; the runs of one hour each, on 6 GPUs and on 1."""
+    from benchmark.search.schedule import simulate
+
+    hour = {"flops_per_token_train": 1.0, "tokens": 3600.0, "runs": 5}  # 2 tuning + 3 seeds
+    six = simulate([hour, hour], tuning_runs=2, workers=6, gpu_flops=1.0)
+    assert (six.runs, six.at_once, six.wall_h, six.gpu_h) == (10, 6, 2.0, 10.0)
+    assert simulate([hour, hour], 2, 1, 1.0).wall_h == 10.0  # one at a time: the GPU-hours
+    # on 4: the 4 tuning runs, then 6 final seeds in two rounds (4, then 2)
+    assert simulate([hour, hour], 2, 4, 1.0).wall_h == 3.0
+    # a candidate twice as long holds up its own seeds only
+    long = {**hour, "tokens": 7200.0}
+    assert simulate([long, hour], 2, 10, 1.0).wall_h == 4.0
+    assert plan_main([QUICKSTART, "--workers", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "on 4 GPUs, every run its own task: " in out and "h of wall time" in out

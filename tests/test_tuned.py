@@ -354,9 +354,17 @@ def test_tune_end_to_end_each_candidate_at_its_own_setting_on_fresh_seeds(corpus
 
 
 @pytest.mark.slow
-def test_the_curves_reach_tensorboard_and_mlflow(corpus, tmp_path):
-    """Each point is a result the trial waits on, so one candidate and one seed, 16 steps."""
+def test_the_curves_reach_tensorboard_and_mlflow(corpus, tmp_path, monkeypatch):
+    """Each point is a result the trial waits on, so one candidate and one seed, 16 steps. Where
+    wandb is installed (the `loggers` extra), W&B too, in its offline mode (no network)."""
+    import importlib.util
+
     from mlflow.tracking import MlflowClient
+
+    wandb = importlib.util.find_spec("wandb") is not None
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
+    (tmp_path / "wandb").mkdir()
 
     path = tmp_path / "one.yaml"
     path.write_text(
@@ -366,7 +374,13 @@ def test_the_curves_reach_tensorboard_and_mlflow(corpus, tmp_path):
         .replace("trials: 2", "trials: 1")
         .replace("seeds: 2", "seeds: 1")
     )
-    opts = _options(corpus, tmp_path, tensorboard=True, mlflow=str(tmp_path / "mlflow"))
+    opts = _options(
+        corpus,
+        tmp_path,
+        tensorboard=True,
+        mlflow=str(tmp_path / "mlflow"),
+        wandb="shapebench-test" if wandb else None,
+    )
     run_search(load_space(path), replace(opts, seeds=1), console=None, policy=POLICY)
     results = tmp_path / "results" / "tuned"
     curve = pd.read_parquet(results / "_curves")
@@ -386,3 +400,8 @@ def test_the_curves_reach_tensorboard_and_mlflow(corpus, tmp_path):
     assert [h.value for h in sorted(history, key=lambda h: h.step)] == pytest.approx(
         curve["lr"].tolist()
     )
+    if wandb:  # W&B: one offline run of the trial, which logged every point of the curve
+        (run,) = (tmp_path / "wandb").glob("wandb/offline-run-*/run-*.wandb")
+        logged = run.read_bytes()  # its records: protobuf, each value as JSON text (no reader API)
+        assert f"curve/{trial}".encode() in logged or trial.encode() in logged
+        assert all(repr(float(x)).encode() in logged for x in curve["train_loss"])

@@ -14,6 +14,7 @@ from benchmark.recipe.amounts import (
     fmt_count,
     fmt_fraction,
     parse_amount,
+    parse_duration,
     parse_tokens,
     parse_tolerance,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "fmt_fraction",
     "fmt_size",
     "parse_amount",
+    "parse_duration",
     "parse_size",
     "parse_tokens",
     "parse_tolerance",

@@ -42,6 +42,16 @@ def parse_tolerance(value: Any) -> float:
     return tol
 
 
+def parse_duration(text: str) -> float:
+    """'30m' -> 1800.0; plain numbers are seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    t = text.strip().lower()
+    try:
+        return float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except (ValueError, KeyError):
+        raise ValueError(f"expected a duration like 90s, 30m or 2h, got {text!r}") from None
+
+
 def fmt_count(n: float) -> str:
     """113_900_000 -> '113.9M' (four significant digits)."""
     for suffix, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):

@@ -32,7 +32,7 @@ from benchmark.arch.counting import COUNTS
 from benchmark.console import console as wide_console
 from benchmark.data import DataConfig
 from benchmark.perf import probe, timing
-from benchmark.recipe import PRECISIONS, TrainConfig, parse_size, parse_tokens
+from benchmark.recipe import PRECISIONS, TrainConfig, parse_duration, parse_size, parse_tokens
 from benchmark.search import (
     SAMPLERS,
     STORAGE_WAIT_S,
@@ -43,6 +43,8 @@ from benchmark.search import (
     loggers,
     preflight,
     run_search,
+    saving,
+    schedule,
     storage_url,
 )
 from benchmark.search.gate import LIMIT_HOURS, too_big
@@ -76,6 +78,7 @@ SEARCH_ONLY = (
     "pending_timeout",
     "spec",
     "checkpoint",
+    *saving.FLAGS,
 )  # search-only flags
 
 
@@ -244,6 +247,7 @@ def _search_flags(p: argparse.ArgumentParser, hidden: bool) -> None:
         action="store_true",
         help=f"run a search estimated at more than {LIMIT_HOURS} h without asking",
     )
+    saving.add_flags(add)
     add("--spec", help="train and evaluate one architecture (YAML) instead of a search")
     add("--checkpoint", help="with --spec: save the trained model here (safetensors + spec.json)")
 
@@ -261,6 +265,7 @@ def build_plan_parser(prog: str = PLAN) -> argparse.ArgumentParser:
         help="then each claim of FILE on this space's study, its arms and "
         "the keys they differ in (as the board's --claims plans them)",
     )
+    schedule.add_flag(p)
     _search_flags(p, hidden=True)
     return p
 
@@ -287,16 +292,6 @@ def _amount(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
-
-
-def parse_duration(text: str) -> float:
-    """'30m' -> 1800.0; plain numbers are seconds."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    t = text.strip().lower()
-    try:
-        return float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
-    except (ValueError, KeyError):
-        raise ValueError(f"expected a duration like 90s, 30m or 2h, got {text!r}") from None
 
 
 def plan_main(argv: list[str] | None = None, prog: str = PLAN) -> int:
@@ -384,6 +379,10 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
     rows, search = preflight.with_passes(rows, _data(args, space)), timing.search_times()
     render(plan, rows, wide_console(), search, as_json=args.json, gpu_flops=args.gpu_tflops * 1e12)
     preflight.plan_passes(space, rows, sys.stderr if args.json else wide_console())
+    if args.workers and not args.json:
+        wide_console().print(
+            escape(schedule.line(space, rows, args.workers, args.gpu_tflops * 1e12))
+        )
     if (
         args.claims
     ):  # each claim of the file on this space's study: its arms, what differs, what is confounded
@@ -518,6 +517,7 @@ def _options(space: SearchSpace, args: argparse.Namespace, name: str):
         resume_command=_resume_command(args, name),
         **loggers.options(args),
         time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
+        **saving.options(args),
         **{
             f"{flag}_s": parse_duration(text)
             for flag in ("pending_timeout", "storage_wait")

@@ -11,6 +11,10 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from benchmark.recipe import QuantizeConfig, TrainConfig, parse_tokens
 from benchmark.store import is_uri
+from benchmark.store.location import join
+
+# the runs' saved states; "_": no reader of the study's rows looks inside
+STATE_DIR = "_runstate"
 
 if TYPE_CHECKING:  # the command line reads this package without loading the data stack
     from benchmark.data import DataConfig
@@ -31,7 +35,15 @@ class TrialContext:
     retries: int = 1
     threads: int = 1  # torch threads per trial
     workers: Any = None  # a Train job's workers (trial/distributed.py Workers); None: one process
-    checkpoints: bool = False
+    checkpoints: bool = False  # keep each run's final weights (--save-weights)
+    checkpoint_every: str | None = (
+        None  # runs save their state (trial/runstate.py); None: its default
+    )
+    keep_checkpoints: bool = False  # keep a finished run's saved state (--keep-checkpoints)
+    step_timeout: str | None = None  # the watchdog's limit (trial/watchdog.py); None: its default
+    # each run a Ray task asking for these ({"cpu", "gpu"}: search/dispatch.py); None: the runs
+    # train inside their candidate's trial, one after another
+    run_resources: Mapping[str, float] | None = None
     policy: Mapping[str, Any] = field(
         default_factory=dict
     )  # precision / compile / device overrides
@@ -64,6 +76,10 @@ class TrialContext:
 
     def quantize_config(self):
         return QuantizeConfig.from_dict(self.quantize)
+
+    def state_dir(self) -> str:
+        """Where runs save their state part-way (trial/runstate.py): in the study, wherever it lives."""
+        return join(self.study_dir, STATE_DIR)
 
     def checkpoint_dir(self, trial_id: str) -> Path | None:
         """Local folder the trial saves its weights to: in the study, or, for results on a URI, a

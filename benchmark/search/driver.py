@@ -101,6 +101,12 @@ class SearchOptions:
     data: DataConfig = field(default_factory=DataConfig)
     asha: bool = True  # successive halving over tokens when there is one objective
     checkpoints: bool = False  # keep each trial's weights under <study>/_checkpoints
+    checkpoint_every: str | None = None  # runs save their state this often (trial/runstate.py)
+    keep_checkpoints: bool = False  # keep a finished run's saved state under <study>/_runstate
+    # each run a Ray task where it can be (search/dispatch.py); off by default until a run's task
+    # that cannot start is noticed as a trial that cannot start is (--pending-timeout)
+    runs_as_tasks: bool = False
+    step_timeout: str | None = None  # end a run with no step for this long (trial/watchdog.py)
     sampler: str | None = None  # None: the study's recorded sampler, else "auto" (optuna_study.py)
     resume_command: str = ""  # how the user goes on after a stop, for the one line that says so
     rerun: tuple[
@@ -108,6 +114,7 @@ class SearchOptions:
     ] = ()  # --rerun COLUMN=VALUE: the finished trials with a matching row train anew
     tensorboard: bool = False  # every trial's curve to TensorBoard too (search/loggers.py)
     mlflow: str | None = None  # ... and to MLflow: a folder (its SQLite store) or a tracking URI
+    wandb: str | None = None  # ... and to Weights & Biases: the project
 
     @property
     def study_dir(self) -> str:
@@ -338,6 +345,7 @@ def _run(run: _Run, ctx: TrialContext, summary: SearchSummary) -> Halt | None:
             threads=res.threads,
             workers=res.worker_group(opts.parallel),
             progress=start_board(),
+            run_resources=res.bundle() if _per_run(ctx, opts, res) else None,
         )
         seed = opts.seed + len(
             study.trials
@@ -420,10 +428,27 @@ def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -
         seeds=opts.seeds,
         retries=opts.retries,
         checkpoints=opts.checkpoints,
+        checkpoint_every=opts.checkpoint_every,
+        keep_checkpoints=opts.keep_checkpoints,
+        step_timeout=opts.step_timeout,
         policy=policy or {},
         tune=space.tune,
-        report_curves=opts.tensorboard or bool(opts.mlflow),
+        report_curves=opts.tensorboard or bool(opts.mlflow) or bool(opts.wandb),
         diverged=space.diverged,
+    )
+
+
+def _per_run(ctx: TrialContext, opts: SearchOptions, res) -> bool:
+    """Each run its own Ray task (search/dispatch.py), unless a run reports to Tune as it trains
+    (ASHA's rungs, curves for --tensorboard, --mlflow and --wandb), is a Train job of several
+    workers, or --concurrency bounds the trials at once: tasks are bounded by the resources alone,
+    and `--concurrency N` keeps its meaning, N trials (each its runs in turn) at once."""
+    return (
+        opts.runs_as_tasks
+        and opts.concurrency is None
+        and res.workers == 1
+        and not ctx.training["eval_every"]
+        and not ctx.report_curves
     )
 
 
@@ -482,7 +507,7 @@ def _tune(run: _Run, ctx: TrialContext, sampler, res):
         beat=driving.registry.beat,
     )
     tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(trainable, ctx=ctx), res.bundle()),
+        tune.with_resources(tune.with_parameters(trainable, ctx=ctx), _bundle(ctx, res)),
         tune_config=tune.TuneConfig(
             search_alg=ConcurrencyLimiter(searcher, max_concurrent=res.concurrency),
             scheduler=scheduler,
@@ -497,7 +522,10 @@ def _tune(run: _Run, ctx: TrialContext, sampler, res):
             storage_path=ctx.study_dir,
             verbose=0,
             stop=StopAll(callback),
-            callbacks=[callback, *loggers.callbacks(opts.tensorboard, opts.mlflow, opts.name)],
+            callbacks=[
+                callback,
+                *loggers.callbacks(opts.tensorboard, opts.mlflow, opts.name, opts.wandb),
+            ],
             log_to_file=False,
             failure_config=tune.FailureConfig(max_failures=opts.node_retries),
         ),
@@ -506,6 +534,16 @@ def _tune(run: _Run, ctx: TrialContext, sampler, res):
         interrupted = ray_session.fit_interrupted(tuner.fit)
     stopped = Halt("interrupted", INTERRUPTED) if interrupted else None
     return view, callback.halt or searcher.halt or stopped
+
+
+# What a trial that trains nothing itself asks for: Tune refuses a trial that asks for nothing,
+# and 1 MiB of memory stands for it (as resources.TrialResources.bundle for a Train job's trial).
+IDLE = {"cpu": 0, "memory": 2**20}
+
+
+def _bundle(ctx: TrialContext, res) -> dict[str, float]:
+    """What a trial asks for: a run's resources, or nothing when its runs are Ray tasks (theirs)."""
+    return res.bundle() if ctx.run_resources is None else IDLE
 
 
 def _scheduler(space, ctx: TrialContext, modes):

@@ -1,7 +1,8 @@
 """Where a search's curves go besides the results store, for the tools people watch runs in:
-TensorBoard (`--tensorboard`) and MLflow (`--mlflow DIR`), through Ray Tune's own logger callbacks
-(TBXLoggerCallback, MLflowLoggerCallback), fed by the curve points each trial reports
-(trainable.curve_reports). Both are off by default: each point is a Tune result, which a search
+TensorBoard (`--tensorboard`), MLflow (`--mlflow DIR`) and Weights & Biases (`--wandb PROJECT`),
+through Ray Tune's own logger callbacks (TBXLoggerCallback, MLflowLoggerCallback,
+WandbLoggerCallback), fed by the curve points each trial reports
+(trainable.curve_reports). All are off by default: each point is a Tune result, which a search
 that nobody watches need not pay for.
 
 TensorBoard's event files go beside each Tune trial's state, `<study>/_ray/<trial>/` (`tensorboard
@@ -28,6 +29,13 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         "event files under <study>/_ray/ (Ray Tune's TBXLoggerCallback)",
     )
     p.add_argument(
+        "--wandb",
+        metavar="PROJECT",
+        help="also log every trial's curve to Weights & Biases, as runs of PROJECT grouped by the "
+        "study (Ray Tune's WandbLoggerCallback; WANDB_MODE=offline keeps them on disk; "
+        "pip install -e '.[loggers]')",
+    )
+    p.add_argument(
         "--mlflow",
         metavar="DIR",
         help="also log every trial's curve to MLflow: a local store in DIR "
@@ -39,6 +47,7 @@ def options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "tensorboard": bool(getattr(args, "tensorboard", False)),
         "mlflow": getattr(args, "mlflow", None),
+        "wandb": getattr(args, "wandb", None),
     }
 
 
@@ -51,10 +60,11 @@ def tracking_uri(where: str) -> str:
     return f"sqlite:///{folder / 'mlflow.db'}"
 
 
-def callbacks(tensorboard: bool, mlflow: str | None, study: str) -> list:
-    """The logger callbacks asked for (an MLflow experiment per study, named as the study)."""
+def callbacks(tensorboard: bool, mlflow: str | None, study: str, wandb: str | None = None) -> list:
+    """The logger callbacks asked for (an MLflow experiment per study, named as the study; a W&B
+    project's runs grouped by the study)."""
     out = []
-    if tensorboard or mlflow:
+    if tensorboard or mlflow or wandb:
         # The curve points are results without the objective, which Tune's controller refuses
         # unless told; ASHA and the searcher skip them (searcher.AttributedSearch.on_trial_result).
         os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
@@ -70,4 +80,10 @@ def callbacks(tensorboard: bool, mlflow: str | None, study: str) -> list:
                 tracking_uri=tracking_uri(mlflow), experiment_name=study, tags={"study": study}
             )
         )
+    if wandb:
+        from ray.air.integrations.wandb import WandbLoggerCallback
+
+        # each Tune trial a W&B run of `wandb` (the project), grouped by study; WANDB_MODE=offline
+        # keeps them on disk (`wandb sync` later), WANDB_DIR says where
+        out.append(WandbLoggerCallback(project=wandb, group=study, tags=[study]))
     return out

@@ -21,10 +21,12 @@ from typing import Any
 
 from benchmark.arch import ArchSpec, count_params
 from benchmark.data import prepare
-from benchmark.search import rows, tuning
+from benchmark.search import dispatch, rows, tuning
 from benchmark.search.context import TrialContext
 from benchmark.search.progress import reporter
-from benchmark.store import StoreFull, metrics
+from benchmark.store import StoreFull, location, metrics, write_curve
+from benchmark.store.curves import KEY as CURVE
+from benchmark.store.curves import curves_dir
 from benchmark.trial import lost_worker, run_distributed
 
 INTERMEDIATE = tuple(m.name for m in metrics.METRICS if m.intermediate)
@@ -50,16 +52,12 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
     if "infeasible" in config:  # the sampled point has no candidate within the budget
         rows.write(ctx, rows.infeasible(ctx, config))
         return {**NO_VALUES, "status": "infeasible", "error": config["infeasible"]}
-    data = prepare(ctx.data)
     setting = None
-    tuning_runs: list[dict[str, Any]] = []  # trained inside this trial: their time is its own
-
-    def tune_run(trial_id, seed, point):
-        tuning_runs.append(attempts(config, ctx, trial_id, seed, data, None, point, tuning.TUNE))
-        return tuning_runs[-1]
-
+    train_all, runs = _trainer(config, ctx, tune)
     if ctx.tune is not None:  # the candidate's grid first, on its tuning seeds (search/tuning.py)
-        setting = tuning.settle(config, ctx, number, tune_run)
+        setting = tuning.settle_batches(
+            config, ctx, number, lambda todo: train_all([(*run, tuning.TUNE) for run in todo])
+        )
         if setting is None:
             return _untuned(config, ctx, number)
     # A seed with its final row is not trained again: one of the trials this one continues finished
@@ -67,21 +65,12 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
     earlier = rows.finished_seeds(
         rows.trial_rows(ctx.study_dir, number, config.get(rows.CONTINUES) or ()), ctx.retries
     )
-    written, trained = [], []
-    for seed in ctx.seed_list():
-        if seed in earlier:
-            written.append(earlier[seed])
-            continue
-        # ASHA's rungs: the first seed trained (evaluations every eval_every steps are ASHA's)
-        report = (
-            _intermediate_report(tune) if not trained and ctx.training.get("eval_every") else None
-        )
-        trained.append(
-            attempts(config, ctx, ctx.trial_id(number, seed), seed, data, report, setting)
-        )
-        written.append(trained[-1])
+    todo = [s for s in ctx.seed_list() if s not in earlier]
+    jobs = [(ctx.trial_id(number, s), s, setting, tuning.FINAL) for s in todo]
+    trained = dict(zip(todo, train_all(jobs, asha=True)))
+    written = [earlier[s] if s in earlier else trained[s] for s in ctx.seed_list()]
     # the time inside the trial, its tuning runs' included: the driver's span less this is its own
-    wall = sum(r.get("wall_s") or 0 for r in tuning_runs + trained)
+    wall = sum(r.get("wall_s") or 0 for r in runs)
     if not any(r["status"] == "ok" for r in written):  # Optuna has no value: the trial ends as FAIL
         return {
             **NO_VALUES,
@@ -107,6 +96,41 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
         "status": "ok",
         "trial_wall_s": wall,
     }
+
+
+def _trainer(config, ctx: TrialContext, tune):
+    """(train_all, runs): `train_all(jobs)` trains runs ((trial id, seed, setting, phase) each) and
+    returns their rows in order, side by side as Ray tasks when ctx.run_resources says so
+    (search/dispatch.py), else here one after another, the first of a batch `asha` reporting
+    its evaluations to Tune (ASHA's rungs); `runs` collects every row trained."""
+    runs: list[dict[str, Any]] = []
+    data = prepare(ctx.data) if ctx.run_resources is None else None
+
+    def train_all(jobs: list[tuple], asha: bool = False) -> list[dict[str, Any]]:
+        if ctx.run_resources is not None:
+            out = dispatch.run_all(run_task, config, ctx, jobs)
+        else:
+            out = []
+            for k, (trial_id, seed, setting, phase) in enumerate(jobs):
+                rungs = asha and k == 0 and ctx.training.get("eval_every")
+                report = _intermediate_report(tune) if rungs else None
+                args = (config, ctx, trial_id, seed, data, report, setting)
+                out.append(attempts(*args) if phase == tuning.FINAL else attempts(*args, phase))
+        runs.extend(out)
+        return out
+
+    return train_all, runs
+
+
+def run_task(config: dict[str, Any], ctx: TrialContext, job: tuple) -> dict[str, Any]:
+    """One run in a Ray task (search/dispatch.py): its row, written where the study lives."""
+    import ray
+    import torch
+
+    torch.set_num_threads(max(1, ctx.threads))
+    config = {**config, "node_id": ray.get_runtime_context().get_node_id()}
+    trial_id, seed, setting, phase = job
+    return attempts(config, ctx, trial_id, seed, prepare(ctx.data), None, setting, phase)
 
 
 def intermediate(record: dict[str, Any]) -> dict[str, Any]:
@@ -139,12 +163,23 @@ def attempts(
     training settings a `tune:` grid sets (a tuning run's point, or the candidate's choice)."""
     # torch loads in the worker that trains, not in the driver that hands Ray this module.
     from benchmark.trial.run import run_trial
+    from benchmark.trial.runstate import DEFAULT_EVERY, RunState, parse_every, parse_limit
 
     cfg = ctx.train_config(seed, setting, config.get("budget"))
+    # one process's run saves and continues its state; a Train job's ranks do not yet
+    every = parse_every(ctx.checkpoint_every or DEFAULT_EVERY)
+    watch, limit_s = parse_limit(ctx.step_timeout)
+    state = (
+        RunState(ctx.state_dir(), config["spec"], cfg, every, watch, limit_s, name=trial_id)
+        if ctx.workers is None
+        else None
+    )
     on_step = reporter(ctx.progress, trial_id, cfg.tokens_per_step)
     on_point, on_eval = curve_reports(ctx, trial_id, report, _steps(config, cfg))
     for attempt in range(ctx.retries + 1):
         started = rows.now()
+        if state is not None:  # the curve so far, beside the rows, at each save
+            state.on_save = _live_curve(ctx, state, trial_id, seed, phase, attempt)
         try:
             if ctx.workers is None:
                 measured = run_trial(
@@ -156,6 +191,7 @@ def attempts(
                     quantize=ctx.quantize_config(),
                     checkpoint_dir=ctx.checkpoint_dir(trial_id),
                     on_point=on_point,
+                    state=state,
                 )
             else:
                 measured = _distributed(config, ctx, cfg, trial_id, on_step, report is not None)
@@ -168,9 +204,33 @@ def attempts(
         rows.write(ctx, row)
         if ctx.checkpoints and row["status"] == "ok":
             rows.upload_checkpoint(ctx, trial_id)
+        final = row["status"] != "failed" or attempt == ctx.retries
+        if state is not None and final and not ctx.keep_checkpoints:
+            state.remove()  # its row is written: the run never trains again
         if row["status"] != "failed":
             return row
     return row
+
+
+def _live_curve(ctx: TrialContext, state, trial_id: str, seed: int, phase: str, attempt: int):
+    """Writes a run's curve so far where its finished curve will be (`<study>/_curves/`, the row
+    file's name), so that `pd.read_parquet("<study>/_curves")` shows runs in flight too; the
+    run's end writes it whole. A run continued under another trial's name (a trial numbered anew
+    on resume) removes the curve it left under the old one. No phase column without `tune:`."""
+    name = f"{trial_id}.a{attempt}.parquet"
+    keys = {"study": ctx.study, "trial_id": trial_id, "attempt": attempt, "seed": seed}
+    keys.update(tuning.columns(ctx, None, phase) if ctx.tune is not None else {})
+
+    def write(step: int, record: dict[str, Any]) -> None:
+        row = {**keys, CURVE: record["curve"]["points"]}
+        try:
+            write_curve(ctx.study_dir, row, name)
+            if before := state.rename(name):
+                location.remove(location.join(curves_dir(ctx.study_dir), before))
+        except OSError:  # a view while it trains: the run's end writes the curve (or says why not)
+            pass
+
+    return write
 
 
 def _steps(config, cfg) -> int:

@@ -111,10 +111,18 @@ def settle(
     """Train the tuning runs this candidate lacks (`train(trial_id, seed, setting)` trains one and
     returns its row) until none is wanted, then the chosen point; None when no point trained to a
     finite metric on every tuning seed."""
+    return settle_batches(config, ctx, number, lambda todo: [train(*run) for run in todo])
+
+
+def settle_batches(
+    config: Mapping[str, Any], ctx: TrialContext, number: int, train_all: Callable[..., list]
+) -> dict | None:
+    """settle, each batch of wanted runs trained by `train_all(runs)` (runs: (trial id, seed,
+    setting) each; side by side where it can: search/dispatch.py) returning their rows in order."""
     have = done(ctx, number, config.get(rows.CONTINUES) or ())
     while todo := wanted(ctx, number, have):
-        for tid, seed, point in todo:
-            have[(setting_text(point), seed)] = train(tid, seed, point)
+        for (_, seed, point), row in zip(todo, train_all(todo)):
+            have[(setting_text(point), seed)] = row
     points, _ = grid(ctx, have)
     return choose(ctx, [have[(setting_text(p), s)] for p in points for s in ctx.tune.seeds])
 

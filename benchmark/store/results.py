@@ -76,7 +76,9 @@ __all__ = [
 # 7: the data a run read (tokens_by_source, JSON: each part's tokens in the training split;
 #    epochs_by_source, JSON: the passes the run made over each; sampling, how its batches drew:
 #    data/sampling.py) and oom_retries (the times an out-of-memory error halved the micro-batch,
-#    trial/run.py); older files read them null.
+#    trial/run.py); resumed_from_step and resumes, the step a run last continued from after a
+#    stop (its saved state: trial/runstate.py) and how many times it did; stalls, how many times
+#    the watchdog ended it (trial/watchdog.py). Older files read them null.
 SCHEMA_VERSION = 7
 # infeasible: the sampled point has no candidate within the budget (nothing was trained).
 STATUSES = ("ok", "failed", "pruned", "diverged", "infeasible")
@@ -122,6 +124,9 @@ SCHEMA = pa.schema(
         *((name, _f64) for name in LOOP_LOSSES),
         ("evals", _str),
         ("loss_spike", _f64),
+        ("resumed_from_step", _i64),
+        ("resumes", _i64),
+        ("stalls", _i64),
         ("phase", _str),
         ("tuned", _str),
         ("val_ppl_int8", _f64),

@@ -5,6 +5,8 @@ modules behind it, lowest first:
     compilation   the regions torch.compile compiles, and its caches
     step          the loss and the training step, the same on CPU and CUDA
     curve         the training curve a trial keeps
+    watchdog      a run that makes no step ended, to run again from its saved state
+    runstate      a run's whole state part-way, saved and continued from
     evaluate      held-out loss, per source and per loop count
     training      the training loop
     analysis      mechanism diagnostics (streams, loops, logit lens)

@@ -43,6 +43,14 @@ class Curve:
         if (step + 1) % self.every == 0 or step + 1 == self.total:
             self.flush(step)
 
+    def state(self) -> dict[str, Any]:
+        """What a saved run state keeps of the curve: its points and its open window."""
+        return {"points": self.points, "window": [self._losses, self._norms]}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.points = list(state["points"])
+        self._losses, self._norms = (list(v) for v in state["window"])
+
     def flush(self, step: int) -> None:
         """Close the window ending at `step` (a diverged run closes its last, partial one)."""
         if not self._losses:

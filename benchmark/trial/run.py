@@ -40,6 +40,7 @@ from benchmark.trial.analysis import hyper_diagnostics
 from benchmark.trial.checkpoint import save_checkpoint
 from benchmark.trial.evaluate import evaluate, evaluate_loops, unigram_perplexity
 from benchmark.trial.quant import QuantConfig, calibrate, quantize
+from benchmark.trial.runstate import RunState
 from benchmark.trial.training import TrialDiverged, train
 
 
@@ -155,13 +156,16 @@ def run_trial(
     quantize: QuantizeConfig | None = QuantizeConfig(),
     ranks=None,
     on_point: Callable[[dict], None] | None = None,
+    state: RunState | None = None,
 ) -> dict[str, Any]:
     """Train and evaluate one candidate. Returns one results row (docs/reference.md "Results columns"); a NaN/inf
     loss gives status `diverged` instead of raising. `quantize` (a space's `quantize:` section)
     adds the INT8/INT4 columns; None (or False) leaves them out. `ranks`: one rank of a
     data-parallel trial (trial/distributed.py); rank 0 evaluates and returns the row, the other
     ranks train and return {}. The row's `curve` (curve.Curve's points; `on_point` gets each as it
-    is made) is no results column: the search writes it beside the row (store/curves.py)."""
+    is made) is no results column: the search writes it beside the row (store/curves.py).
+    `state` (trial/runstate.py): the run saves its whole state there as it trains, and continues
+    from a state saved earlier (the row's `resumed_from_step` and `resumes` say so)."""
     spec = spec if isinstance(spec, ArchSpec) else ArchSpec.from_dict(spec)
     data = data or prepare(data_cfg or DataConfig())
     check_vocab(spec, data)
@@ -178,9 +182,10 @@ def run_trial(
     }
     evals = eval_sets(data.val, cfg.seq_len, cfg.eval_tokens)
     t0 = time.perf_counter()
+    saved = state.load() if state is not None else None
     try:
         result, cfg, retries = train_fitting(
-            spec, cfg, data, evals, on_step, on_eval, ranks, on_point
+            spec, cfg, data, evals, on_step, on_eval, ranks, on_point, state=state, saved=saved
         )
         row.update(training=json.dumps(asdict(cfg), sort_keys=True), oom_retries=retries)
     except TrialDiverged as e:  # the tokens it trained and where its time went, as for any row
@@ -190,6 +195,7 @@ def run_trial(
                 **Clock(e.result).split(cfg),
                 CURVE: e.result.curve,
                 "loss_spike": e.result.loss_spike,
+                **resumed(e.result),
             }
             if e.result
             else {}
@@ -222,6 +228,7 @@ def run_trial(
                 "evals": json.dumps(result.evals),
                 CURVE: result.curve,
                 "loss_spike": result.loss_spike,
+                **resumed(result),
                 "tokens_per_s": result.tokens_per_s,
                 "flops_per_s": result.flops_per_s,
                 "peak_mem_bytes": result.peak_mem_bytes,
@@ -257,20 +264,36 @@ def out_of_memory(e: BaseException) -> bool:
     )
 
 
-def train_fitting(spec, cfg: TrainConfig, data: PreparedData, evals, *hooks):
+def train_fitting(
+    spec, cfg: TrainConfig, data: PreparedData, evals, *hooks, state=None, saved=None
+):
     """train(), and after an out-of-memory error the run again from its start at half the
     micro-batch and twice the accumulation (the same batch, so the same optimiser steps), said in
     one line, until it fits or the micro-batch cannot be halved (then the error stands). Returns
     (result, the settings it trained with, the retries). Not inside the step loop: a retry is a
     fresh run with its own batches. A data-parallel rank (`ranks`) is not retried alone: its
-    peers hold the same micro-batch."""
+    peers hold the same micro-batch. `saved`: the state (trial/runstate.py) the first attempt
+    continues from, at the batch after its last step; a retry starts afresh (its micro-batches
+    are not the saved run's)."""
     on_step, on_eval, ranks, on_point = hooks
     retries = 0
     while True:
-        stream = batches(data.train, cfg.seq_len, cfg.batch_size, cfg.seed, sampling=data.sampling)
+        skip = saved["step"] * cfg.grad_accum if saved else 0  # the batches it trained on before
+        stream = batches(
+            data.train, cfg.seq_len, cfg.batch_size, cfg.seed, skip=skip, sampling=data.sampling
+        )
         try:
             result = train(
-                spec, cfg, stream, evals, on_step, on_eval, ranks=ranks, on_point=on_point
+                spec,
+                cfg,
+                stream,
+                evals,
+                on_step,
+                on_eval,
+                ranks=ranks,
+                on_point=on_point,
+                state=state,
+                saved=saved,
             )
             return result, cfg, retries
         except Exception as e:
@@ -284,10 +307,18 @@ def train_fitting(spec, cfg: TrainConfig, data: PreparedData, evals, *hooks):
             file=sys.stderr,
             flush=True,
         )
-        cfg, retries = half, retries + 1
+        cfg, retries, saved = half, retries + 1, None
         gc.collect()  # the failed run's model and activations, before the next one allocates
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def resumed(result) -> dict[str, int]:
+    return {
+        "resumed_from_step": result.resumed_from_step,
+        "resumes": result.resumes,
+        "stalls": result.stalls,
+    }
 
 
 class Clock:

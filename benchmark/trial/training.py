@@ -24,7 +24,9 @@ from benchmark.trial.curve import Curve, largest_rise
 from benchmark.trial.evaluate import evaluate
 from benchmark.trial.memory import peak_memory_bytes, reset_peak_memory
 from benchmark.trial.policy import device_of, policy_of, precision_name, prepare_device
+from benchmark.trial.runstate import RunState, restore
 from benchmark.trial.step import TrainStep
+from benchmark.trial.watchdog import Watchdog, stall_fault
 
 
 class TrialDiverged(RuntimeError):
@@ -84,6 +86,9 @@ class TrainResult:
     parallel: dict = field(
         default_factory=dict
     )  # the row's data-parallel columns (distributed.columns)
+    resumed_from_step: int = 0  # the step a saved state continued it from (runstate.py); 0: never
+    resumes: int = 0  # how many times it continued from a saved state
+    stalls: int = 0  # how many times the watchdog ended it (trial/watchdog.py)
 
 
 def train(
@@ -95,6 +100,8 @@ def train(
     on_eval: Callable[[dict], None] | None = None,
     ranks=None,
     on_point: Callable[[dict], None] | None = None,
+    state: RunState | None = None,
+    saved: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train a fresh model of `spec` on `batches` (an iterator of (x, y) token tensors) for the
     configured token budget. `on_step(step, total, loss)` reports progress; `on_eval(record)`
@@ -104,7 +111,10 @@ def train(
     `ranks` (trial/distributed.py Ranks): one rank of a data-parallel trial. Every rank draws the
     same global batches and trains on its share; evaluation runs on rank 0 (the other ranks get
     `on_eval(None)` at the same steps, so that every rank reports as often), and the result's
-    model is rank 0's full model, None on the other ranks."""
+    model is rank 0's full model, None on the other ranks.
+
+    `state` (runstate.RunState) saves the run's whole state when it is due; `saved` (its load())
+    continues the run from the step it holds: `batches` must then start at that step's batch."""
     # From here: building the model and the step (the first trial in a process imports the
     # compiler then, ~2.5 s on a 2-core CPU) counts with the first step, in the row's compile_s.
     t0 = time.perf_counter()
@@ -132,6 +142,9 @@ def train(
         precision=precision_name(step_fn.dtype, device),
     )
     curve = Curve(total, cfg.tokens_per_step, lambda step: cfg.lr_at(step, total), on_point)
+    start = _continue(saved, model, opt, result, curve) if saved else 0
+    watch = state.watchdog(lambda: len(result.losses)) if state is not None else None
+    result.stalls = state.stalls() if state is not None else 0
     try:
         loop = _Loop(
             step_fn=step_fn,
@@ -142,6 +155,10 @@ def train(
             eval_data=eval_data,
             on_step=on_step,
             on_eval=on_eval,
+            start=start,
+            save=_saver(state, model, opt, result, curve) if state is not None else None,
+            state=state,
+            watch=watch,
         )
         _loop(loop, result, curve)
     except TrialDiverged as e:  # its row still says how far it got and where the time went
@@ -155,6 +172,8 @@ def train(
         raise
     finally:
         step_fn.close()  # the model leaves compiled or not, eager for what follows
+        if watch is not None:
+            watch.close()
     _time(result, cfg, spec, device, t0)
     result.train_loss = result.losses[-1]
     result.curve, result.loss_spike = curve.points, largest_rise(result.losses)
@@ -169,6 +188,30 @@ def train(
     return result
 
 
+def _continue(saved: dict[str, Any], model, opt, result: TrainResult, curve: Curve) -> int:
+    """A fresh model, optimiser, result and curve put back where the saved run was; its step."""
+    restore(saved, model, opt)
+    result.losses, result.evals = list(saved["losses"]), list(saved["evals"])
+    result.tokens_trained = saved["tokens_trained"]
+    result.resumed_from_step, result.resumes = saved["step"], saved.get("resumes", 0) + 1
+    curve.restore(saved["curve"])
+    return saved["step"]
+
+
+def _saver(state: RunState, model, opt, result: TrainResult, curve: Curve):
+    def save(step: int) -> None:
+        record = {
+            "losses": result.losses,
+            "evals": result.evals,
+            "tokens_trained": result.tokens_trained,
+            "curve": curve.state(),
+            "resumes": result.resumes,
+        }
+        state.save(step, model, opt, record)
+
+    return save
+
+
 def _time(result: TrainResult, cfg: TrainConfig, spec: ArchSpec, device, t0: float) -> None:
     """The result's timings: wall, first step (setup and compilation included), and the pace after it."""
     timed_from = result.timed_from
@@ -178,7 +221,9 @@ def _time(result: TrainResult, cfg: TrainConfig, spec: ArchSpec, device, t0: flo
     result.wall_s = end - t0
     result.first_step_s = (timed_from or end) - t0
     timed = end - (timed_from or t0) - result.eval_s
-    timed_tokens = result.tokens_trained - (cfg.tokens_per_step if timed_from else 0)
+    # a continued run's clock started at its saved step: the tokens before it are not this pace's
+    before = result.resumed_from_step * cfg.tokens_per_step
+    timed_tokens = result.tokens_trained - before - (cfg.tokens_per_step if timed_from else 0)
     result.tokens_per_s = (
         timed_tokens / timed
         if timed_tokens
@@ -201,6 +246,10 @@ class _Loop:
     eval_data: Mapping[str, torch.Tensor] | None
     on_step: Callable[[int, int, float], None] | None
     on_eval: Callable[[dict], None] | None
+    start: int = 0  # the first step to train: a continued run's saved step
+    state: RunState | None = None  # when to save the run's state
+    save: Callable[[int], None] | None = None  # saves the run's state after that many steps
+    watch: Watchdog | None = None  # hears of every step, evaluation and save
 
 
 def _loop(loop: _Loop, result: TrainResult, curve: Curve) -> None:
@@ -215,25 +264,33 @@ def _loop(loop: _Loop, result: TrainResult, curve: Curve) -> None:
         loop.eval_data,
     )
     pending, last = [], float("nan")
-    for step in range(total):
+    fault = stall_fault() if loop.watch is not None else None
+    for step in range(loop.start, total):
         for group in step_fn.optimizer.param_groups:
             group["lr"] = cfg.lr_at(step, total)
         micro = [next(loop.batches) for _ in range(cfg.grad_accum)]
         mine = micro if step_fn.parallel is None else step_fn.parallel.share(micro)
         loss = step_fn.accumulate([(to_device(x, device), to_device(y, device)) for x, y in mine])
+        if fault is not None:
+            fault(step + 1)
         pending.append(
             torch.stack([loss.float(), step_fn.grad_norm.float()])
         )  # (2,): read together
         evaluating = eval_data is not None and cfg.evaluates(step + 1, total)
-        if len(pending) >= sync_every(device) or step == 0 or step + 1 == total or evaluating:
+        # the last step needs no save: the run's row follows at once
+        saving = loop.state is not None and step + 1 < total and loop.state.due(step + 1)
+        first = step == loop.start
+        if len(pending) >= sync_every(device) or first or step + 1 == total or evaluating or saving:
             last = _read_losses(
                 pending, result, step, total, curve
             )  # the one host sync, every few steps on CUDA
         result.tokens_trained += sum(x.numel() for x, _ in micro)
-        if step == 0:
+        if first:
             result.timed_from = time.perf_counter()
         if loop.on_step is not None:
             loop.on_step(step + 1, total, last)
+        if loop.watch is not None:
+            loop.watch.beat()
         if evaluating:
             t = time.perf_counter()
             scored = (
@@ -256,6 +313,10 @@ def _loop(loop: _Loop, result: TrainResult, curve: Curve) -> None:
             if loop.on_eval is not None:
                 loop.on_eval(record)
             result.eval_s += time.perf_counter() - t
+        if saving:  # after the step's evaluation, which the saved record then holds
+            loop.save(step + 1)
+        if loop.watch is not None and (evaluating or saving):
+            loop.watch.beat(step=False)
 
 
 # Steps between reads of the loss on CUDA: reading it waits for the GPU, so a divergence is seen up

@@ -1,0 +1,142 @@
+"""A search's runs continue from their saved state (trial/runstate.py) when they are stopped: a
+worker killed part-way (Tune runs its trial again) and a driver stopped with Ctrl-C (the same
+command run again) both end with one ok row per run, continued from the step it saved, whose
+validation loss and whole training curve are those of the run that never stopped."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import tiny_search
+import torch
+
+from benchmark.data import prepare
+from benchmark.recipe import TrainConfig
+from benchmark.store.curves import read_curves
+from benchmark.trial.run import run_trial
+from benchmark.trial.runstate import saved_record
+
+pytestmark = pytest.mark.slow
+
+SPACE = """
+name: {name}
+budget: 100K
+count: total
+tolerance: 2%
+base: {{vocab_size: 320, n_heads: 2, layers: {{begin: 1, middle: 1, end: 1}}}}
+axes:
+  family: [transformer]
+training: {{tokens: 150K, seq_len: 32, batch_size: 8, lr: 3e-3, eval_tokens: 2K}}
+quantize: {{group_size: 16, calib_sequences: 16}}
+objectives: [val_loss:min]
+pruner: none
+trials: 1
+"""
+EVERY = 20  # steps between saves
+
+
+def _search(corpus: Path, results: Path, name: str, *flags: str) -> list[str]:
+    space = results.parent / f"{name}.yaml"
+    space.write_text(SPACE.format(name=name))
+    return [
+        sys.executable,
+        "-m",
+        "benchmark.main",
+        "search",
+        str(space),
+        "--name",
+        name,
+        "--results",
+        str(results),
+        "--cpus-per-trial",
+        "1",
+        "--checkpoint-every",
+        str(EVERY),
+        *flags,
+        *tiny_search.cli(corpus),
+    ]
+
+
+def _after_second_save(proc, state_dir: Path) -> dict:
+    """The saved state's record once the run has saved twice."""
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        curves = state_dir.parent / "_curves"
+        for path in state_dir.glob("*.state.safetensors"):
+            record = saved_record(str(path))
+            if record and record["step"] >= 2 * EVERY and list(curves.glob("*.parquet")):
+                return record
+        time.sleep(0.05)
+    pytest.fail("no run saved its state twice")
+
+
+def _uninterrupted(row, corpus: Path) -> dict:
+    torch.set_num_threads(1)  # as the search's trial (--cpus-per-trial 1)
+    cfg = TrainConfig.from_dict(json.loads(row["training"]))
+    return run_trial(
+        json.loads(row["spec"]), cfg, data=prepare(tiny_search.data(corpus)), quantize=None
+    )
+
+
+def _check(results: Path, name: str, corpus: Path, reference: dict | None) -> dict:
+    study = results / name
+    rows = pd.read_parquet(study)
+    (row,) = rows.itertuples()  # one row: the run, recorded once
+    assert row.status == "ok" and row.resumes == 1 and row.resumed_from_step >= 2 * EVERY
+    reference = reference or _uninterrupted(rows.iloc[0], corpus)
+    assert row.val_loss == pytest.approx(reference["val_loss"], abs=1e-6)
+    curve = read_curves(str(study)).dropna(subset=["train_loss"]).sort_values("step")
+    expected = pd.DataFrame(reference["curve"])
+    assert len(curve) == len(expected) > 10
+    for column in ("train_loss", "train_loss_max", "grad_norm", "lr"):
+        assert curve[column].to_numpy() == pytest.approx(expected[column].to_numpy(), abs=1e-6)
+    assert not list((study / "_runstate").glob("*"))  # removed once the row was written
+    return reference
+
+
+def test_a_killed_worker_and_a_stopped_driver_continue_their_runs(corpus, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    results = tmp_path / "results"
+    results.mkdir()
+    # the worker that trains the run is killed after its second save; Tune runs the trial again
+    # (the run a Ray task of its own: Ray runs the task again)
+    proc = subprocess.Popen(
+        _search(corpus, results, "killed", "--runs-as-tasks"),
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    record = _after_second_save(proc, results / "killed" / "_runstate")
+    assert record["pid"] != proc.pid  # the Ray worker's process, not the driver
+    # the curve so far is beside the rows while the run trains (written after each save)
+    live = pd.read_parquet(results / "killed" / "_curves")
+    assert set(live["trial_id"]) == {"t0000"} and EVERY - 3 <= live["step"].max() < 586
+    os.kill(record["pid"], signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    reference = _check(results, "killed", corpus, None)
+    resumed = pd.read_parquet(results / "killed")["resumed_from_step"]
+    assert resumed.iloc[0] % EVERY == 0  # from its last periodic save
+
+    # the driver stopped with Ctrl-C after the run's second save, then the command it prints (the
+    # run inside its trial, which Ray ends with the search; a run's own task trains on to its end)
+    command = _search(corpus, results, "stopped")
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    _after_second_save(proc, results / "stopped" / "_runstate")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert not list((results / "stopped" / "trials").glob("[!.]*.parquet"))  # stopped: no row yet
+    again = subprocess.run(
+        [*command, "--resume", "--save-weights"], capture_output=True, text=True, env=env
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    _check(results, "stopped", corpus, reference)  # the same run: the same spec and seed
+    assert list((results / "stopped" / "_checkpoints").glob("*/model.safetensors"))

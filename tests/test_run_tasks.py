@@ -1,0 +1,104 @@
+"""The run as the unit of scheduling (search/dispatch.py): on a local Ray cluster of 6 CPU slots
+(standing for GPUs), a study of 2 candidates x (2 tuning runs + 3 final seeds) trains runs of one
+candidate side by side, and ends with the rows, Optuna study and report of the same study run one
+run at a time inside each candidate's trial."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+import tiny_search
+
+from benchmark.search import OPTUNA_DB, SearchOptions, run_search
+from benchmark.space.language import load_space
+
+pytestmark = pytest.mark.slow
+
+SPACE = """
+name: runs
+budget: 100K
+tolerance: 2%
+base: {vocab_size: 320, n_heads: 2, layers: {begin: 1, middle: 1, end: 1}}
+axes:
+  family: [transformer, looped]
+training: {tokens: 12K, seq_len: 32, batch_size: 8, lr: 3e-3, eval_tokens: 2K}
+quantize: {group_size: 16, calib_sequences: 16}
+objectives: [val_loss:min]
+trials: 2
+seeds: 3
+pruner: none
+tune: {grid: {lr: [1e-3, 1e-2]}, seeds: [100], metric: val_loss}
+"""
+POLICY = {"compile": False, "precision": "fp32"}
+
+
+@pytest.fixture
+def six_slots():
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 6})
+    c.wait_for_nodes()
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def _most_at_once(runs: pd.DataFrame) -> int:
+    """The most runs training at one moment, from their rows' start and end times (seconds)."""
+    start = pd.to_datetime(runs["started_at"])
+    end = pd.to_datetime(runs["finished_at"])
+    return max(int(((start <= t) & (t < end)).sum()) for t in start)
+
+
+def test_runs_of_a_candidate_train_side_by_side_with_the_same_results(six_slots, corpus, tmp_path):
+    path = tmp_path / "runs.yaml"
+    path.write_text(SPACE)
+    opts = SearchOptions(
+        name="side",
+        results_dir=tmp_path / "r",
+        asha=False,
+        retries=0,
+        data=tiny_search.data(corpus),
+        address=six_slots.address,
+        cpus_per_trial=1,
+        seeds=3,
+        runs_as_tasks=True,
+    )
+    run_search(load_space(path), opts, console=None, policy=POLICY)
+    one = replace(opts, name="alone", concurrency=1, runs_as_tasks=False)
+    run_search(load_space(path), one, console=None, policy=POLICY)
+
+    side = pd.read_parquet(tmp_path / "r" / "side").set_index("trial_id").sort_index()
+    alone = pd.read_parquet(tmp_path / "r" / "alone").set_index("trial_id").sort_index()
+    assert len(side) == 10 and set(side["status"]) == {"ok"}
+    assert sorted(side["phase"].value_counts().items()) == [("final", 6), ("tune", 4)]
+    finals = side[side["phase"] == "final"]
+    assert max(_most_at_once(g) for _, g in finals.groupby("optuna_trial")) >= 3
+    assert _most_at_once(alone) == 1  # the reference: one run at a time
+    # the same runs, at the same points, to the same losses (one thread each)
+    assert list(side.index) == list(alone.index)
+    for column in ("family", "seed", "phase", "tuned", "params_total"):
+        assert list(side[column]) == list(alone[column]), column
+    assert side["val_loss"].to_numpy() == pytest.approx(alone["val_loss"].to_numpy(), abs=1e-6)
+    # Optuna: one value per candidate, the mean over its final seeds, in both
+    values = {}
+    for name in ("side", "alone"):
+        study = optuna.load_study(
+            study_name=name, storage=f"sqlite:///{tmp_path / 'r' / name / OPTUNA_DB}"
+        )
+        values[name] = sorted((t.params["family"], t.value) for t in study.trials)
+    means = finals.groupby("family")["val_loss"].mean()
+    assert [f for f, _ in values["side"]] == ["looped", "transformer"]
+    assert [v for _, v in values["side"]] == pytest.approx(list(means), abs=1e-9)
+    assert [v for _, v in values["side"]] == pytest.approx(
+        [v for _, v in values["alone"]], abs=1e-6
+    )
+    tuned = json.loads(finals["tuned"].iloc[0])
+    assert set(tuned) == {"lr"}
+    assert Path(tmp_path / "r" / "side" / "_runstate").exists() is False or not list(
+        (tmp_path / "r" / "side" / "_runstate").iterdir()
+    )
