@@ -82,19 +82,6 @@ SEARCH_ONLY = (
 )  # search-only flags
 
 
-def _checked(parse):
-    """An argparse type that reports the parser's own message."""
-
-    def convert(text: str) -> str:
-        try:
-            parse(text)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-        return text
-
-    return convert
-
-
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
@@ -108,7 +95,7 @@ def _space_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--budget",
-        type=_checked(parse_budgets),
+        type=saving.checked(parse_budgets),
         help="parameter budget, e.g. 113M, 1.2B, 500K, "
         "or a ladder: 1M,2M,4M (every candidate at every budget)",
     )
@@ -119,7 +106,9 @@ def _space_flags(p: argparse.ArgumentParser) -> None:
         "--trials", type=_positive, help="candidates to sample (default: the space's `trials`)"
     )
     p.add_argument(
-        "--tokens", type=_checked(parse_tokens), help="training tokens: 20x (per parameter) or 5M"
+        "--tokens",
+        type=saving.checked(parse_tokens),
+        help="training tokens: 20x (per parameter) or 5M",
     )
     p.add_argument(
         "--set",
@@ -161,7 +150,7 @@ def _space_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--gpu-memory",
-        type=_checked(parse_size),
+        type=saving.checked(parse_size),
         help="a GPU's memory (80GiB): each run's micro-batch is the largest that fits, "
         "its accumulation keeps the batch (recipe/memory.py)",
     )
@@ -174,7 +163,11 @@ def _search_flags(p: argparse.ArgumentParser, hidden: bool) -> None:
     def add(*names, help: str, **kw) -> None:
         p.add_argument(*names, help=argparse.SUPPRESS if hidden else help, **kw)
 
-    add("--name", type=_checked(check_study_name), help="study name (default: the space's name)")
+    add(
+        "--name",
+        type=saving.checked(check_study_name),
+        help="study name (default: the space's name)",
+    )
     add(
         "--results",
         help="where rows go: a folder (local or NFS) or a URI such as s3://bucket/results "
@@ -187,7 +180,7 @@ def _search_flags(p: argparse.ArgumentParser, hidden: bool) -> None:
     )
     add(
         "--storage-wait",
-        type=_checked(parse_duration),
+        type=saving.checked(parse_duration),
         help="how long the study's database may be away "
         f"(a restart, a failover) before the search stops, resumable (default {STORAGE_WAIT_S:g} s)",
     )
@@ -204,7 +197,11 @@ def _search_flags(p: argparse.ArgumentParser, hidden: bool) -> None:
         type=_positive,
         help="train every chosen candidate with N seeds (default: the space's `seeds`, else 1)",
     )
-    add("--time-budget", type=_checked(parse_duration), help="cap the whole search, e.g. 30m, 2h")
+    add(
+        "--time-budget",
+        type=saving.checked(parse_duration),
+        help="cap the whole search, e.g. 30m, 2h",
+    )
     add(
         "--sampler",
         choices=SAMPLERS,
@@ -239,7 +236,7 @@ def _search_flags(p: argparse.ArgumentParser, hidden: bool) -> None:
     )
     add(
         "--pending-timeout",
-        type=_checked(parse_duration),
+        type=saving.checked(parse_duration),
         help="stop, naming what is missing, when no trial can start for this long (default 10m)",
     )
     add(

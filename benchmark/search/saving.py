@@ -14,7 +14,9 @@ from benchmark.trial.runstate import DEFAULT_EVERY, parse_every, parse_limit
 FLAGS = ("checkpoint_every", "keep_checkpoints", "save_weights", "step_timeout", "runs_as_tasks")
 
 
-def _checked(parse):
+def checked(parse):
+    """An argparse type that reports the parser's own message (the search's flags: command.py)."""
+
     def convert(text: str) -> str:
         try:
             parse(text)
@@ -29,13 +31,13 @@ def add_flags(add: Callable[..., None]) -> None:
     """The flags, through the search parser's `add` (command._search_flags)."""
     add(
         "--checkpoint-every",
-        type=_checked(parse_every),
+        type=checked(parse_every),
         help="each run saves its whole state this often, in steps (500) or time (10m), and a run "
         f"stopped part-way continues from it; off: never (default {DEFAULT_EVERY}; docs/clusters.md)",
     )
     add(
         "--step-timeout",
-        type=_checked(parse_limit),
+        type=checked(parse_limit),
         help="end a run that makes no step for this long (10m), to run again from its last save; "
         "off: never (default: 100 of its own steps, at least 10m; docs/clusters.md)",
     )
