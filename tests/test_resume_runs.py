@@ -33,6 +33,7 @@ base: {{vocab_size: 320, n_heads: 2, layers: {{begin: 1, middle: 1, end: 1}}}}
 axes:
   family: [transformer]
 training: {{tokens: 150K, seq_len: 32, batch_size: 8, lr: 3e-3, eval_tokens: 2K}}
+data: {{max_epochs: 20}}  # a small corpus read many times over: the test is resume, not data
 quantize: {{group_size: 16, calib_sequences: 16}}
 objectives: [val_loss:min]
 pruner: none

@@ -25,6 +25,7 @@ base: {vocab_size: 320, n_heads: 2, layers: {begin: 1, middle: 1, end: 1}}
 axes:
   family: [transformer, looped]
 training: {tokens: 12K, seq_len: 32, batch_size: 8, lr: 3e-3, eval_tokens: 2K}
+data: {max_epochs: 20}  # a small corpus read many times over: the test is scheduling, not data
 quantize: {group_size: 16, calib_sequences: 16}
 objectives: [val_loss:min]
 trials: 2
