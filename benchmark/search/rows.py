@@ -202,15 +202,13 @@ def values(
     that diverged at the metric's worst (`worst`; the space's `diverged: worst`), not left out."""
     ok = [r for r in rows if r.get("status") == "ok"]
     lost = sum(r.get("status") == "diverged" for r in rows)
+    if not ok:
+        return [math.nan] * len(names)
     out = []
     for n in names:
-        got = [metrics.row_value(r, n, count) for r in ok]
         bound = worst(n, vocab)
-        out.append(
-            statistics.fmean(got + [bound] * lost)
-            if ok and bound is not None
-            else (statistics.fmean(got) if ok else math.nan)
-        )
+        lost_at = [bound] * lost if bound is not None else []
+        out.append(statistics.fmean([metrics.row_value(r, n, count) for r in ok] + lost_at))
     return out
 
 

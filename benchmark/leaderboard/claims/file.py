@@ -70,6 +70,10 @@ class Claim:
     def metric_of(self, group: str) -> Objective:
         return self.group_metrics.get(group, self.metric)
 
+    def tuned_by_other(self, tuned: str) -> bool:
+        """Whether arms tuned on metric `tuned` ('' for none) are judged here by another metric."""
+        return bool(tuned) and {self.metric_of(g).column for g in self.order} != {tuned}
+
     def metric_text(self) -> str:
         """'val_loss:min', or 'val_loss_r4 vs val_loss_r2 (min)' when groups name their own."""
         if not self.group_metrics:

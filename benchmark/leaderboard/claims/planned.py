@@ -58,12 +58,10 @@ def claim_arms(claims: ClaimsFile, plans: dict) -> list[tuple]:
 
 def _tuned_by(claim, metric: str) -> str:
     """'; tuned by val_loss' where the space tunes its arms on another metric than the claim's."""
-    judged = {claim.metric_of(g).column for g in claim.order}
-    return (
-        f"; tuned by {metric}, judged by {', '.join(sorted(judged))}"
-        if metric and judged != {metric}
-        else ""
-    )
+    if not claim.tuned_by_other(metric):
+        return ""
+    judged = sorted({claim.metric_of(g).column for g in claim.order})
+    return f"; tuned by {metric}, judged by {', '.join(judged)}"
 
 
 def markdown(found: list[tuple]) -> str:

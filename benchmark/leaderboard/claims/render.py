@@ -104,8 +104,7 @@ def differ_cell(r: Result) -> str:
 
 def _tuned_by(r: Result) -> str:
     """'; tuned by val_loss' where the arms' setting was chosen on another metric than the claim's."""
-    judged = {r.claim.metric_of(g).column for g in r.claim.order}
-    return f"; tuned by {r.tuned_by}" if r.tuned_by and judged != {r.tuned_by} else ""
+    return f"; tuned by {r.tuned_by}" if r.claim.tuned_by_other(r.tuned_by) else ""
 
 
 def _p_cell(p: float) -> str:
