@@ -53,12 +53,14 @@ def test_the_fallback_probe_on_a_gpu_is_sized_like_a_real_step():
 
 
 def test_auto_precision_on_a_cpu_follows_its_measured_matmuls(monkeypatch, tmp_path):
-    """`precision: auto` picks bf16 on a CPU only where a timed probe found its matmuls at least
-    BF16_MARGIN faster than fp32; the probe runs once per machine and is then read from the file."""
+    """`precision: auto` picks bf16 on a CPU with a native bf16 instruction only where a timed
+    probe found its matmuls at least BF16_MARGIN faster than fp32; the probe times the dtypes in
+    alternating rounds, runs once per machine and is then read from the file."""
     from benchmark.store import speeds
 
     monkeypatch.setenv(speeds.ENV, str(tmp_path / "perf.json"))
     monkeypatch.setattr(policy, "_BF16_FASTER", {})
+    monkeypatch.setattr(speeds, "cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
     calls = []
 
     def fake_peak(dtype, budget_s, device=None):
@@ -67,18 +69,41 @@ def test_auto_precision_on_a_cpu_follows_its_measured_matmuls(monkeypatch, tmp_p
 
     monkeypatch.setattr(policy, "matmul_peak", fake_peak)
     assert policy.bf16_faster_here() and policy.bf16_faster_here()
-    assert calls == [
-        (torch.float32, policy.PROBE_BUDGET_S),
-        (torch.bfloat16, policy.PROBE_BUDGET_S),
-    ]
+    share = policy.PROBE_BUDGET_S / policy.PROBE_ROUNDS
+    assert calls == [(torch.float32, share), (torch.bfloat16, share)] * policy.PROBE_ROUNDS
     assert ExecPolicy().autocast_dtype(torch.device("cpu")) == torch.bfloat16
-    assert '"matmul"' in (tmp_path / "perf.json").read_text()  # kept for the next process
+    assert '"matmul_rounds"' in (tmp_path / "perf.json").read_text()  # kept for the next process
     other = tmp_path / "other.json"  # another machine's file: just under the margin, fp32
     monkeypatch.setenv(speeds.ENV, str(other))
     speeds.record_precision_probe(other, 100e9, 100e9 * policy.BF16_MARGIN * 0.99)
     assert not policy.bf16_faster_here()
     assert ExecPolicy().autocast_dtype(torch.device("cpu")) is None
     assert ExecPolicy(precision="bf16").autocast_dtype(torch.device("cpu")) == torch.bfloat16
+
+
+def test_auto_precision_is_fp32_where_bf16_is_emulated_and_a_slowed_round_decides_nothing(
+    monkeypatch, tmp_path
+):
+    """On a CPU whose flags hold no native bf16 instruction (an AVX2 EPYC) `auto` is fp32 without a
+    probe, whatever an old probe recorded; where the flags allow bf16, a first fp32 round slowed
+    400x by other work (as a busy shared CPU did to a single-pass probe) does not pick bf16."""
+    from benchmark.store import speeds
+
+    monkeypatch.setenv(speeds.ENV, str(tmp_path / "perf.json"))
+    monkeypatch.setattr(policy, "_BF16_FASTER", {})
+    monkeypatch.setattr(speeds, "cpu_flags", lambda: frozenset({"fma", "avx", "avx2"}))
+    monkeypatch.setattr(policy, "matmul_peak", lambda *a, **k: pytest.fail("probed"))
+    speeds.record_precision_probe(tmp_path / "perf.json", 0.2e9, 1.0e9)  # an inverted old probe
+    assert not policy.bf16_faster_here()
+    assert ExecPolicy().autocast_dtype(torch.device("cpu")) is None
+
+    monkeypatch.setenv(speeds.ENV, str(tmp_path / "fresh.json"))
+    monkeypatch.setattr(speeds, "cpu_flags", lambda: None)  # flags unknown: the probe decides
+    fp32 = iter([0.2e9] + [80e9] * (policy.PROBE_ROUNDS - 1))
+    peaks = {torch.float32: lambda: next(fp32), torch.bfloat16: lambda: 1.3e9}
+    monkeypatch.setattr(policy, "matmul_peak", lambda dtype, *a, **k: peaks[dtype]())
+    assert not policy.bf16_faster_here()
+    assert speeds.precision_probe(tmp_path / "fresh.json") == {"fp32": 80e9, "bf16": 1.3e9}
 
 
 def test_compared_paths_are_timed_in_interleaved_rounds(monkeypatch):

@@ -57,6 +57,24 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+# The instructions that do bf16 arithmetic natively: x86's AVX512-BF16 and AMX-BF16, Arm's BF16
+# (BFDOT, BFMMLA) and SVE's. Without one, a bf16 matmul converts to fp32 and back around fp32 work.
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16", "svebf16"})
+
+
+def cpu_flags() -> frozenset[str] | None:
+    """The CPU's feature flags as /proc/cpuinfo lists them (x86 `flags`, Arm `Features`), None
+    where there is no such file (macOS, Windows)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
 def gpu_name() -> str | None:
     """The first NVIDIA GPU's model, from the driver's /proc files (no CUDA initialisation)."""
     for info in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
@@ -229,8 +247,10 @@ def estimator(path: Path, policy: str, fallback: Callable[[], Speed]) -> Callabl
 
 def precision_probe(path: Path) -> dict | None:
     """The CPU's measured matmul speeds {"fp32": FLOP/s, "bf16": FLOP/s} (trial/step.py's
-    `bf16_faster_here`), if this machine (CPU model, cores, torch version) has been probed."""
-    probe = _load(path)["machines"].get(machine_key(), {}).get("matmul")
+    `bf16_faster_here`), if this machine (CPU model, cores, torch version) has been probed. Kept
+    under "matmul_rounds": a "matmul" entry of the older single-pass probe, which contention could
+    invert, is measured again."""
+    probe = _load(path)["machines"].get(machine_key(), {}).get("matmul_rounds")
     ok = isinstance(probe, dict) and all(
         isinstance(probe.get(k), (int, float)) and probe[k] > 0 for k in ("fp32", "bf16")
     )
@@ -239,7 +259,7 @@ def precision_probe(path: Path) -> dict | None:
 
 def record_precision_probe(path: Path, fp32: float, bf16: float) -> None:
     with _editing(path) as data:
-        data["machines"].setdefault(machine_key(), {})["matmul"] = {"fp32": fp32, "bf16": bf16}
+        data["machines"].setdefault(machine_key(), {})["matmul_rounds"] = {"fp32": fp32, "bf16": bf16}
 
 
 def record_ratio(

@@ -61,23 +61,30 @@ def bf16_supported(device: torch.device) -> bool:
 
 # bf16 is chosen on a CPU when its matmuls are at least this much faster than fp32's: a training
 # step also casts and runs elementwise work that bf16 does not speed up. Seen so far: Xeons with
-# AMX several times faster (bf16 wins), a Xeon with AVX512-BF16 only at half fp32's rate and an
-# AMD EPYC with AVX2 hundreds of times slower (fp32 wins).
+# AMX several times faster (bf16 wins), a Xeon with AVX512-BF16 only at half fp32's rate and AMD
+# EPYCs with AVX2 only, where bf16 is emulated, 50-100x slower (fp32 wins).
 BF16_MARGIN = 1.25
 PROBE_BUDGET_S = (
     0.5  # per dtype: the probe's few seconds are paid once per CPU model and torch version
 )
+PROBE_ROUNDS = 3  # fp32 and bf16 timed in turn, each dtype's best round kept
 
 
 def bf16_faster_here() -> bool:
-    """`auto` on this CPU, from a timed matmul probe (bounded in time whatever bf16's speed;
-    `matmul_peak`) cached per CPU model, core count and torch version (store/speeds.py), so every
-    run on one machine makes the same choice: a process decides once, and concurrent workers on a
-    fresh machine wait for one probe rather than each timing matmuls while the others run.
-    `benchmark.perf models` shows how the choice compares with eager fp32, compiled fp32 and
-    compiled bf16 measured side by side."""
+    """`auto` on this CPU: fp32 where the CPU has no native bf16 instruction (speeds.cpu_flags),
+    else from a timed matmul probe (bounded in time whatever bf16's speed; `matmul_peak`) cached
+    per CPU model, core count and torch version (store/speeds.py), so every run on one machine
+    makes the same choice: a process decides once, and concurrent workers on a fresh machine wait
+    for one probe rather than each timing matmuls while the others run. The dtypes are timed in
+    alternating rounds and each keeps its best: other work on a shared CPU only slows a round, and
+    a single slowed fp32 pass can make an emulated bf16 look faster. `benchmark.perf models` shows
+    how the choice compares with eager fp32, compiled fp32 and compiled bf16 side by side."""
     path = speeds.path_in(cache_root())
     if str(path) not in _BF16_FASTER:
+        flags = speeds.cpu_flags()
+        if flags is not None and not flags & speeds.NATIVE_BF16_FLAGS:
+            _BF16_FASTER[str(path)] = False
+            return False
         probe = speeds.precision_probe(path)
         if probe is None:
             from filelock import FileLock
@@ -85,14 +92,19 @@ def bf16_faster_here() -> bool:
             with FileLock(str(path) + ".probe.lock", timeout=60):
                 probe = speeds.precision_probe(path)
                 if probe is None:
-                    cpu = torch.device("cpu")
-                    probe = {
-                        "fp32": matmul_peak(torch.float32, PROBE_BUDGET_S, device=cpu),
-                        "bf16": matmul_peak(torch.bfloat16, PROBE_BUDGET_S, device=cpu),
-                    }
+                    probe = _probe_in_rounds()
                     speeds.record_precision_probe(path, probe["fp32"], probe["bf16"])
         _BF16_FASTER[str(path)] = probe["bf16"] >= BF16_MARGIN * probe["fp32"]
     return _BF16_FASTER[str(path)]
+
+
+def _probe_in_rounds() -> dict[str, float]:
+    cpu, best = torch.device("cpu"), {"fp32": 0.0, "bf16": 0.0}
+    for _ in range(PROBE_ROUNDS):
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            peak = matmul_peak(dtype, PROBE_BUDGET_S / PROBE_ROUNDS, device=cpu)
+            best[name] = max(best[name], peak)
+    return best
 
 
 _BF16_FASTER: dict[str, bool] = {}  # speeds file -> this process's choice
