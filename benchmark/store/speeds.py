@@ -259,7 +259,10 @@ def precision_probe(path: Path) -> dict | None:
 
 def record_precision_probe(path: Path, fp32: float, bf16: float) -> None:
     with _editing(path) as data:
-        data["machines"].setdefault(machine_key(), {})["matmul_rounds"] = {"fp32": fp32, "bf16": bf16}
+        data["machines"].setdefault(machine_key(), {})["matmul_rounds"] = {
+            "fp32": fp32,
+            "bf16": bf16,
+        }
 
 
 def record_ratio(
