@@ -145,8 +145,9 @@ def _space_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--cache",
-        help="the token cache, built once and read by every node: a shared folder (NFS) on a "
-        "cluster (default: $SHAPEBENCH_CACHE, else ~/.cache/shapebench)",
+        help="the token cache, built once and read by every node: on a cluster, the study's "
+        "storage (s3://BUCKET/cache; each node downloads it into its own cache) or a shared "
+        "folder (NFS) (default: $SHAPEBENCH_CACHE, else ~/.cache/shapebench)",
     )
     p.add_argument(
         "--gpu-memory",

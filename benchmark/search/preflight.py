@@ -25,7 +25,8 @@ def data_config(
 ) -> DataConfig:
     """The trials' DataConfig: the corpus, tokenizer and cache flags, with the space's `data:`
     settings; an hf: dataset pinned to the commit it is at now, so every node of the search
-    reads that one. `cache`: a folder every node shares, where the driver tokenises once."""
+    reads that one. `cache`: where the driver tokenises once, for every node: a folder they share,
+    or a URI in the study's storage that each downloads from (data/mirror.py)."""
     if space is None:
         return DataConfig(source=source, tokenizer=tokenizer, cache_dir=cache)
     return DataConfig(
