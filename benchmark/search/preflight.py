@@ -116,11 +116,18 @@ def check_passes(space: SearchSpace, rows: list[dict[str, Any]]) -> None:
 def plan_passes(space: SearchSpace, rows: list[dict[str, Any]], out) -> None:
     """The plan's data line on `out` (a console, or stderr beside --json), then SpaceError when a
     part is read more often than data.max_epochs (rows from with_passes)."""
-    if hasattr(out, "print"):
-        out.print(passes_line(rows), markup=False)
-    else:
-        print(passes_line(rows), file=out)
+    say(out, passes_line(rows))
     check_passes(space, rows)
+
+
+def say(out, line: str | None) -> None:
+    """One line of a plan or a search on `out`: a console, or stderr beside --json; None: none."""
+    if line is None:
+        return
+    if hasattr(out, "print"):
+        out.print(line, markup=False)
+    else:
+        print(line, file=out)
 
 
 def search_passes(space: SearchSpace, plan: Plan, data: DataConfig) -> None:
