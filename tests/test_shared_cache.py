@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
-from benchmark.data import DataConfig, cached_parts, prepare, sources
+from benchmark.data import DataConfig, cached_parts, load_corpus, prepare, sources
 from benchmark.data import cache as data_cache
 
 HUB_NAME = "org/webtext"
@@ -63,6 +63,34 @@ def test_an_hf_source_is_read_at_a_pinned_revision(hub, tmp_path):
     assert set(hub) == {"r1", "r2"}
     again = prepare(DataConfig(source=f"hf:{HUB_NAME}@r2", tokenizer="bpe:300", cache_dir=cache))
     assert again.dataset_id == now.dataset_id and again.train.path == now.train.path
+
+
+def test_an_hf_stream_is_read_once_for_both_splits(hub, tmp_path):
+    """Tokenising opens the stream once (with gpt2, which is not trained on the corpus, nothing
+    else reads it): each document goes to its split as it arrives. The arrays are the bytes that
+    reading each split in a stream of its own wrote (their checksums, from the code before), and
+    what encoding each split's documents gives."""
+    cfg = DataConfig(
+        source=f"hf:{HUB_NAME}@r1", tokenizer="gpt2", val_fraction=0.2, cache_dir=str(tmp_path)
+    )
+    data = prepare(cfg)
+    assert hub == ["r1"]
+    assert data.dataset_id == f"hf:{HUB_NAME}@r1@c307f1d181e2"
+    sums = {
+        split: json.loads(array.path.with_suffix(".json").read_text())["checksum"]
+        for split, array in (("train", data.train), ("validation", data.val))
+    }
+    assert sums == {
+        "train": "309251d770a2219ff0e5b79aed06dfaf",
+        "validation": "41c49207a61707152ea72c896e34b442",
+    }
+    corpus, eot = load_corpus(cfg), [data.tokenizer.eot_id]
+    for split, array in (("train", data.train), ("validation", data.val)):
+        docs = corpus.documents(corpus.parts[0], split)
+        assert array.tokens.tolist() == [
+            t for _, text in docs for t in data.tokenizer.encode(text) + eot
+        ]
+    assert (len(data.train), len(data.val)) == (4898, 1302)
 
 
 def test_the_unigram_counts_are_computed_once_with_the_cache(hub, tmp_path, monkeypatch):
@@ -136,7 +164,7 @@ def counting_prepare():
         if own_cache is not None:
             os.environ["SHAPEBENCH_CACHE"] = own_cache
         builds, write = [], c._write_tokens
-        c._write_tokens = lambda *a, **k: builds.append(a[-1]) or write(*a, **k)
+        c._write_tokens = lambda *a, **k: builds.extend(a[0]) or write(*a, **k)
         try:
             data = c.prepare(cfg)
         finally:
@@ -229,7 +257,7 @@ def builds(monkeypatch):
     done = []
     write, train = data_cache._write_tokens, tokenizer.train_bpe
     monkeypatch.setattr(
-        data_cache, "_write_tokens", lambda *a, **k: done.append(a[-1]) or write(*a, **k)
+        data_cache, "_write_tokens", lambda *a, **k: done.extend(a[0]) or write(*a, **k)
     )
     monkeypatch.setattr(tokenizer, "train_bpe", lambda *a: done.append("bpe") or train(*a))
     return done

@@ -6,26 +6,24 @@ cache in the study's storage (a URI), each node's local cache is filled from the
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from benchmark.data.config import DataConfig, cache_uri
 from benchmark.data.corpus import DATA_FORMAT, SPLITS, Corpus, hash_json, load_corpus
 from benchmark.data.mirror import Mirror, checksum
-from benchmark.data.sources import Document
 from benchmark.data.tokenizer import Tokenizer, load_tokenizer, trained_file
 from benchmark.store import atomic_open
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 # Documents per encode_batch call: large enough to keep every core busy.
 ENCODE_BATCH_DOCS = 8192
@@ -140,10 +138,11 @@ def prepare(cfg: DataConfig) -> PreparedData:
         trained = trained_file(cfg.tokenizer, corpus.cache_dir, corpus.fingerprint)
         if mirror is not None and trained is not None:
             _publish(mirror, trained)
+        splits = token_splits(corpus, tokenizer, SPLITS, mirror)
         return PreparedData(
             tokenizer=tokenizer,
-            train=tokenized(corpus, tokenizer, "train", mirror),
-            val=tokenized(corpus, tokenizer, "validation", mirror),
+            train=splits["train"],
+            val=splits["validation"],
             dataset_id=corpus.dataset_id,
             sampling=cfg.sampling,
         )
@@ -208,30 +207,46 @@ def _token_path(corpus: Corpus, tokenizer: Tokenizer, split: str) -> tuple[str, 
 def tokenized(
     corpus: Corpus, tokenizer: Tokenizer, split: str, mirror: Mirror | None = None
 ) -> TokenArray:
-    """One split of the corpus as tokens, from the cache when a valid copy is there, else from the
-    mirror when it has one, else tokenised (and then uploaded to the mirror)."""
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    fingerprint, path = _token_path(corpus, tokenizer, split)
-    cached = _read_tokens(path, fingerprint, corpus.weights)
-    if cached is None and mirror is not None:
-        cached = _pulled(mirror, path, fingerprint, corpus.weights)
-    if cached is not None:
+    """One split of the corpus as tokens (token_splits)."""
+    return token_splits(corpus, tokenizer, (split,), mirror)[split]
+
+
+def token_splits(
+    corpus: Corpus, tokenizer: Tokenizer, splits: tuple[str, ...], mirror: Mirror | None = None
+) -> dict[str, TokenArray]:
+    """The splits of the corpus as tokens: each from the cache when a valid copy is there, else
+    from the mirror when it has one; the others tokenised together, in one read of the corpus, and
+    uploaded to the mirror."""
+    for split in splits:
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    found, missing = {}, {}
+    for split in splits:
+        fingerprint, path = _token_path(corpus, tokenizer, split)
+        cached = _read_tokens(path, fingerprint, corpus.weights)
+        if cached is None and mirror is not None:
+            cached = _pulled(mirror, path, fingerprint, corpus.weights)
+        if cached is None:
+            missing[split] = (fingerprint, path)
+            continue
         if mirror is not None:  # a copy made before the study's storage was named
             _publish(mirror, path, path.with_suffix(".json"))
-        return cached
-    start = time.perf_counter()
-    tokens = _write_tokens(path, fingerprint, corpus, tokenizer, split)
-    log.info(
-        "tokenised %s/%s: %d tokens in %.1f s",
-        corpus.source,
-        split,
-        len(tokens),
-        time.perf_counter() - start,
-    )
-    if mirror is not None:  # over a corrupt remote copy, if that is why it was built here
-        _publish(mirror, path, path.with_suffix(".json"), replace=True)
-    return tokens
+        found[split] = cached
+    if missing:
+        start = time.perf_counter()
+        built = _write_tokens(missing, corpus, tokenizer)
+        for split, tokens in built.items():
+            log.info(
+                "tokenised %s/%s: %d tokens in %.1f s",
+                corpus.source,
+                split,
+                len(tokens),
+                time.perf_counter() - start,
+            )
+            if mirror is not None:  # over a corrupt remote copy, if that is why it was built here
+                _publish(mirror, tokens.path, tokens.path.with_suffix(".json"), replace=True)
+        found.update(built)
+    return {split: found[split] for split in splits}
 
 
 def _pulled(
@@ -289,50 +304,73 @@ def _read_tokens(path: Path, fingerprint: str, weights: dict[str, float]) -> Tok
     return _open_tokens(path, meta, weights)
 
 
-def _encode(
-    docs: Iterable[Document], tokenizer: Tokenizer, dtype: np.dtype
-) -> Iterator[np.ndarray]:
-    """Token chunks of the documents, each document followed by the end-of-text token."""
-    eot = [tokenizer.eot_id]
-    for batch in _chunks(docs, ENCODE_BATCH_DOCS):
-        ids = tokenizer.encode_batch([text for _, text in batch])
-        yield np.fromiter(itertools.chain.from_iterable(doc + eot for doc in ids), dtype=dtype)
+@dataclass
+class _Writing:
+    """One split's array while it is written: its file, checksum, length and parts' spans, and
+    the documents waiting to be encoded (a batch of ENCODE_BATCH_DOCS at a time)."""
 
+    file: BinaryIO
+    dtype: np.dtype
+    digest: Any = field(default_factory=checksum)
+    length: int = 0
+    spans: dict[str, tuple[int, int]] = field(default_factory=dict)
+    texts: list[str] = field(default_factory=list)
 
-def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    iterator = iter(items)
-    while chunk := list(itertools.islice(iterator, size)):
-        yield chunk
+    def add(self, text: str, tokenizer: Tokenizer) -> None:
+        self.texts.append(text)
+        if len(self.texts) == ENCODE_BATCH_DOCS:
+            self.flush(tokenizer)
+
+    def flush(self, tokenizer: Tokenizer) -> None:
+        """Encode the waiting documents, each followed by the end-of-text token, and write them."""
+        if not self.texts:
+            return
+        eot = [tokenizer.eot_id]
+        ids = tokenizer.encode_batch(self.texts)
+        chunk = np.fromiter(itertools.chain.from_iterable(doc + eot for doc in ids), self.dtype)
+        data = chunk.tobytes()
+        self.file.write(data)
+        self.digest.update(data)
+        self.length += len(chunk)
+        self.texts = []
 
 
 def _write_tokens(
-    path: Path, fingerprint: str, corpus: Corpus, tokenizer: Tokenizer, split: str
-) -> TokenArray:
+    targets: dict[str, tuple[str, Path]], corpus: Corpus, tokenizer: Tokenizer
+) -> dict[str, TokenArray]:
+    """Tokenise the splits `targets` names ({split: (fingerprint, path)}) in one read of each part:
+    every document goes to its split's array as it arrives. Each array is whole at its path, or
+    (on an error) not there; its sidecar is written after it."""
     dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32)
-    digest = checksum()
-    spans, length = {}, 0
-    with atomic_open(path, "wb") as f:
+    with contextlib.ExitStack() as stack:
+        writing = {
+            split: _Writing(stack.enter_context(atomic_open(path, "wb")), dtype)
+            for split, (_, path) in targets.items()
+        }
         for part in corpus.parts:
-            start = length
-            for chunk in _encode(corpus.documents(part, split), tokenizer, dtype):
-                data = chunk.tobytes()
-                f.write(data)
-                digest.update(data)
-                length += len(chunk)
-            spans[part.name] = (start, length)
-    meta = {
-        "fingerprint": fingerprint,
-        "dtype": dtype.name,
-        "length": length,
-        "spans": spans,
-        "checksum": digest.hexdigest(),
-        "corpus": corpus.dataset_id,
-        "tokenizer": tokenizer.tokenizer_id,
-    }
-    # The sidecar goes last: an array without one is treated as unfinished and rebuilt.
-    with atomic_open(path.with_suffix(".json")) as f:
-        json.dump(meta, f, indent=1)
-    return _open_tokens(path, meta, corpus.weights)
+            starts = {split: w.length for split, w in writing.items()}
+            for split, (_, text) in corpus.split_documents(part, tuple(targets)):
+                writing[split].add(text, tokenizer)
+            for split, w in writing.items():
+                w.flush(tokenizer)
+                w.spans[part.name] = (starts[split], w.length)
+    arrays = {}
+    for split, (fingerprint, path) in targets.items():
+        w = writing[split]
+        meta = {
+            "fingerprint": fingerprint,
+            "dtype": dtype.name,
+            "length": w.length,
+            "spans": w.spans,
+            "checksum": w.digest.hexdigest(),
+            "corpus": corpus.dataset_id,
+            "tokenizer": tokenizer.tokenizer_id,
+        }
+        # The sidecar goes last: an array without one is treated as unfinished and rebuilt.
+        with atomic_open(path.with_suffix(".json")) as f:
+            json.dump(meta, f, indent=1)
+        arrays[split] = _open_tokens(path, meta, corpus.weights)
+    return arrays
 
 
 def _cache_problem(path: Path, meta: dict, fingerprint: str, summed: bool = False) -> str | None:
