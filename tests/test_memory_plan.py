@@ -15,7 +15,9 @@ from benchmark.perf import probe
 from benchmark.perf.scale import reference_values
 from benchmark.recipe import TrainConfig, estimate_memory, fit_micro_batch, parse_size
 from benchmark.recipe.memory import GIB, USABLE
+from benchmark.search import gpus
 from benchmark.search.command import plan_main
+from benchmark.search.gpus import Gpu, gpu_memory, kinds
 from benchmark.space import load_space, resolve
 from benchmark.space.memory import fitted_space, memory_columns
 from benchmark.space.plan import TRIAL_REST_S
@@ -142,3 +144,115 @@ def test_a_run_that_cannot_fit_is_refused(capsys):
         r"2\.0 GiB \(--gpu-memory\)",
         err,
     ), err
+
+
+# ---- the GPU memory of the connected cluster (search/gpus.py) ----------------------------------
+
+H100 = Gpu("H100", "NVIDIA H100 80GB HBM3", 85_031_714_816)
+A10G = Gpu("A10G", "NVIDIA A10G", 23_836_033_024)
+
+
+def _no_probe(address):
+    raise AssertionError("the cluster was probed")
+
+
+def test_the_gpu_memory_is_the_flags_else_the_smallest_of_the_clusters():
+    assert gpu_memory(80 * GIB, "auto", _no_probe) == (80 * GIB, None)
+    assert gpu_memory(None, None, _no_probe) == (None, None)
+    assert gpu_memory(None, "auto", lambda a: [H100, A10G]) == (
+        A10G.memory,
+        "GPU memory: 22.2 GiB, the smallest of the cluster's GPUs (NVIDIA A10G 22.2 GiB, "
+        "NVIDIA H100 80GB HBM3 79.2 GiB); --gpu-memory SIZE overrides it",
+    )
+    assert gpu_memory(None, "auto", lambda a: []) == (
+        None,
+        "GPU memory: the cluster at auto has no GPUs; runs are not fitted to one",
+    )
+
+    def busy(address):
+        raise TimeoutError("no GPU free for a probe within 120 s")
+
+    assert gpu_memory(None, "auto", busy) == (
+        None,
+        "GPU memory: not read from the cluster at auto (no GPU free for a probe within 120 s); "
+        "runs are not fitted to a GPU: --gpu-memory SIZE fits them",
+    )
+
+
+def test_one_probe_per_kind_of_gpu():
+    """Ray's accelerator types name the kinds; a GPU node without one is probed itself; CPU-only
+    and dead nodes are not."""
+
+    def node(name, alive=True, **resources):
+        return {"NodeID": name, "Alive": alive, "Resources": {"CPU": 8.0, **resources}}
+
+    nodes = [
+        node("n1", GPU=8.0, **{"accelerator_type:H100": 1.0}),
+        node("n2", GPU=8.0, **{"accelerator_type:H100": 1.0}),
+        node("n3", GPU=1.0, **{"accelerator_type:A10G": 1.0}),
+        node("n4", GPU=2.0),
+        node("n5"),
+        node("n6", alive=False, GPU=1.0, **{"accelerator_type:T4": 1.0}),
+    ]
+    assert kinds(nodes) == [("A10G", None), ("H100", None), (None, "n4")]
+
+
+def test_a_plan_with_an_address_fits_the_clusters_smallest_gpu(monkeypatch, capsys):
+    quickstart = str(ROOT / "search_spaces" / "quickstart.yaml")
+    monkeypatch.setattr(gpus, "cluster_gpus", lambda address: [H100, A10G])
+    assert plan_main([quickstart, "--address", "auto", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert {json.loads(line)["gpu_memory"] for line in out.splitlines()} == {A10G.memory}
+    assert "GPU memory: 22.2 GiB, the smallest of the cluster's GPUs" in err
+
+
+@pytest.mark.slow
+def test_the_probe_on_a_local_cluster(capsys):
+    """A CPU-only cluster: the plan is what it is without --address, plus one line. Then two nodes
+    that declare one GPU each (one an A10G, one of no type; this machine has none, so `measure`
+    stands for torch and answers by node): each is probed on its own node, and the smaller is
+    fitted to. With the typed GPU held by an actor, its probe waits, and gives up."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    quickstart = str(ROOT / "search_spaces" / "quickstart.yaml")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        assert plan_main([quickstart, "--json"]) == 0
+        alone = capsys.readouterr()
+        assert plan_main([quickstart, "--json", "--address", cluster.address]) == 0
+        out, err = capsys.readouterr()
+        assert out == alone.out and not ray.is_initialized()
+        line = (
+            f"GPU memory: the cluster at {cluster.address} has no GPUs; runs are not fitted to one"
+        )
+        seconds = re.compile(r"[0-9.]+ s\b")  # the plan's own timings
+        assert seconds.sub("", err) == seconds.sub("", f"{line}\n{alone.err}")
+
+        typed = cluster.add_node(num_cpus=0, num_gpus=1, resources={"accelerator_type:A10G": 1})
+        plain = cluster.add_node(num_cpus=0, num_gpus=1)
+        cluster.wait_for_nodes()
+        seen = {typed.node_id: ("fake A10G", 24 * GIB), plain.node_id: ("fake GPU", 16 * GIB)}
+
+        def measure():
+            import ray
+
+            return seen[ray.get_runtime_context().get_node_id()]
+
+        ray.init(address=cluster.address)
+        found = gpus.cluster_gpus(cluster.address, measure)
+        assert found == [Gpu("A10G", "fake A10G", 24 * GIB), Gpu(None, "fake GPU", 16 * GIB)]
+        assert gpus.gpu_memory(None, cluster.address, lambda a: found)[0] == 16 * GIB
+
+        @ray.remote(num_cpus=0, num_gpus=1, resources={"accelerator_type:A10G": 0.001})
+        class Holder:
+            def ready(self):
+                return True
+
+        holder = Holder.remote()
+        ray.get(holder.ready.remote())
+        with pytest.raises(TimeoutError, match="no GPU free for a probe within 2 s"):
+            gpus.cluster_gpus(cluster.address, measure, timeout_s=2)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

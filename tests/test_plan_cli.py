@@ -111,8 +111,8 @@ def test_table(capsys):
     [
         (["--resume"], "shapebench plan: --resume applies only to a search, not to a plan"),
         (
-            ["--name", "x", "--address", "auto"],
-            "shapebench plan: --name, --address apply only to a search, not to a plan",
+            ["--name", "x", "--seeds", "2"],
+            "shapebench plan: --name, --seeds apply only to a search, not to a plan",
         ),
         (
             ["--spec", "arch.yaml"],

@@ -4,8 +4,9 @@ packages import from here; the modules behind it, lowest first:
     packages   data files inside installed packages, found without importing them
     sources    where text comes from (embedded, hf:, local files), as weighted parts of documents
     tokenizer  the `data.tokenizer` forms and the Tokenizer they load
-    config     DataConfig (the `data:` settings) and cache_root
+    config     DataConfig (the `data:` settings), cache_root and cache_uri
     corpus     the parts of a source split into train/validation by hash; its fingerprint and id
+    mirror     the token cache's copy in the study's storage (a URI), which nodes download
     cache      token arrays cached on disk, and `prepare` (corpus -> tokenizer -> tokens)
     sampling   training batches and fixed evaluation windows, both drawn by the parts' weights
 

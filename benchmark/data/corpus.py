@@ -65,20 +65,33 @@ class Corpus:
 
     def documents(self, part: Part, split: str) -> Iterator[Document]:
         """The non-empty documents of one split of one part, in reading order."""
-        seen = kept = 0
+        for _, doc in self.split_documents(part, (split,)):
+            yield doc
+
+    def split_documents(
+        self, part: Part, splits: tuple[str, ...] = SPLITS
+    ) -> Iterator[tuple[str, Document]]:
+        """(split, document) for the non-empty documents of one part in `splits`, in reading order,
+        from one read of the part: each document's split is decided by its hash as it arrives, so
+        a stream (an hf: source) is read once for all the splits. ValueError, after the read, for
+        a part with no documents or none in one of `splits`."""
+        seen, kept = 0, dict.fromkeys(splits, 0)
         non_empty = ((doc_id, text) for doc_id, text in part.read() if text.strip())
         for doc_id, text in itertools.islice(non_empty, self.max_docs):
             seen += 1
-            if _in_validation(part.name, doc_id, self.val_fraction) == (split == "validation"):
-                kept += 1
-                yield doc_id, text
+            held_out = _in_validation(part.name, doc_id, self.val_fraction)
+            split = "validation" if held_out else "train"
+            if split in kept:
+                kept[split] += 1
+                yield split, (doc_id, text)
         if seen == 0:
             raise ValueError(
                 f"data source {self.source!r} is empty: part {part.name!r} has no documents"
             )
-        if kept == 0:
+        empty = [split for split in SPLITS if kept.get(split) == 0]
+        if empty:
             raise ValueError(
-                f"data source {self.source!r}: part {part.name!r} has no documents in the {split} split "
+                f"data source {self.source!r}: part {part.name!r} has no documents in the {empty[0]} split "
                 f"({seen} documents in all, data.val_fraction={self.val_fraction}); "
                 "add documents or change data.val_fraction"
             )

@@ -116,8 +116,8 @@ def load_tokenizer(
         raise ValueError(
             f"data.tokenizer: {spec!r} is trained on the corpus; pass cache_dir, corpus_id and texts"
         )
-    key = hashlib.sha256(f"{BPE_RECIPE}\0{arg}\0{corpus_id}".encode()).hexdigest()[:20]
-    path = cache_dir / "tokenizers" / key / "tokenizer.json"
+    path = trained_file(spec, cache_dir, corpus_id)
+    assert path is not None  # a bpe spec
     cached = _read_cached(path, name=f"bpe:{arg}")
     if cached is not None:
         return cached
@@ -127,6 +127,16 @@ def load_tokenizer(
         f.write(tok.inner.to_str())
     log.info("trained %s in %.1f s", tok.tokenizer_id, time.perf_counter() - start)
     return tok
+
+
+def trained_file(spec: str, cache_dir: Path, corpus_id: str) -> Path | None:
+    """Where a tokenizer trained on the corpus is cached (one per corpus, vocabulary size and
+    recipe); None for one that is not trained here (gpt2, hf:)."""
+    kind, arg = parse_spec(spec)
+    if kind != "bpe":
+        return None
+    key = hashlib.sha256(f"{BPE_RECIPE}\0{arg}\0{corpus_id}".encode()).hexdigest()[:20]
+    return cache_dir / "tokenizers" / key / "tokenizer.json"
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:

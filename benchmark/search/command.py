@@ -2,7 +2,7 @@
 
     shapebench plan [SPACE.yaml] --budget 113M [--count total] [--trials N] [--tokens 20x|5M]
         [--set KEY=VALUE ...] [--seed S] [--json] [--claims FILE] [--data SOURCE] [--tokenizer bpe]
-        [--gpu-tflops 400] [--gpu-memory 80GiB]
+        [--gpu-tflops 400] [--gpu-memory 80GiB] [--address auto]
     shapebench search [SPACE.yaml] --budget 113M [the plan's flags] [--name STUDY] [--results DIR]
         [--resume] [--address auto] [--seeds N] [--time-budget 30m] [--concurrency N] ...
     shapebench search --spec ARCH.yaml [--tokens 2M] [--data SOURCE] [--checkpoint DIR]
@@ -40,6 +40,7 @@ from benchmark.search import (
     SearchOptions,
     StudyError,
     check_declared,
+    gpus,
     loggers,
     preflight,
     run_search,
@@ -62,7 +63,6 @@ SEARCH_ONLY = (
     "name",
     "results",
     "resume",
-    "address",
     "seeds",
     "time_budget",
     "concurrency",
@@ -145,15 +145,18 @@ def _space_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--cache",
-        help="the token cache, built once and read by every node: a shared folder (NFS) on a "
-        "cluster (default: $SHAPEBENCH_CACHE, else ~/.cache/shapebench)",
+        help="the token cache, built once and read by every node: on a cluster, the study's "
+        "storage (s3://BUCKET/cache; each node downloads it into its own cache) or a shared "
+        "folder (NFS) (default: $SHAPEBENCH_CACHE, else ~/.cache/shapebench)",
     )
     p.add_argument(
         "--gpu-memory",
         type=saving.checked(parse_size),
         help="a GPU's memory (80GiB): each run's micro-batch is the largest that fits, "
-        "its accumulation keeps the batch (recipe/memory.py)",
+        "its accumulation keeps the batch (recipe/memory.py); default with --address: the "
+        "smallest of the cluster's GPUs",
     )
+    p.add_argument("--address", help="Ray cluster address, e.g. auto")
 
 
 def _search_flags(p: argparse.ArgumentParser, hidden: bool) -> None:
@@ -191,7 +194,6 @@ def _search_flags(p: argparse.ArgumentParser, hidden: bool) -> None:
         metavar="COLUMN=VALUE",
         help="train anew the finished candidates whose rows match",
     )
-    add("--address", help="Ray cluster address, e.g. auto")
     add(
         "--seeds",
         type=_positive,
@@ -371,7 +373,9 @@ def overrides(args: argparse.Namespace) -> list[Override]:
 
 def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
     plan, cfg = _plan(space, args), _trial_config(space, args)
-    rows = records(plan, probe.estimates(plan, cfg), cfg=cfg, gpu_memory=args.gpu_memory)
+    gpu_memory, said = gpus.gpu_memory(args.gpu_memory, args.address)
+    preflight.say(sys.stderr if args.json else wide_console(), said)
+    rows = records(plan, probe.estimates(plan, cfg), cfg=cfg, gpu_memory=gpu_memory)
     check_fits(space, rows)  # a run that cannot fit one sequence: one line
     rows, search = preflight.with_passes(rows, _data(args, space)), timing.search_times()
     render(plan, rows, wide_console(), search, as_json=args.json, gpu_flops=args.gpu_tflops * 1e12)
@@ -430,26 +434,16 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
             opts = _options(space, args, name)
         space, opts = preflight.as_declared_data(space, opts)  # a study keeps its sampling
         plan = _plan(space, args)  # before training: every candidate builds, its schedule fits
-        space = preflight.fit_memory(space, plan, _trial_config(space, args), args.gpu_memory)
-        if (
-            not (args.yes or args.address or args.resume)
-            and (
-                stop := too_big(
-                    plan,
-                    _trial_config(space, args),
-                    opts.seeds,
-                    name,
-                    args.space,
-                    args.budget,
-                    args.gpu_tflops * 1e12,
-                )
-            )
-            is not None
-        ):
-            return stop
-        check_results(
-            opts.study_dir
-        )  # before anything is trained: a path that cannot take rows is one line
+        gpu_memory, said = gpus.gpu_memory(args.gpu_memory, args.address)
+        preflight.say(console, said)
+        space = preflight.fit_memory(space, plan, _trial_config(space, args), gpu_memory)
+        if not (args.yes or args.address or args.resume):  # estimated, asked before hours of it
+            cfg, flops = _trial_config(space, args), args.gpu_tflops * 1e12
+            stop = too_big(plan, cfg, opts.seeds, name, args.space, args.budget, flops)
+            if stop is not None:
+                return stop
+        # before anything is trained: a path that cannot take rows is one line
+        check_results(opts.study_dir)
         check_declared(space, opts)  # a space edited since the study began: one line
         preflight.search_passes(space, plan, opts.data)  # tokenised once; passes held to the limit
     except (ResultsError, StudyError) as e:

@@ -25,7 +25,8 @@ def data_config(
 ) -> DataConfig:
     """The trials' DataConfig: the corpus, tokenizer and cache flags, with the space's `data:`
     settings; an hf: dataset pinned to the commit it is at now, so every node of the search
-    reads that one. `cache`: a folder every node shares, where the driver tokenises once."""
+    reads that one. `cache`: where the driver tokenises once, for every node: a folder they share,
+    or a URI in the study's storage that each downloads from (data/mirror.py)."""
     if space is None:
         return DataConfig(source=source, tokenizer=tokenizer, cache_dir=cache)
     return DataConfig(
@@ -115,11 +116,18 @@ def check_passes(space: SearchSpace, rows: list[dict[str, Any]]) -> None:
 def plan_passes(space: SearchSpace, rows: list[dict[str, Any]], out) -> None:
     """The plan's data line on `out` (a console, or stderr beside --json), then SpaceError when a
     part is read more often than data.max_epochs (rows from with_passes)."""
-    if hasattr(out, "print"):
-        out.print(passes_line(rows), markup=False)
-    else:
-        print(passes_line(rows), file=out)
+    say(out, passes_line(rows))
     check_passes(space, rows)
+
+
+def say(out, line: str | None) -> None:
+    """One line of a plan or a search on `out`: a console, or stderr beside --json; None: none."""
+    if line is None:
+        return
+    if hasattr(out, "print"):
+        out.print(line, markup=False)
+    else:
+        print(line, file=out)
 
 
 def search_passes(space: SearchSpace, plan: Plan, data: DataConfig) -> None:

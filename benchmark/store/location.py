@@ -32,7 +32,7 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 # The environment a filesystem is built from: a cached one is reused only while these are unchanged.
 _ENV = ("AWS_", "GOOGLE_", "GCS_", "AZURE_", "HADOOP_")
 # Object stores need no folders made before a file is written (and a "folder" costs a request).
-_OBJECT_STORES = ("s3", "gcs", "abfs")
+OBJECT_STORES = ("s3", "gcs", "abfs")
 FULL = (errno.ENOSPC, errno.EDQUOT)  # a write failed because the disk (or the quota) is full
 _LOCAL = pafs.LocalFileSystem()
 
@@ -125,7 +125,7 @@ def write_bytes(where: Where, data: bytes) -> None:
             f.write(data)
         return
     fs, path = resolve(where)
-    if fs.type_name not in _OBJECT_STORES:
+    if fs.type_name not in OBJECT_STORES:
         fs.create_dir(path.rpartition("/")[0], recursive=True)
     # One write of bytes already in memory: the stream fails at close (and publishes nothing) or
     # publishes all of them.
