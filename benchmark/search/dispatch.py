@@ -16,6 +16,9 @@ one after another (search/trainable.py)."""
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from benchmark.search.context import TrialContext
@@ -40,3 +43,31 @@ def run_all(
         scheduling_strategy="DEFAULT",
     )
     return ray.get([task.remote(dict(config), ctx, job) for job in jobs])
+
+
+# Tests only: "<folder>:<n>" makes each final run of a candidate, trained as a task, wait after
+# its first step until n runs of that candidate have come there (a file each in
+# <folder>/<study>-t<number>/), or TOGETHER_WAIT_S has passed, then a second more (the rows'
+# times are to the second): a test then sees n runs of one candidate train at once however
+# short they are, and a dispatch that trains them one at a time fails it rather than hangs
+# (tests/test_run_tasks.py).
+TOGETHER = "SHAPEBENCH_TEST_TOGETHER"
+TOGETHER_WAIT_S = 120.0
+
+
+def together_fault(ctx: TrialContext, trial_id: str, final: bool) -> Callable[[], None] | None:
+    given = os.environ.get(TOGETHER)
+    if not given or not final:
+        return None
+    folder, _, n = given.rpartition(":")
+    here = Path(folder) / f"{ctx.study}-{trial_id.split('-')[0]}"
+
+    def wait() -> None:
+        here.mkdir(parents=True, exist_ok=True)
+        (here / trial_id).touch()
+        deadline = time.monotonic() + TOGETHER_WAIT_S
+        while len(list(here.iterdir())) < int(n) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+
+    return wait

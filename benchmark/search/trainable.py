@@ -130,7 +130,9 @@ def run_task(config: dict[str, Any], ctx: TrialContext, job: tuple) -> dict[str,
     torch.set_num_threads(max(1, ctx.threads))
     config = {**config, "node_id": ray.get_runtime_context().get_node_id()}
     trial_id, seed, setting, phase = job
-    return attempts(config, ctx, trial_id, seed, prepare(ctx.data), None, setting, phase)
+    first = dispatch.together_fault(ctx, trial_id, phase == tuning.FINAL)
+    data = prepare(ctx.data)
+    return attempts(config, ctx, trial_id, seed, data, None, setting, phase, first_step=first)
 
 
 def intermediate(record: dict[str, Any]) -> dict[str, Any]:
@@ -158,9 +160,11 @@ def attempts(
     report,
     setting=None,
     phase: str = tuning.FINAL,
+    first_step=None,
 ) -> dict[str, Any]:
     """Run one seed of a trial with bounded retries; every attempt leaves a row. `setting`: the
-    training settings a `tune:` grid sets (a tuning run's point, or the candidate's choice)."""
+    training settings a `tune:` grid sets (a tuning run's point, or the candidate's choice);
+    `first_step()`: called once, after the run's first step (a test's fault: dispatch.py)."""
     # torch loads in the worker that trains, not in the driver that hands Ray this module.
     from benchmark.trial.run import run_trial
     from benchmark.trial.runstate import DEFAULT_EVERY, RunState, parse_every, parse_limit
@@ -174,7 +178,7 @@ def attempts(
         if ctx.workers is None
         else None
     )
-    on_step = reporter(ctx.progress, trial_id, cfg.tokens_per_step)
+    on_step = _after_first(reporter(ctx.progress, trial_id, cfg.tokens_per_step), first_step)
     on_point, on_eval = curve_reports(ctx, trial_id, report, _steps(config, cfg))
     for attempt in range(ctx.retries + 1):
         started = rows.now()
@@ -210,6 +214,21 @@ def attempts(
         if row["status"] != "failed":
             return row
     return row
+
+
+def _after_first(on_step, first):
+    """run_trial's on_step: `on_step`'s, and `first()` once, after the first step."""
+    if first is None:
+        return on_step
+    todo = [first]
+
+    def both(step: int, total: int, loss: float) -> None:
+        if todo:
+            todo.pop()()
+        if on_step is not None:
+            on_step(step, total, loss)
+
+    return both
 
 
 def _live_curve(ctx: TrialContext, state, trial_id: str, seed: int, phase: str, attempt: int):
