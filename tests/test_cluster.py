@@ -186,9 +186,15 @@ def test_no_node_can_hold_a_trial_stops_within_seconds(cluster, corpus, tmp_path
 
 
 @pytest.mark.slow
-def test_trials_that_cannot_start_stop_the_search_saying_what_is_free(cluster, corpus, tmp_path):
+@pytest.mark.parametrize("what", ["run", "trial"])
+def test_trials_that_cannot_start_stop_the_search_saying_what_is_free(
+    cluster, corpus, tmp_path, what
+):
     """Every node could hold a trial, but something else holds their CPUs: after
-    `pending_timeout_s` with trials waiting and none running the search stops, never hangs."""
+    `pending_timeout_s` with trials waiting and none running the search stops, never hangs. With
+    every run its own task (the default) the trials start, holding nothing, and their runs wait
+    (a longer timeout: a trial's worker takes seconds to start on a busy machine, and until
+    then it is the trial that waits)."""
     import ray
 
     c, workers = cluster
@@ -201,15 +207,22 @@ def test_trials_that_cannot_start_stop_the_search_saying_what_is_free(cluster, c
 
     squatters = [Squatter.remote() for _ in workers]
     ray.get([s.ready.remote() for s in squatters])
-    opts = _options(corpus, tmp_path / "results", "pending", address=c.address, pending_timeout_s=5)
+    opts = _options(
+        corpus,
+        tmp_path / "results",
+        "pending",
+        address=c.address,
+        pending_timeout_s=20 if what == "run" else 5,
+        runs_as_tasks=what == "run",
+    )
     start = time.monotonic()
     with pytest.raises(
         SearchHalted,
-        match=r"no trial has started for \d+ s: each asks for 1 CPU, and the "
+        match=rf"no {what} has started for \d+ s: each asks for 1 CPU, and the "
         r"cluster has 0 CPUs and 0 GPUs free on 3 alive nodes",
     ) as err:
         run_search(_space(tmp_path, "pending"), opts, policy=POLICY)
-    assert err.value.kind == "resources" and time.monotonic() - start < 60
+    assert err.value.kind == "resources" and time.monotonic() - start < 90
     ray.shutdown()  # the squatters were this driver's actors: they end with its connection
 
 

@@ -106,8 +106,8 @@ def test_a_killed_worker_and_a_stopped_driver_continue_their_runs(corpus, tmp_pa
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     results = tmp_path / "results"
     results.mkdir()
-    # the worker that trains the run is killed after its second save; Tune runs the trial again
-    # (the run a Ray task of its own: Ray runs the task again)
+    # the worker that trains the run is killed after its second save; Ray runs its task again
+    # (the run inside its trial: Tune runs the trial again)
     proc = subprocess.Popen(
         _search(corpus, results, "killed", "--runs-as-tasks"),
         stderr=subprocess.PIPE,
@@ -126,8 +126,8 @@ def test_a_killed_worker_and_a_stopped_driver_continue_their_runs(corpus, tmp_pa
     resumed = pd.read_parquet(results / "killed")["resumed_from_step"]
     assert resumed.iloc[0] % EVERY == 0  # from its last periodic save
 
-    # the driver stopped with Ctrl-C after the run's second save, then the command it prints (the
-    # run inside its trial, which Ray ends with the search; a run's own task trains on to its end)
+    # the driver stopped with Ctrl-C after the run's second save, then the command it prints: the
+    # run's task ends with the search, its saved state kept, and the resumed search continues it
     command = _search(corpus, results, "stopped")
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
     _after_second_save(proc, results / "stopped" / "_runstate")

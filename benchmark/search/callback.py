@@ -1,12 +1,15 @@
 """The Ray Tune callback of a search: it tells the live view what happened, writes the row of a
 trial that ended without writing its own (stopped early by ASHA: `pruned`; its worker died after
 every retry: `failed`), frees the workers' placement group a stopped trial of several workers
-leaves reserved, and decides when the whole search must stop (`StopAll`):
+leaves reserved, tells the progress board which trials have ended (a trial whose runs are Ray
+tasks cancels those still training: search/dispatch.py), and decides when the whole search must
+stop (`StopAll`):
 
 - the results disk is full (a trial or this callback could not write a row): stop scheduling,
   keep what is written, tell the user how to resume;
-- no trial has started for `pending_timeout_s` while trials wait: the cluster cannot hold one (a
-  node was lost, or resources were asked that no node has): say which, never hang.
+- no trial has started for `pending_timeout_s` while trials wait, or, with every run its own
+  task (search/dispatch.py), no run has started while runs wait: the cluster cannot hold one (a
+  node was lost, or something else holds what a run asks for): say what is free, never hang.
 
 Each decision is a `Halt` (search/halt.py), the first one kept. On each step it also refreshes
 this driver's entry in the study's registry (search/roster.py)."""
@@ -44,6 +47,7 @@ class SearchCallback(Callback):
         self.pending_timeout_s, self.asks = pending_timeout_s, asks
         self.halt: Halt | None = None
         self._progress = time.monotonic()
+        self.runs = {"asked": 0, "started": 0}  # run tasks waiting, training (progress.Board)
 
     def stop(self, halt: Halt) -> None:
         """Ask the search to stop; the first reason given is the one reported."""
@@ -53,9 +57,10 @@ class SearchCallback(Callback):
         if self.beat is not None:
             self.beat()
         if self.poll is not None and (state := self.poll()):
-            self.view.progress(state)
-        statuses = [t.status for t in trials]
-        if "RUNNING" in statuses or "PENDING" not in statuses or self.pending_timeout_s is None:
+            self.view.progress(state["progress"])
+            self.runs = state["runs"]
+        what = self._waiting([t.status for t in trials])
+        if what is None or self.pending_timeout_s is None:
             self._progress = time.monotonic()
             return
         waited = time.monotonic() - self._progress
@@ -63,11 +68,20 @@ class SearchCallback(Callback):
             self.stop(
                 Halt(
                     "resources",
-                    f"no trial has started for {waited:.0f} s: each asks for {self.asks}, "
+                    f"no {what} has started for {waited:.0f} s: each asks for {self.asks}, "
                     f"and the cluster has {free_resources()}. Lower --cpus-per-trial / "
                     "--gpus-per-trial, or add a node that has them",
                 )
             )
+
+    def _waiting(self, statuses: list[str]) -> str | None:
+        """What waits with none of its kind running: "trial", "run" (a run task, whose trial holds
+        no resources and so is always running), or None."""
+        if "PENDING" in statuses and "RUNNING" not in statuses:
+            return "trial"
+        if self.runs["asked"] and not self.runs["started"]:
+            return "run"
+        return None
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.view.trial_started(trial.trial_id)
@@ -97,6 +111,8 @@ class SearchCallback(Callback):
 
     def _done(self, trial, error: bool) -> None:
         self._release(trial)
+        if self.ctx.progress is not None:  # its runs' tasks, if any still train, are cancelled
+            self.ctx.progress.stop.remote(int(trial.config["optuna_trial"]))
         last = trial.last_result or {}
         self.view.forget(
             f"t{int(trial.config['optuna_trial']):04d}"

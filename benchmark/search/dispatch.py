@@ -9,13 +9,21 @@ A task whose worker or node dies is run again by Ray (a task's `max_retries`, fo
 failures: docs.ray.io "Fault tolerance: tasks"), and the run continues from the state it saved
 (trial/runstate.py). Each run writes its own rows, as a run inside a trial does.
 
-Used when no result of a run goes to Tune while it trains: ASHA's rungs and the curves for
-TensorBoard and MLflow are Tune results of the trial (`tune.report`), which a task cannot make;
-with them, and for trials of several workers (Ray Train jobs), the runs stay inside their trial,
-one after another (search/trainable.py)."""
+The trial and its tasks speak through the progress board (search/progress.py), the search's one
+small actor: each run's stage (so that runs that cannot start stop the search as trials that
+cannot start do: search/callback.py); the evaluations of the run whose evaluations are the
+trial's intermediate results (ASHA's rungs, Optuna's intermediate values: the first final seed,
+as inside a trial), which the trial reports to Tune as they come (a task cannot: `tune.report`
+is the trial's); and the trials the driver has ended (ASHA stopped them), which cancel their
+runs. The curves for TensorBoard, MLflow and W&B (a report at every point), and trials of
+several workers (Ray Train jobs), keep the runs inside their trial, one after another
+(search/trainable.py)."""
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from benchmark.search.context import TrialContext
@@ -24,11 +32,26 @@ from benchmark.search.context import TrialContext
 LOST_WORKER_RETRIES = 3
 
 
+# How often a trial waiting for its runs reads the board: the evaluations its reporting run has
+# posted, and whether the driver has ended the trial (seconds)
+WAIT_S = 1.0
+
+
 def run_all(
-    run: Callable[..., dict], config: Mapping[str, Any], ctx: TrialContext, jobs: list[tuple]
+    run: Callable[..., dict],
+    config: Mapping[str, Any],
+    ctx: TrialContext,
+    jobs: list[tuple],
+    report: Callable[[dict], None] | None = None,
 ) -> list[dict]:
     """Train `jobs` ((trial id, seed, setting, phase) each) side by side, each `run(config, ctx,
-    job)` (trainable.run_task: its row) in a Ray task of ctx.run_resources; their rows, in order."""
+    job, posts)` (trainable.run_task: its row) in a Ray task of ctx.run_resources; their rows, in
+    order. `report(record)`: the first job's evaluations, as they come (it `posts` them). Each
+    run's stage goes to the progress board (search/progress.py), for the callback to tell a run
+    that cannot start. A trial the driver has ended (ASHA stopped it) cancels the tasks still
+    running, their saved state kept for --resume, and ends as Tune ends a stopped trial's thread
+    (SystemExit 0); so does one whose wait raises. (At the search's end, Ctrl-C or
+    --time-budget, Tune ends the trials' actors, and Ray the tasks they own.)"""
     import ray
 
     task = ray.remote(run).options(
@@ -39,4 +62,84 @@ def run_all(
         # trial's token of memory), but wherever the cluster has a run's resources free
         scheduling_strategy="DEFAULT",
     )
-    return ray.get([task.remote(dict(config), ctx, job) for job in jobs])
+    for job in jobs:
+        stage(ctx, job[0], "asked")
+    refs = [
+        task.remote(dict(config), ctx, job, report is not None and k == 0)
+        for k, job in enumerate(jobs)
+    ]
+    try:
+        if not _wait(ctx, int(config["optuna_trial"]), jobs[0][0], refs, report):
+            raise SystemExit(0)
+        return ray.get(refs)
+    except BaseException:
+        for ref in refs:
+            ray.cancel(ref, force=True)  # nothing for a task that has ended
+        raise
+    finally:
+        for job in jobs:
+            stage(ctx, job[0], "ended")
+
+
+def _wait(ctx: TrialContext, number: int, run: str, refs: list, report) -> bool:
+    """Wait until every task has ended (True), reporting `run`'s evaluations as they come (the
+    last read after the end: a run posts each before it goes on, so none is left behind);
+    False as soon as the driver has ended trial `number`."""
+    import ray
+
+    told, ended = 0, False
+    while not ended:
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=WAIT_S)
+        ended = len(ready) == len(refs)
+        news = ray.get(ctx.progress.news.remote(number, run if report else None, told))
+        if news["stopped"]:
+            return False
+        for record in news["evaluations"]:
+            report(record)
+            told += 1
+    return True
+
+
+def post_evaluations(ctx: TrialContext, run: str) -> Callable[[dict], None]:
+    """A task's run_trial on_eval that posts each evaluation to the board for its trial, and
+    waits until the board has it."""
+    import ray
+
+    def post(record: dict) -> None:
+        ray.get(ctx.progress.evaluated.remote(run, record))
+
+    return post
+
+
+def stage(ctx: TrialContext, run: str, name: str) -> None:
+    """Post a run task's stage to the progress board (fire and forget; runs are tasks only in a
+    search, which has its board: driver._run)."""
+    ctx.progress.stage.remote(run, name)
+
+
+# Tests only: "<folder>:<n>" makes each final run of a candidate, trained as a task, wait after
+# its first step until n runs of that candidate have come there (a file each in
+# <folder>/<study>-t<number>/), or TOGETHER_WAIT_S has passed, then a second more (the rows'
+# times are to the second): a test then sees n runs of one candidate train at once however
+# short they are, and a dispatch that trains them one at a time fails it rather than hangs
+# (tests/test_run_tasks.py).
+TOGETHER = "SHAPEBENCH_TEST_TOGETHER"
+TOGETHER_WAIT_S = 120.0
+
+
+def together_fault(ctx: TrialContext, trial_id: str, final: bool) -> Callable[[], None] | None:
+    given = os.environ.get(TOGETHER)
+    if not given or not final:
+        return None
+    folder, _, n = given.rpartition(":")
+    here = Path(folder) / f"{ctx.study}-{trial_id.split('-')[0]}"
+
+    def wait() -> None:
+        here.mkdir(parents=True, exist_ok=True)
+        (here / trial_id).touch()
+        deadline = time.monotonic() + TOGETHER_WAIT_S
+        while len(list(here.iterdir())) < int(n) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+
+    return wait

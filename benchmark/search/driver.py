@@ -103,9 +103,9 @@ class SearchOptions:
     checkpoints: bool = False  # keep each trial's weights under <study>/_checkpoints
     checkpoint_every: str | None = None  # runs save their state this often (trial/runstate.py)
     keep_checkpoints: bool = False  # keep a finished run's saved state under <study>/_runstate
-    # each run a Ray task where it can be (search/dispatch.py); off by default until a run's task
-    # that cannot start is noticed as a trial that cannot start is (--pending-timeout)
-    runs_as_tasks: bool = False
+    # each run a Ray task where it can be (search/dispatch.py, driver._per_run); False: a
+    # candidate's runs in turn inside its trial
+    runs_as_tasks: bool = True
     step_timeout: str | None = None  # end a run with no step for this long (trial/watchdog.py)
     sampler: str | None = None  # None: the study's recorded sampler, else "auto" (optuna_study.py)
     resume_command: str = ""  # how the user goes on after a stop, for the one line that says so
@@ -439,15 +439,14 @@ def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -
 
 
 def _per_run(ctx: TrialContext, opts: SearchOptions, res) -> bool:
-    """Each run its own Ray task (search/dispatch.py), unless a run reports to Tune as it trains
-    (ASHA's rungs, curves for --tensorboard, --mlflow and --wandb), is a Train job of several
-    workers, or --concurrency bounds the trials at once: tasks are bounded by the resources alone,
-    and `--concurrency N` keeps its meaning, N trials (each its runs in turn) at once."""
+    """Each run its own Ray task (search/dispatch.py), unless its curve goes to Tune point by point
+    (--tensorboard, --mlflow, --wandb), it is a Train job of several workers, or --concurrency
+    bounds the trials at once: tasks are bounded by the resources alone, and `--concurrency N`
+    keeps its meaning, N trials (each its runs in turn) at once."""
     return (
         opts.runs_as_tasks
         and opts.concurrency is None
         and res.workers == 1
-        and not ctx.training["eval_every"]
         and not ctx.report_curves
     )
 

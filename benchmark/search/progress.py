@@ -4,7 +4,14 @@ at most every `EVERY_S` seconds), which works the same on one machine and on a c
 callback polls it without blocking and hands the view what it read.
 
 Not Tune results: a result without the objective's value breaks Tune's metric check, and a NaN one
-would reach ASHA's rungs."""
+would reach ASHA's rungs.
+
+Runs trained as Ray tasks (search/dispatch.py) also post their stage here: asked (by their trial),
+started (by the task), ended (by their trial). A trial holds no resources then, so it is always
+RUNNING; the callback tells a run that cannot start from one that trains by these stages. A run
+whose evaluations are its trial's intermediate results (ASHA's rungs, Optuna's intermediate
+values) posts each here too, and its trial, which alone can report to Tune, reads them back; the
+callback says here which trials the driver has ended, so that their runs are cancelled."""
 
 from __future__ import annotations
 
@@ -12,19 +19,49 @@ import time
 from typing import Any, Callable
 
 EVERY_S = 2.0
+STAGES = ("asked", "started", "ended")  # a run task's, in order
 
 
 class Board:
-    """The actor's state: trial key -> its latest progress."""
+    """The actor's state: trial key -> its latest progress; run task -> its stage."""
 
     def __init__(self):
         self.state: dict[str, dict[str, Any]] = {}
+        self.runs: dict[str, str] = {}
+        self.evals: dict[str, list[dict[str, Any]]] = {}  # run task -> its evaluations so far
+        self.stopped: set[int] = set()  # Optuna trials the driver has ended
 
     def update(self, key: str, info: dict[str, Any]) -> None:
         self.state[key] = info
 
-    def read(self) -> dict[str, dict[str, Any]]:
-        return dict(self.state)
+    def stage(self, run: str, stage: str) -> None:
+        """A run task's stage, never set back: the trial's `asked` and its task's `started` come
+        from two processes, in either order; a task run again after a lost worker stays started."""
+        if STAGES.index(stage) >= STAGES.index(self.runs.get(run, stage)):
+            self.runs[run] = stage
+
+    def evaluated(self, run: str, record: dict[str, Any]) -> None:
+        self.evals.setdefault(run, []).append(record)
+
+    def stop(self, trial: int) -> None:
+        """The driver has ended Optuna trial `trial` (it finished, or ASHA stopped it)."""
+        self.stopped.add(trial)
+
+    def news(self, trial: int, run: str | None, since: int) -> dict[str, Any]:
+        """For a trial waiting on its run tasks: whether it has been ended, and the evaluations of
+        `run` after its first `since` (those read are not asked for again)."""
+        return {
+            "stopped": trial in self.stopped,
+            "evaluations": self.evals.get(run, [])[since:] if run else [],
+        }
+
+    def read(self) -> dict[str, Any]:
+        """Each trial's progress, and how many run tasks wait to start and how many train."""
+        stages = list(self.runs.values())
+        return {
+            "progress": dict(self.state),
+            "runs": {s: stages.count(s) for s in STAGES[:2]},
+        }
 
 
 def start_board():
@@ -71,7 +108,8 @@ class Poll:
     def __init__(self, board, every_s: float = 1.0):
         self.board, self.every_s, self.pending, self.asked = board, every_s, None, 0.0
 
-    def __call__(self) -> dict[str, dict[str, Any]] | None:
+    def __call__(self) -> dict[str, Any] | None:
+        """The board's latest read (Board.read), once it has come; None meanwhile."""
         import ray
 
         if self.board is None:

@@ -43,9 +43,10 @@ def add_flags(add: Callable[..., None]) -> None:
     )
     add(
         "--runs-as-tasks",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         help="train each run (tuning run, final seed) as its own Ray task, side by side on as many "
-        "GPUs as are free, rather than a candidate's runs in turn inside its trial (docs/clusters.md)",
+        "GPUs as are free (the default where no run reports to Tune as it trains); "
+        "--no-runs-as-tasks: a candidate's runs in turn inside its trial (docs/clusters.md)",
     )
     add(
         "--keep-checkpoints",
@@ -60,11 +61,12 @@ def add_flags(add: Callable[..., None]) -> None:
 
 
 def options(args: argparse.Namespace) -> dict[str, Any]:
-    """SearchOptions' fields the flags set."""
+    """SearchOptions' fields the flags set (runs as tasks only when given: its default is theirs)."""
+    given = getattr(args, "runs_as_tasks", None)
     return {
         "checkpoint_every": getattr(args, "checkpoint_every", None),
         "keep_checkpoints": bool(getattr(args, "keep_checkpoints", False)),
         "checkpoints": bool(getattr(args, "save_weights", False)),
         "step_timeout": getattr(args, "step_timeout", None),
-        "runs_as_tasks": bool(getattr(args, "runs_as_tasks", False)),
+        **({"runs_as_tasks": given} if given is not None else {}),
     }

@@ -101,19 +101,21 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
 def _trainer(config, ctx: TrialContext, tune):
     """(train_all, runs): `train_all(jobs)` trains runs ((trial id, seed, setting, phase) each) and
     returns their rows in order, side by side as Ray tasks when ctx.run_resources says so
-    (search/dispatch.py), else here one after another, the first of a batch `asha` reporting
-    its evaluations to Tune (ASHA's rungs); `runs` collects every row trained."""
+    (search/dispatch.py), else here one after another; the first of a batch `asha` reports its
+    evaluations to Tune (ASHA's rungs, Optuna's intermediate values) either way; `runs`
+    collects every row trained."""
     runs: list[dict[str, Any]] = []
     data = prepare(ctx.data) if ctx.run_resources is None else None
 
     def train_all(jobs: list[tuple], asha: bool = False) -> list[dict[str, Any]]:
+        rungs = asha and ctx.training.get("eval_every")
         if ctx.run_resources is not None:
-            out = dispatch.run_all(run_task, config, ctx, jobs)
+            report = _intermediate_report(tune) if rungs else None
+            out = dispatch.run_all(run_task, config, ctx, jobs, report)
         else:
             out = []
             for k, (trial_id, seed, setting, phase) in enumerate(jobs):
-                rungs = asha and k == 0 and ctx.training.get("eval_every")
-                report = _intermediate_report(tune) if rungs else None
+                report = _intermediate_report(tune) if rungs and k == 0 else None
                 args = (config, ctx, trial_id, seed, data, report, setting)
                 out.append(attempts(*args) if phase == tuning.FINAL else attempts(*args, phase))
         runs.extend(out)
@@ -122,15 +124,22 @@ def _trainer(config, ctx: TrialContext, tune):
     return train_all, runs
 
 
-def run_task(config: dict[str, Any], ctx: TrialContext, job: tuple) -> dict[str, Any]:
-    """One run in a Ray task (search/dispatch.py): its row, written where the study lives."""
+def run_task(
+    config: dict[str, Any], ctx: TrialContext, job: tuple, posts: bool = False
+) -> dict[str, Any]:
+    """One run in a Ray task (search/dispatch.py): its row, written where the study lives.
+    `posts`: its evaluations go to its trial, which reports them to Tune."""
     import ray
     import torch
 
     torch.set_num_threads(max(1, ctx.threads))
     config = {**config, "node_id": ray.get_runtime_context().get_node_id()}
     trial_id, seed, setting, phase = job
-    return attempts(config, ctx, trial_id, seed, prepare(ctx.data), None, setting, phase)
+    dispatch.stage(ctx, trial_id, "started")
+    first = dispatch.together_fault(ctx, trial_id, phase == tuning.FINAL)
+    data = prepare(ctx.data)
+    report = dispatch.post_evaluations(ctx, trial_id) if posts else None
+    return attempts(config, ctx, trial_id, seed, data, report, setting, phase, first_step=first)
 
 
 def intermediate(record: dict[str, Any]) -> dict[str, Any]:
@@ -158,9 +167,11 @@ def attempts(
     report,
     setting=None,
     phase: str = tuning.FINAL,
+    first_step=None,
 ) -> dict[str, Any]:
     """Run one seed of a trial with bounded retries; every attempt leaves a row. `setting`: the
-    training settings a `tune:` grid sets (a tuning run's point, or the candidate's choice)."""
+    training settings a `tune:` grid sets (a tuning run's point, or the candidate's choice);
+    `first_step()`: called once, after the run's first step (a test's fault: dispatch.py)."""
     # torch loads in the worker that trains, not in the driver that hands Ray this module.
     from benchmark.trial.run import run_trial
     from benchmark.trial.runstate import DEFAULT_EVERY, RunState, parse_every, parse_limit
@@ -174,7 +185,7 @@ def attempts(
         if ctx.workers is None
         else None
     )
-    on_step = reporter(ctx.progress, trial_id, cfg.tokens_per_step)
+    on_step = _after_first(reporter(ctx.progress, trial_id, cfg.tokens_per_step), first_step)
     on_point, on_eval = curve_reports(ctx, trial_id, report, _steps(config, cfg))
     for attempt in range(ctx.retries + 1):
         started = rows.now()
@@ -210,6 +221,21 @@ def attempts(
         if row["status"] != "failed":
             return row
     return row
+
+
+def _after_first(on_step, first):
+    """run_trial's on_step: `on_step`'s, and `first()` once, after the first step."""
+    if first is None:
+        return on_step
+    todo = [first]
+
+    def both(step: int, total: int, loss: float) -> None:
+        if todo:
+            todo.pop()()
+        if on_step is not None:
+            on_step(step, total, loss)
+
+    return both
 
 
 def _live_curve(ctx: TrialContext, state, trial_id: str, seed: int, phase: str, attempt: int):
