@@ -47,14 +47,19 @@ def path_in(cache_root: str | os.PathLike) -> Path:
 def cpu_name() -> str:
     """The CPU's model ("AMD EPYC 7B13"): platform.processor() is often just "x86_64" on Linux,
     and machines of one architecture differ by 3x in matmul speed."""
+    return _cpuinfo(("model name",)) or platform.processor() or platform.machine()
+
+
+def _cpuinfo(keys: tuple[str, ...]) -> str | None:
+    """The first /proc/cpuinfo line's value for one of `keys`; None without the file (macOS)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith(keys):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
 
 
 # The instructions that do bf16 arithmetic natively: x86's AVX512-BF16 and AMX-BF16, Arm's BF16
@@ -65,14 +70,8 @@ NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16", "svebf16"})
 def cpu_flags() -> frozenset[str] | None:
     """The CPU's feature flags as /proc/cpuinfo lists them (x86 `flags`, Arm `Features`), None
     where there is no such file (macOS, Windows)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return None
+    flags = _cpuinfo(("flags", "Features"))
+    return None if flags is None else frozenset(flags.split())
 
 
 def gpu_name() -> str | None:
