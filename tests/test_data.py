@@ -140,13 +140,15 @@ def test_poetry_documents():
 def test_poetry_unpickler_refuses_other_globals(tmp_path):
     class Payload:
         def __reduce__(self):
-            return (print, ("this must not run",))
+            # eval, not print: Ray's tqdm support replaces builtins.print in a process that
+            # imported it, so print can pickle as another module's global.
+            return (eval, ("1",))
 
     path = tmp_path / "evil.pkl.compress"
     with gzip.open(path, "wb") as f:
         pickle.dump(Payload(), f)
     with pytest.raises(
-        pickle.UnpicklingError, match="refers to builtins.print, which is not allowed"
+        pickle.UnpicklingError, match="refers to builtins.eval, which is not allowed"
     ):
         sources._unpickle_poetry(path)
 
