@@ -67,6 +67,25 @@ SPEC = {
 }
 
 
+def test_the_collective_timeout_outlasts_the_watchdog():
+    """A hang is ended by the watchdog (its line, the stall counted), never by a collective's
+    error first; Ray's 30 minutes stay the least (the first step compiles unwatched)."""
+    from benchmark.recipe import TrainConfig
+    from benchmark.trial.distributed import collective_timeout_s
+    from benchmark.trial.runstate import RunState, parse_limit
+
+    def timeout(text):
+        watch, limit = parse_limit(text)
+        spec, cfg = {**TINY, "family": "transformer"}, TrainConfig(**TRAIN)
+        return collective_timeout_s(RunState("/x", spec, cfg, None, watch, limit))
+
+    assert timeout(None) == 1800  # the default limit: 100 mean steps, at least 10 minutes
+    assert timeout("off") == 1800
+    assert timeout("5m") == 1800
+    assert timeout("1h") == 3660
+    assert collective_timeout_s(None) == 1800
+
+
 @pytest.fixture
 def one_rank_group():
     import torch.distributed as dist
@@ -267,6 +286,165 @@ def test_two_gloo_ranks_train_as_one_process(corpus):
         assert len(json.loads(two["peak_mem_bytes_by_rank"])) == 2
 
 
+class Killed(BaseException):
+    """Stands for a rank's process dying: no handler in the trial catches it."""
+
+
+RESUMED = dict(TRAIN, tokens="4096")  # 16 steps: saves every 4, stopped at 10, continued from 8
+
+
+def _two_ranks_stopped(rank: int, port: int, data_cfg, folder: str, out: dict) -> None:
+    """On two gloo ranks, per parallelism: the run uninterrupted; the run saving every 4 steps,
+    stopped after step 10 and continued from its state; a run saving every few milliseconds (a
+    duration: the ranks must agree on the steps, or the save's collectives hang)."""
+    import torch.distributed as dist
+
+    from benchmark.data import prepare
+    from benchmark.recipe import TrainConfig
+    from benchmark.trial.run import run_trial
+    from benchmark.trial.runstate import Every, RunState
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    data = prepare(data_cfg)
+    cfg = TrainConfig(**RESUMED)
+    spec = {**TINY, "family": "hyperloop", "loops": 2}
+
+    def stop(step, total, loss):
+        if step == 10:
+            raise Killed
+
+    for parallel in ("ddp", "fsdp"):
+        ranks = Ranks(torch.device("cpu"), "gloo", parallel, split(cfg.batch_size, 1, 2))
+        run = dict(data=data, ranks=ranks, quantize=None)
+        whole = run_trial(spec, cfg, **run)
+        state = RunState(f"{folder}/{parallel}", spec, cfg, Every(steps=4))
+        try:
+            run_trial(spec, cfg, **run, state=state, on_step=stop)
+        except Killed:
+            pass
+        again = run_trial(spec, cfg, **run, state=RunState(f"{folder}/{parallel}", spec, cfg, None))
+        paced = RunState(f"{folder}/{parallel}-paced", spec, cfg, Every(seconds=0.001))
+        run_trial(spec, cfg, **run, state=paced)
+        out[(rank, parallel)] = (whole, state.saves, again, paced.saves, paced._interval)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_stopped_after_their_second_save_continue_as_if_never_stopped(
+    corpus, tmp_path
+):
+    """A run of two ranks (DDP and FSDP2, a Hyperloop) stopped after its second save continues
+    from it on both ranks (the whole model and optimiser state gathered to rank 0 and shared out
+    again, each rank's RNGs) and ends with the uninterrupted run's curve, evaluations and losses
+    to the bit. A run saving by duration saves at the same steps on both ranks."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = mp.get_context("spawn").Manager().dict()
+    folder = str(tmp_path / "_resume")
+    mp.start_processes(
+        _two_ranks_stopped, args=(port, corpus, folder, out), nprocs=2, start_method="spawn"
+    )
+    for parallel in ("ddp", "fsdp"):
+        whole, saves, again, paced_saves, interval = out[(0, parallel)]
+        assert saves == 2, parallel  # at steps 4 and 8, stopped at 10
+        assert (again["resumed_from_step"], again["resumes"]) == (8, 1), parallel
+        assert (whole["resumed_from_step"], whole["resumes"]) == (0, 0)
+        assert again["curve"] == whole["curve"], parallel  # losses, gradient norms, lr
+        assert json.loads(again["evals"]) == json.loads(whole["evals"]), parallel
+        for key in ("val_loss", "train_loss", "tokens_trained"):
+            assert again[key] == whole[key], (parallel, key)
+        assert again["parallel"] == parallel and again["world_size"] == 2
+        other = out[(1, parallel)]
+        assert other[1] == 2 and other[2] == {}  # rank 1 saved with it, rank 0 wrote the row
+        # a duration: the interval (in steps) and the saves agreed by both ranks
+        assert interval is not None and interval >= 1 and paced_saves > 0
+        assert (other[3], other[4]) == (paced_saves, interval)
+
+
+def _two_ranks_stalled(rank: int, port: int, data_cfg, folder: str, marker: str) -> None:
+    """Two gloo ranks (DDP) saving every 4 steps, watched with a 2 s limit; rank 1 sleeps inside
+    step 10 (the test-only fault). Rank 1's watchdog ends its process; rank 0 waits in the step's
+    collective until its own watchdog (or the lost peer) ends it."""
+    import os
+
+    import torch.distributed as dist
+
+    from benchmark.data import prepare
+    from benchmark.recipe import TrainConfig
+    from benchmark.trial.run import run_trial
+    from benchmark.trial.runstate import Every, RunState
+    from benchmark.trial.watchdog import FAULT
+
+    if rank == 1:
+        os.environ[FAULT] = f"{marker}:10"
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    cfg = TrainConfig(**RESUMED)
+    ranks = Ranks(torch.device("cpu"), "gloo", "ddp", split(cfg.batch_size, 1, 2))
+    spec = {**TINY, "family": "transformer"}
+    state = RunState(folder, spec, cfg, Every(steps=4), True, 2.0)
+    run_trial(spec, cfg, data=prepare(data_cfg), ranks=ranks, quantize=None, state=state)
+
+
+def _two_ranks_continued(rank: int, port: int, data_cfg, folder: str, out: dict) -> None:
+    """The stalled run continued from its state on two ranks, and the run never stalled."""
+    import torch.distributed as dist
+
+    from benchmark.data import prepare
+    from benchmark.recipe import TrainConfig
+    from benchmark.trial.run import run_trial
+    from benchmark.trial.runstate import RunState
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    cfg, spec, data = TrainConfig(**RESUMED), {**TINY, "family": "transformer"}, prepare(data_cfg)
+    ranks = Ranks(torch.device("cpu"), "gloo", "ddp", split(cfg.batch_size, 1, 2))
+    state = RunState(folder, spec, cfg, None, True, 2.0)
+    again = run_trial(spec, cfg, data=data, ranks=ranks, quantize=None, state=state)
+    whole = run_trial(spec, cfg, data=data, ranks=ranks, quantize=None)
+    if rank == 0:
+        out["rows"] = (again, whole)
+    dist.destroy_process_group()
+
+
+def _spawn_two(fn, *args) -> list[int]:
+    """Run fn(rank, port, *args) on two spawned processes; their exit codes."""
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    context = mp.start_processes(fn, args=(port, *args), nprocs=2, start_method="spawn", join=False)
+    for p in context.processes:
+        p.join()
+    return [p.exitcode for p in context.processes]
+
+
+@pytest.mark.slow
+def test_a_rank_that_makes_no_step_ends_and_the_run_continues_from_its_last_save(corpus, tmp_path):
+    """Rank 1 of two sleeps inside step 10: its watchdog ends it (the stall's exit status), rank
+    0 does not wait for ever, and the run continued from its save at step 8 counts the stall and
+    ends as the run that never stalled."""
+    import torch.multiprocessing as mp
+
+    from benchmark.trial.watchdog import STALLED_EXIT
+
+    folder, marker = str(tmp_path / "_runstate"), str(tmp_path / "stalled-once")
+    codes = _spawn_two(_two_ranks_stalled, corpus, folder, marker)
+    assert codes[1] == STALLED_EXIT and codes[0] != 0, codes
+    out = mp.get_context("spawn").Manager().dict()
+    assert _spawn_two(_two_ranks_continued, corpus, folder, out) == [0, 0]
+    again, whole = out["rows"]
+    assert (again["resumed_from_step"], again["resumes"], again["stalls"]) == (8, 1, 1)
+    assert again["curve"] == whole["curve"] and again["val_loss"] == whole["val_loss"]
+
+
 # ---- a search whose trials are Ray Train jobs of two gloo workers -----------------------------
 
 SEARCH_SPACE = """
@@ -315,7 +493,7 @@ def ray_here(tmp_path_factory):
     slot.release(tidy=True)
 
 
-def _search(tmp_path, corpus, name, trials, tokens, asha, node_retries=0):
+def _search(tmp_path, corpus, name, trials, tokens, asha, node_retries=0, every=None):
     from benchmark.search import SearchOptions, run_search
     from benchmark.space.language import load_space
 
@@ -331,6 +509,7 @@ def _search(tmp_path, corpus, name, trials, tokens, asha, node_retries=0):
         data=corpus,
         pending_timeout_s=120,
         node_retries=node_retries,
+        checkpoint_every=every,
     )
     return run_search(
         load_space(path), opts, console=None, policy={"compile": False, "precision": "fp32"}
@@ -399,28 +578,47 @@ def _train_workers() -> list[int]:
 def test_a_worker_lost_mid_trial_runs_the_trial_again_and_leaves_one_row(
     tmp_path, corpus, ray_here, monkeypatch
 ):
-    """One worker of a two-worker trial is killed at the trial's first intermediate result (it is
-    training): the Train run fails as a lost worker, the trial raises into Tune's retry, and the
-    retry leaves the study's one row, ok."""
+    """One worker of a two-worker trial is killed once the run has saved its state twice (every
+    2 steps; it is training): the Train run fails as a lost worker, the trial raises into Tune's
+    retry, and the retry continues the run from its last save on a new pair of workers and leaves
+    the study's one row, ok, with the losses of the run trained in one process."""
+    import json
     import os
     import signal
 
     import pandas as pd
 
+    from benchmark.data import prepare
+    from benchmark.recipe import TrainConfig
     from benchmark.search.callback import SearchCallback
+    from benchmark.trial.run import run_trial
+    from benchmark.trial.runstate import saved_record
 
     killed = []
     seen = SearchCallback.on_trial_result
+    states = tmp_path / "results" / "lost" / "_runstate"
 
     def kill_once(self, iteration, trials, trial, result, **info):
-        if not killed and not result.get("row_written"):
+        saved = [saved_record(str(p)) for p in states.glob("*.state.safetensors")]
+        if not killed and not result.get("row_written") and any(r["step"] >= 4 for r in saved):
             killed.append(_train_workers()[-1])
             os.kill(killed[0], signal.SIGKILL)
         return seen(self, iteration, trials, trial, result, **info)
 
     monkeypatch.setattr(SearchCallback, "on_trial_result", kill_once)
-    _search(tmp_path, corpus, "lost", trials=1, tokens="4K", asha=True, node_retries=1)
+    _search(tmp_path, corpus, "lost", trials=1, tokens="4K", asha=True, node_retries=1, every="2")
     df = pd.read_parquet(tmp_path / "results" / "lost")
     assert killed
     assert len(df) == 1 and df["status"].tolist() == ["ok"]
     assert df["world_size"].tolist() == [2] and df["tokens_trained"].tolist() == [4096]
+    row = df.iloc[0]
+    assert row["resumes"] == 1 and row["resumed_from_step"] >= 4
+    torch.set_num_threads(1)
+    one = run_trial(
+        json.loads(row["spec"]),
+        TrainConfig.from_dict(json.loads(row["training"])),
+        data=prepare(corpus),
+        quantize=None,
+    )
+    assert math.isclose(row["val_loss"], one["val_loss"], rel_tol=LOSS_RTOL)
+    assert not list(states.glob("*"))  # removed once the row was written

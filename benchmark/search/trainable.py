@@ -11,7 +11,8 @@ out of this function means the worker or its node was lost, and Tune runs the tr
 elsewhere (RunConfig's FailureConfig), where it rewrites the same row files: recorded once.
 A trial of several workers (ctx.workers) runs each seed as a Ray Train job (trial/distributed.py):
 rank 0 reports its evaluations here through Train's TuneReportCallback and returns the row; a
-worker lost mid-run raises out of this function as a lost node does.
+worker lost mid-run raises out of this function as a lost node does, and the trial run again
+continues the run from its last save (trial/runstate.py), as a run in one process does.
 A full results disk ends the trial with `store_full`, and the driver stops the search."""
 
 from __future__ import annotations
@@ -177,20 +178,16 @@ def attempts(
     from benchmark.trial.runstate import DEFAULT_EVERY, RunState, parse_every, parse_limit
 
     cfg = ctx.train_config(seed, setting, config.get("budget"))
-    # one process's run saves and continues its state; a Train job's ranks do not yet
+    # a run saves and continues its state, in one process or on a Train job's ranks
     every = parse_every(ctx.checkpoint_every or DEFAULT_EVERY)
     watch, limit_s = parse_limit(ctx.step_timeout)
-    state = (
-        RunState(ctx.state_dir(), config["spec"], cfg, every, watch, limit_s, name=trial_id)
-        if ctx.workers is None
-        else None
-    )
+    state = RunState(ctx.state_dir(), config["spec"], cfg, every, watch, limit_s, name=trial_id)
     on_step = _after_first(reporter(ctx.progress, trial_id, cfg.tokens_per_step), first_step)
     on_point, on_eval = curve_reports(ctx, trial_id, report, _steps(config, cfg))
     for attempt in range(ctx.retries + 1):
         started = rows.now()
-        if state is not None:  # the curve so far, beside the rows, at each save
-            state.on_save = _live_curve(ctx, state, trial_id, seed, phase, attempt)
+        # the curve so far, beside the rows, at each save (by rank 0 of a Train job)
+        state.on_save = _live_curve(ctx, state, trial_id, seed, phase, attempt)
         try:
             if ctx.workers is None:
                 measured = run_trial(
@@ -205,7 +202,9 @@ def attempts(
                     state=state,
                 )
             else:
-                measured = _distributed(config, ctx, cfg, trial_id, on_step, report is not None)
+                measured = _distributed(
+                    config, ctx, cfg, trial_id, on_step, report is not None, state
+                )
             row = rows.measured(ctx, config, trial_id, measured, attempt)
         except Exception as e:  # recorded, then retried: a search never dies with one candidate
             if ctx.workers is not None and _lost_worker(e):
@@ -216,7 +215,7 @@ def attempts(
         if ctx.checkpoints and row["status"] == "ok":
             rows.upload_checkpoint(ctx, trial_id)
         final = row["status"] != "failed" or attempt == ctx.retries
-        if state is not None and final and not ctx.keep_checkpoints:
+        if final and not ctx.keep_checkpoints:
             state.remove()  # its row is written: the run never trains again
         if row["status"] != "failed":
             return row
@@ -333,7 +332,7 @@ def _untuned(config, ctx: TrialContext, number: int) -> dict[str, Any]:
 
 
 def _distributed(
-    config, ctx: TrialContext, cfg, trial_id: str, on_step, reports: bool
+    config, ctx: TrialContext, cfg, trial_id: str, on_step, reports: bool, state
 ) -> dict[str, Any]:
     return run_distributed(
         config["spec"],
@@ -345,6 +344,7 @@ def _distributed(
         checkpoint_dir=ctx.checkpoint_dir(trial_id),
         on_step=on_step,
         report=intermediate if reports else None,
+        state=state,
     )
 
 

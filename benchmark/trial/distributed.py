@@ -270,10 +270,14 @@ def run_distributed(
     checkpoint_dir=None,
     on_step=None,
     report: Callable[[dict | None], dict] | None = None,
+    state=None,
 ) -> dict[str, Any]:
     """Run one trial as a Train job of `workers` and return rank 0's row. `report(record)` turns
     rank 0's periodic evaluation into the dict Tune receives (every rank reports; Tune reads rank
-    0's). Raises the Train error when the run failed (`lost_worker` says whether a worker was lost)."""
+    0's). Raises the Train error when the run failed (`lost_worker` says whether a worker was lost).
+    `state` (trial/runstate.py RunState): every rank saves the run's state with it and continues
+    from it, so that the trial Tune runs again after a lost worker (or a stalled rank the watchdog
+    ended) goes on from the last save."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.trainable.trainable_fn_utils import _in_tune_session
@@ -296,8 +300,9 @@ def run_distributed(
             "checkpoint_dir": checkpoint_dir,
             "on_step": on_step,
             "report": report,
+            "state": state,
         },
-        torch_config=TorchConfig(backend=workers.backend),
+        torch_config=TorchConfig(backend=workers.backend, timeout_s=collective_timeout_s(state)),
         # One node per trial, as resources.py sizes it: NVLink between its GPUs.
         scaling_config=ScalingConfig(
             num_workers=workers.count,
@@ -347,8 +352,23 @@ def _worker(config: dict[str, Any]) -> dict[str, Any] | None:
         on_eval=on_eval,
         quantize=config["quantize"],
         checkpoint_dir=config["checkpoint_dir"] if ranks.main else None,
+        state=config["state"],
     )
     return row if ranks.main else None
+
+
+# Ray Train's own collective timeout (TorchConfig.timeout_s), kept where nothing asks for longer
+COLLECTIVE_TIMEOUT_S = 1800
+
+
+def collective_timeout_s(state) -> int:
+    """How long a collective waits before it fails the run: longer than the run's watchdog limit
+    (`--step-timeout`), so that a hang is ended by the watchdog (its one line, the stall counted,
+    the run continued from its save) and never by a collective's error first; never under Ray's
+    default, which also covers the first step's compilation, before the watchdog starts. The
+    default watchdog limit (trial/watchdog.py, at least STALL_MIN_S) ends a hang before it."""
+    limit = state.stall_after_s if state is not None and state.watch else None
+    return max(COLLECTIVE_TIMEOUT_S, int(limit or 0) + 60)
 
 
 KV_NAMESPACE = "shapebench"  # Ray's key-value store: a trial's workers' placement group

@@ -8,7 +8,15 @@ step (which is the schedule's position, lr_at(step), and the data's, batches(ski
 training curve's points and its open window, the evaluations, the tokens trained), as JSON in the
 file's metadata: one file, written whole or not at all by the store (local folder, s3://, ...), and
 never a pickle. The file is named by the run (its spec and training settings, seed included), so a
-retried run finds it whatever trial number the search gave it again."""
+retried run finds it whatever trial number the search gave it again.
+
+A run of several ranks (a Ray Train job: trial/distributed.py) saves the same file: the whole
+model and optimiser state gathered to rank 0 (torch.distributed.checkpoint's full state dicts,
+which unshard FSDP2's DTensors and name the optimiser's state by parameter), and every rank's
+RNGs. Every rank reads it back and takes its own share. The ranks must agree on the steps they
+save at (a save is a collective), so a duration is turned into a step count every rank holds:
+the slowest rank's step time, measured over the first CALIBRATE_STEPS steps, and each save's
+time, agreed as it ends (`bind`)."""
 
 from __future__ import annotations
 
@@ -39,6 +47,9 @@ NAMED = ".name"  # and what the search calls the run now (its live curve's file)
 # at most ten minutes of its work. A step count ("500") or another duration ("30m") overrides it.
 DEFAULT_EVERY = "10m"
 MAX_SHARE = 0.02
+# Steps after the first (which pays for compilation) whose time sets a run of several ranks'
+# interval in steps: a lost worker before then loses at most these.
+CALIBRATE_STEPS = 8
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,11 @@ class Every:
     def due(self, step: int, since_s: float, last_save_s: float) -> bool:
         if self.steps is not None:
             return step % self.steps == 0
-        return since_s >= max(self.seconds or 0.0, last_save_s / MAX_SHARE)
+        return since_s >= self.wait_s(last_save_s)
+
+    def wait_s(self, last_save_s: float) -> float:
+        """A duration's time between saves, after a save that took `last_save_s`."""
+        return max(self.seconds or 0.0, last_save_s / MAX_SHARE)
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -118,11 +133,40 @@ class RunState:
         self.saves = 0
         self.last_save_s = 0.0
         self._since = time.monotonic()
+        self.ranks = None  # a data-parallel run's place (bind)
+
+    def bind(self, ranks) -> None:
+        """This process is one rank (trial/distributed.py Ranks) of a run of several: saves and
+        restores gather and share the state, and a duration becomes a step count they agree on."""
+        self.ranks = ranks
+        self._paced: tuple[int, float] | None = None  # (step, time) calibration began at
+        self._step_s: float | None = None  # the slowest rank's step time
+        self._interval: int | None = None  # steps between saves, once agreed
+        self._last = 0  # the step of the last save (or the run's start)
 
     def due(self, step: int) -> bool:
         if self.every is None:
             return False
-        return self.every.due(step, time.monotonic() - self._since, self.last_save_s)
+        if self.ranks is None or self.every.steps is not None:
+            return self.every.due(step, time.monotonic() - self._since, self.last_save_s)
+        if self._paced is None:
+            self._paced, self._last = (step, time.monotonic()), step - 1
+        elif self._step_s is None and step - self._paced[0] == CALIBRATE_STEPS:
+            self._step_s = self._slowest((time.monotonic() - self._paced[1]) / CALIBRATE_STEPS)
+            self._pace()
+        return self._interval is not None and step - self._last >= self._interval
+
+    def _pace(self) -> None:
+        self._interval = max(1, round(self.every.wait_s(self.last_save_s) / self._step_s))
+
+    def _slowest(self, seconds: float) -> float:
+        """The ranks' largest `seconds` (a collective: every rank calls it at the same step)."""
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor([seconds], dtype=torch.float64, device=self.ranks.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
 
     def load(self) -> dict[str, Any] | None:
         """The saved state ('tensors' and the JSON record), or None when there is none."""
@@ -135,39 +179,63 @@ class RunState:
         return {**record, "tensors": load_tensors(data)}
 
     def save(self, step: int, model, optimizer, record: dict[str, Any]) -> None:
-        import torch
         from safetensors.torch import save as save_tensors
 
         t = time.perf_counter()
-        tensors = {f"model.{k}": _cpu(v) for k, v in model.state_dict().items()}
-        opt = optimizer.state_dict()
-        scalars: dict[str, dict[str, Any]] = {}
-        for i, entry in opt["state"].items():
-            for name, value in entry.items():
-                if torch.is_tensor(value):
-                    tensors[f"opt.{i}.{name}"] = _cpu(value)
-                else:
-                    scalars.setdefault(str(i), {})[name] = value
-        tensors["rng.torch"] = torch.get_rng_state()
-        if torch.cuda.is_available():
-            for d, s in enumerate(torch.cuda.get_rng_state_all()):
-                tensors[f"rng.cuda.{d}"] = s
-        state = {
-            **record,
-            "step": step,
-            "param_groups": opt["param_groups"],
-            "opt_scalars": scalars,
-            "rng_numpy": _numpy_state(),
-            "rng_python": _python_state(),
-            "pid": os.getpid(),  # the process that saved it: which one to look at, or to stop
-        }
-        blob = save_tensors(tensors, metadata={"state": json.dumps(state)})
-        location.write_bytes(self.path, blob)
+        if self.ranks is None:
+            tensors, scalars = _tensors(model.state_dict(), optimizer.state_dict())
+            groups = optimizer.state_dict()["param_groups"]
+            rngs = {**_rng_tensors(), **_host_rngs()}
+        else:
+            tensors, scalars, groups, rngs = self._gathered(model, optimizer)
+        if tensors is not None:  # this process writes (rank 0 of several)
+            state = {
+                **record,
+                "step": step,
+                "param_groups": groups,
+                "opt_scalars": scalars,
+                **{k: v for k, v in rngs.items() if not k.startswith("rng.")},
+                "pid": os.getpid(),  # the process that saved it: which one to look at, or to stop
+            }
+            tensors.update({k: v for k, v in rngs.items() if k.startswith("rng.")})
+            blob = save_tensors(tensors, metadata={"state": json.dumps(state)})
+            location.write_bytes(self.path, blob)
+            if self.on_save is not None:
+                self.on_save(step, record)
         self.saves += 1
-        if self.on_save is not None:
-            self.on_save(step, record)
         self.last_save_s = time.perf_counter() - t
         self._since = time.monotonic()
+        if self.ranks is not None:
+            self.last_save_s, self._last = self._slowest(self.last_save_s), step
+            if self._step_s is not None:
+                self._pace()
+
+    def _gathered(self, model, optimizer):
+        """A run of several ranks: the whole state on rank 0 (tensors, scalars, groups, RNGs
+        by rank); None for the first three elsewhere. Collectives: every rank calls it."""
+        import torch.distributed as dist
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        whole = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        model_sd = get_model_state_dict(model, options=whole)
+        opt_sd = get_optimizer_state_dict(model, optimizer, options=whole)
+        every = [None] * self.ranks.world
+        dist.all_gather_object(every, {**_rng_tensors(self.ranks.device), **_host_rngs()})
+        if not self.ranks.main:
+            return None, None, None, {}
+        tensors, scalars = _tensors(model_sd, opt_sd)
+        rngs: dict[str, Any] = {}  # tensors by name and rank; the JSON's lists by rank
+        for r, mine in enumerate(every):
+            for key, value in mine.items():
+                if key.startswith("rng."):
+                    rngs[f"{key}.r{r}"] = value
+                else:
+                    rngs.setdefault(key + "_by_rank", []).append(value)
+        return tensors, scalars, opt_sd["param_groups"], rngs
 
     def rename(self, name: str) -> str | None:
         """Record `name` as what the search calls this run now; the name an earlier, stopped
@@ -191,13 +259,16 @@ class RunState:
         return int(location.read_bytes(self.stall_path))
 
     def watchdog(self, step: Callable[[], int]) -> Watchdog | None:
-        """The run's watchdog, or None when not watched; `step()`: the run's step now."""
+        """The run's watchdog, or None when not watched; `step()`: the run's step now. Each rank
+        of a run of several watches itself (a rank stuck alone leaves the others waiting in the
+        next collective, whose watchdogs end them too); rank 0 counts the stall."""
         if not self.watch:
             return None
 
         def stalled(idle_s: float, limit_s: float) -> None:
-            count = self.stalls() + 1
-            location.write_bytes(self.stall_path, str(count).encode())
+            if self.ranks is None or self.ranks.main:
+                count = self.stalls() + 1
+                location.write_bytes(self.stall_path, str(count).encode())
             end_process(
                 f"shapebench: run {self.name or self.path}: no step for {idle_s:.0f} s after step "
                 f"{step()} (limit {limit_s:.0f} s): ended, to run again from its last save"
@@ -214,32 +285,99 @@ def saved_record(where: str) -> dict[str, Any] | None:
     return json.loads(_metadata(location.read_bytes(where))["state"])
 
 
-def restore(saved: dict[str, Any], model, optimizer) -> None:
-    """Put a saved state back into a freshly built model and optimiser and the process's RNGs."""
+def restore(saved: dict[str, Any], model, optimizer, ranks=None) -> None:
+    """Put a saved state back into a freshly built model and optimiser and the process's RNGs;
+    `ranks`: this process is one rank of a run of several (RunState.bind), which takes its share
+    of the whole state and its own RNGs."""
     import torch
 
-    tensors = saved["tensors"]
-    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-    state: dict[int, dict[str, Any]] = {}
+    # by name: safetensors hands the tensors back in no fixed order, and the ranks of a run of
+    # several must share them out (each a collective under FSDP2) in one order
+    tensors = dict(sorted(saved["tensors"].items()))
+    model_sd = {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
+    state: dict[Any, dict[str, Any]] = {}
     for key, value in tensors.items():
         if key.startswith("opt."):
-            _, i, name = key.split(".", 2)
-            state.setdefault(int(i), {})[name] = value
+            i, name = key[4:].rsplit(".", 1)  # a parameter's index, or its name (several ranks)
+            state.setdefault(_param_key(i), {})[name] = value
     for i, entry in saved["opt_scalars"].items():
-        state.setdefault(int(i), {}).update(entry)
+        state.setdefault(_param_key(i), {}).update(entry)
     # JSON made the groups' tuples (betas) lists
     groups = [
         {k: tuple(v) if k == "betas" else v for k, v in g.items()} for g in saved["param_groups"]
     ]
-    optimizer.load_state_dict({"state": state, "param_groups": groups})
-    torch.set_rng_state(tensors["rng.torch"])
-    cuda = [tensors[k] for k in sorted(tensors) if k.startswith("rng.cuda.")]
+    if ranks is None:
+        model.load_state_dict(model_sd)
+        optimizer.load_state_dict({"state": state, "param_groups": groups})
+        rng = {**saved, "tensors": tensors}
+    else:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        whole = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(model, model_sd, options=whole)
+        set_optimizer_state_dict(
+            model, optimizer, {"state": state, "param_groups": groups}, options=whole
+        )
+        mine = f".r{ranks.rank}"
+        rng = {
+            "tensors": {k[: -len(mine)]: v for k, v in tensors.items() if k.endswith(mine)},
+            "rng_numpy": saved["rng_numpy_by_rank"][ranks.rank],
+            "rng_python": saved["rng_python_by_rank"][ranks.rank],
+        }
+    torch.set_rng_state(rng["tensors"]["rng.torch"])
+    cuda = [rng["tensors"][k] for k in sorted(rng["tensors"]) if k.startswith("rng.cuda")]
     if cuda and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(cuda)
-    kind, keys, pos, has_gauss, gauss = saved["rng_numpy"]
+        if ranks is None:
+            torch.cuda.set_rng_state_all(cuda)
+        else:
+            torch.cuda.set_rng_state(cuda[0], ranks.device)
+    kind, keys, pos, has_gauss, gauss = rng["rng_numpy"]
     np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
-    version, internal, gauss_next = saved["rng_python"]
+    version, internal, gauss_next = rng["rng_python"]
     random.setstate((version, tuple(internal), gauss_next))
+
+
+def _param_key(text: str) -> int | str:
+    """The optimiser state's key: a parameter's index (one process's state_dict) or its name
+    (a full state dict of several ranks)."""
+    return int(text) if text.isdigit() else text
+
+
+def _tensors(model_sd, opt_sd) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The model's and the optimiser's tensors under one file's names, and the optimiser's other
+    values (by parameter) for the JSON."""
+    import torch
+
+    tensors = {f"model.{k}": _cpu(v) for k, v in model_sd.items()}
+    scalars: dict[str, dict[str, Any]] = {}
+    for i, entry in opt_sd["state"].items():
+        for name, value in entry.items():
+            if torch.is_tensor(value):
+                tensors[f"opt.{i}.{name}"] = _cpu(value)
+            else:
+                scalars.setdefault(str(i), {})[name] = value
+    return tensors, scalars
+
+
+def _rng_tensors(device=None) -> dict[str, Any]:
+    """torch's RNG states: the CPU's and the CUDA devices' (all of them, or `device`'s)."""
+    import torch
+
+    out = {"rng.torch": torch.get_rng_state()}
+    if device is not None and device.type == "cuda":
+        out["rng.cuda"] = torch.cuda.get_rng_state(device)
+    elif device is None and torch.cuda.is_available():
+        for d, s in enumerate(torch.cuda.get_rng_state_all()):
+            out[f"rng.cuda.{d}"] = s
+    return out
+
+
+def _host_rngs() -> dict[str, list]:
+    return {"rng_numpy": _numpy_state(), "rng_python": _python_state()}
 
 
 def _cpu(t):

@@ -114,7 +114,8 @@ def train(
     model is rank 0's full model, None on the other ranks.
 
     `state` (runstate.RunState) saves the run's whole state when it is due; `saved` (its load())
-    continues the run from the step it holds: `batches` must then start at that step's batch."""
+    continues the run from the step it holds: `batches` must then start at that step's batch.
+    Every rank of a data-parallel trial is given both (a save is a collective; rank 0 writes)."""
     # From here: building the model and the step (the first trial in a process imports the
     # compiler then, ~2.5 s on a 2-core CPU) counts with the first step, in the row's compile_s.
     t0 = time.perf_counter()
@@ -142,7 +143,9 @@ def train(
         precision=precision_name(step_fn.dtype, device),
     )
     curve = Curve(total, cfg.tokens_per_step, lambda step: cfg.lr_at(step, total), on_point)
-    start = _continue(saved, model, opt, result, curve) if saved else 0
+    if state is not None and ranks is not None:
+        state.bind(ranks)  # saves and restores gather and share among the ranks
+    start = _continue(saved, model, opt, result, curve, ranks) if saved else 0
     watch = state.watchdog(lambda: len(result.losses)) if state is not None else None
     result.stalls = state.stalls() if state is not None else 0
     try:
@@ -188,9 +191,11 @@ def train(
     return result
 
 
-def _continue(saved: dict[str, Any], model, opt, result: TrainResult, curve: Curve) -> int:
+def _continue(
+    saved: dict[str, Any], model, opt, result: TrainResult, curve: Curve, ranks=None
+) -> int:
     """A fresh model, optimiser, result and curve put back where the saved run was; its step."""
-    restore(saved, model, opt)
+    restore(saved, model, opt, ranks)
     result.losses, result.evals = list(saved["losses"]), list(saved["evals"])
     result.tokens_trained = saved["tokens_trained"]
     result.resumed_from_step, result.resumes = saved["step"], saved.get("resumes", 0) + 1
