@@ -586,11 +586,13 @@ def test_a_worker_lost_mid_trial_runs_the_trial_again_and_leaves_one_row(
     import os
     import signal
 
+    import optuna
     import pandas as pd
 
     from benchmark.data import prepare
     from benchmark.recipe import TrainConfig
     from benchmark.search.callback import SearchCallback
+    from benchmark.search.optuna_study import OPTUNA_DB
     from benchmark.trial.run import run_trial
     from benchmark.trial.runstate import saved_record
 
@@ -622,3 +624,11 @@ def test_a_worker_lost_mid_trial_runs_the_trial_again_and_leaves_one_row(
     )
     assert math.isclose(row["val_loss"], one["val_loss"], rel_tol=LOSS_RTOL)
     assert not list(states.glob("*"))  # removed once the row was written
+    # Optuna has every evaluation once, at its tokens: those before the kill from the first
+    # attempt, those after from the retry (which starts Tune's iteration count again)
+    (trial,) = optuna.load_study(
+        study_name="lost", storage=f"sqlite:///{tmp_path / 'results' / 'lost' / OPTUNA_DB}"
+    ).trials
+    evals = json.loads(row["evals"])
+    assert trial.intermediate_values == {e["tokens"]: e["val_loss"] for e in evals}
+    assert len(evals) >= 4

@@ -6,6 +6,12 @@ A trial that ended `failed` or `infeasible` (the trainable reports NaN values) i
 One that ended because the results disk is full is not told at all: it stays RUNNING, and the
 next `--resume` closes it from its row once the row is recovered (resume.close_running).
 
+A trial's intermediate values (its first final seed's evaluations) are reported at the tokens
+trained, as ASHA's rungs count (driver.py): a trial Tune runs again after a lost worker continues
+its run from a save and reports from there, where Tune's own count (`training_iteration`, which
+OptunaSearch reports at) starts again at 1 and Optuna would ignore the later evaluations as steps
+already reported.
+
 Each trial it asks names this driver (user attribute `driver`), and it asks none once the study's
 `trials:` are taken by every driver running the study together (optuna_study.Quota): then it tells
 Tune the search is finished.
@@ -40,6 +46,7 @@ class AttributedSearch(OptunaSearch):
         self._ctx, self._driver, self._quota = ctx, driver, quota
         self.halt: Halt | None = None  # the study's database is full or gone: the search stops
         self.asked: list[int] = []  # the Optuna trial numbers this driver asked
+        self._reported: dict[str, int] = {}  # a trial's last intermediate value's tokens
 
     def suggest(self, trial_id: str):
         if self.halt:
@@ -69,7 +76,17 @@ class AttributedSearch(OptunaSearch):
         # A curve point reported for TensorBoard or MLflow (trainable.curve_reports) has no objective.
         if isinstance(self.metric, str) and self.metric not in result:
             return None
-        return super().on_trial_result(trial_id, result)
+        if (
+            isinstance(self.metric, list)
+            or trial_id not in self._ot_trials
+            or trial_id in self._completed_trials
+        ):
+            return super().on_trial_result(trial_id, result)  # nothing, or its warning
+        step = int(result.get("tokens") or 0)
+        if step > self._reported.get(trial_id, 0):
+            self._ot_trials[trial_id].report(result[self.metric], step)
+            self._reported[trial_id] = step
+        return None
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
