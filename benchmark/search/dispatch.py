@@ -62,8 +62,7 @@ def run_all(
         # trial's token of memory), but wherever the cluster has a run's resources free
         scheduling_strategy="DEFAULT",
     )
-    for job in jobs:
-        stage(ctx, job[0], "asked")
+    ray.get(ctx.progress.ask.remote(int(config["optuna_trial"]), [job[0] for job in jobs]))
     refs = [
         task.remote(dict(config), ctx, job, report is not None and k == 0)
         for k, job in enumerate(jobs)
@@ -113,8 +112,12 @@ def post_evaluations(ctx: TrialContext, run: str) -> Callable[[dict], None]:
 
 def stage(ctx: TrialContext, run: str, name: str) -> None:
     """Post a run task's stage to the progress board (fire and forget; runs are tasks only in a
-    search, which has its board: driver._run)."""
-    ctx.progress.stage.remote(run, name)
+    search, which has its board: driver._run): `started` with the task's node, which the board
+    watches (a run whose node died is waiting again)."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id() if name == "started" else None
+    ctx.progress.stage.remote(run, name, node)
 
 
 # Tests only: "<folder>:<n>" makes each final run of a candidate, trained as a task, wait after
