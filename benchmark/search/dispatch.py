@@ -50,7 +50,9 @@ def run_all(
     run's stage goes to the progress board (search/progress.py), for the callback to tell a run
     that cannot start. A trial the driver has ended (ASHA stopped it) cancels the tasks still
     running, their saved state kept for --resume, and ends as Tune ends a stopped trial's thread
-    (SystemExit 0); so does one whose wait raises. (At the search's end, Ctrl-C or
+    (SystemExit 0); so does one whose wait raises. (ASHA's stop comes as that SystemExit out of
+    the report of the evaluation it was decided on, which waits for the driver; the board's
+    word ends a trial the driver ended while it was not reporting.) (At the search's end, Ctrl-C or
     --time-budget, Tune ends the trials' actors, and Ray the tasks they own.)"""
     import ray
 
