@@ -71,6 +71,30 @@ def test_no_node_holds_a_trial_names_what_is_missing():
         per_trial([Node(8, 0), Node(2, 1)], cpus=8, gpus=1)
 
 
+def test_a_run_started_on_a_node_that_died_waits_again_on_the_progress_board():
+    """What the callback reads to tell runs that cannot start (search/progress.py): a run whose
+    node died is Ray's to run again, not training; a trial run again asks anew for runs that had
+    started; a trial ended for good leaves none of its runs waiting."""
+    from benchmark.search.progress import Board
+
+    alive = {"a", "b"}
+    board = Board(alive=lambda: alive)
+    board.ask(0, ["t0000-s0", "t0000-s1"])
+    assert board.read()["runs"] == {"asked": 2, "started": 0}
+    board.stage("t0000-s0", "started", "a")
+    board.stage("t0000-s1", "started", "b")
+    assert board.read()["runs"] == {"asked": 0, "started": 2}
+    alive.discard("a")
+    assert board.read()["runs"] == {"asked": 1, "started": 1}
+    board.stage("t0000-s0", "started", "b")  # Ray ran its task again, on b
+    assert board.read()["runs"] == {"asked": 0, "started": 2}
+    board.ask(0, ["t0000-s0", "t0000-s1"])  # Tune ran the trial again (its node lost)
+    assert board.read()["runs"] == {"asked": 2, "started": 0}
+    board.stop(0)  # its last attempt failed: the callback ended it
+    assert board.read()["runs"] == {"asked": 0, "started": 0}
+    assert board.news(0, None, 0)["stopped"]
+
+
 # ---- a real cluster -------------------------------------------------------------------------------
 
 
@@ -224,6 +248,53 @@ def test_trials_that_cannot_start_stop_the_search_saying_what_is_free(
         run_search(_space(tmp_path, "pending"), opts, policy=POLICY)
     assert err.value.kind == "resources" and time.monotonic() - start < 90
     ray.shutdown()  # the squatters were this driver's actors: they end with its connection
+
+
+@pytest.mark.slow
+def test_a_run_whose_node_is_lost_and_cannot_start_again_stops_the_search(corpus, tmp_path):
+    """The node of the one worker a run can train on is lost while the run trains: Ray runs its
+    task again (or Tune its trial, when the trial's actor was there too, which asks for the run
+    again), and it cannot start, as no node has a CPU. The progress board had the run as
+    started, and must not go on saying so: the search stops after `pending_timeout_s`, saying
+    what is missing, rather than running to its time budget (the guard that ends this test if
+    the run still counts as training). The timeout is long enough for a worker to start on a
+    busy 2-core machine: a shorter one stopped the search before its run had begun."""
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    node = c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    saved = tmp_path / "results" / "gone" / "_runstate"
+    removed, done = threading.Event(), threading.Event()
+
+    def remove_the_node_once_its_run_has_saved():
+        while not done.wait(0.1):  # a state saved: the run's task has started
+            if list(saved.glob("*.state.safetensors")):
+                c.remove_node(node)
+                removed.set()
+                return
+
+    watcher = threading.Thread(target=remove_the_node_once_its_run_has_saved, daemon=True)
+    watcher.start()
+    opts = _options(
+        corpus,
+        tmp_path / "results",
+        "gone",
+        address=c.address,
+        pending_timeout_s=30,
+        time_budget_s=300,
+        checkpoint_every="5",
+    )
+    try:
+        with pytest.raises(
+            SearchHalted, match=r"no run has started for \d+ s: each asks for 1 CPU"
+        ):
+            run_search(_space(tmp_path, "gone", tokens="1M", trials=1), opts, policy=POLICY)
+    finally:
+        done.set()
+        watcher.join(timeout=5)
+        c.shutdown()
+    assert removed.is_set(), "the search stopped before its run had started"
 
 
 # ---- the README's commands: `ray start`, then the command line with --address ---------------------

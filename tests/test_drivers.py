@@ -248,14 +248,6 @@ def test_the_registry_keeps_live_drivers_and_drops_dead_ones(tmp_path, monkeypat
     assert f"{me.me.id}.json" not in [f.name for f in folder.iterdir()]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
-
-
 def test_a_live_drivers_processes_are_left_and_a_dead_ones_ended(tmp_path):
     study = str(tmp_path / "results" / "s")
     owner = subprocess.Popen(
@@ -273,17 +265,14 @@ def test_a_live_drivers_processes_are_left_and_a_dead_ones_ended(tmp_path):
         deadline = time.monotonic() + 10
         while ray_session.ray_processes(folder) != [child] and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _alive(child) and ray_session.ray_processes(folder) == [child]
+        assert tiny_search.alive(child) and ray_session.ray_processes(folder) == [child]
         mine.release()
         os.kill(owner.pid, signal.SIGKILL)  # the first driver dies; its "Ray" lives on
         owner.wait()
-        assert _alive(child)
+        assert tiny_search.alive(child)
         again = ray_session.claim(study)  # the next driver takes its slot and ends what it left
         assert again.folder == folder
-        deadline = time.monotonic() + 5
-        while _alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(child) and ray_session.ray_processes(folder) == []
+        assert tiny_search.gone([child], within_s=5) and ray_session.ray_processes(folder) == []
         again.release()
     finally:
         for slot in (locals().get("mine"), locals().get("again")):

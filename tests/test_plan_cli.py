@@ -118,6 +118,14 @@ def test_table(capsys):
             ["--spec", "arch.yaml"],
             "shapebench plan: --spec applies only to a search, not to a plan",
         ),
+        (  # where the curves go: a plan trains none
+            ["--tensorboard", "--mlflow", "m"],
+            "shapebench plan: --tensorboard, --mlflow apply only to a search, not to a plan",
+        ),
+        (  # a plan's runs-as-tasks is how --workers schedules them: alone it would change nothing
+            ["--no-runs-as-tasks"],
+            "shapebench plan: --no-runs-as-tasks schedules --workers N: give it too",
+        ),
     ],
 )
 def test_search_flags_fail_loudly(args, message, capsys):
@@ -589,3 +597,34 @@ def test_the_wall_time_on_a_cluster_with_every_run_its_own_task(capsys):
     assert plan_main([QUICKSTART, "--workers", "4"]) == 0
     out = capsys.readouterr().out
     assert "on 4 GPUs, every run its own task: " in out and "h of wall time" in out
+
+
+def test_the_wall_time_with_each_candidates_runs_in_turn_inside_its_trial(capsys):
+    """`--no-runs-as-tasks`: a candidate is one trial on one GPU, its runs one after another, so
+    its final seeds never train side by side: the same runs as above take longer on 6 GPUs and
+    the same on 1 (the GPU-hours)."""
+    from benchmark.search.schedule import in_trials
+
+    hour = {"flops_per_token_train": 1.0, "tokens": 3600.0, "runs": 5}  # 2 tuning + 3 seeds
+    six = in_trials([hour, hour], workers=6, gpu_flops=1.0)
+    assert (six.runs, six.at_once, six.wall_h, six.gpu_h) == (10, 2, 5.0, 10.0)
+    assert in_trials([hour, hour], 1, 1.0).wall_h == 10.0
+    # in the plan's order, as the searcher asks them: the long one first holds one GPU 10 h
+    long = {**hour, "tokens": 7200.0}
+    assert in_trials([long, hour, hour], 2, 1.0).wall_h == 10.0
+    assert plan_main([QUICKSTART, "--workers", "4"]) == 0
+    tasks = _workers_line(capsys.readouterr().out)
+    assert plan_main([QUICKSTART, "--workers", "4", "--no-runs-as-tasks"]) == 0
+    line = _workers_line(capsys.readouterr().out)
+    assert line.startswith("on 4 GPUs, a candidate's runs in turn inside its trial: 6 runs, ")
+    assert "up to 3 at once" in line and line.endswith("one run of a candidate at a time)")
+    assert _wall_h(line) > _wall_h(tasks)  # 3 candidates x 2 seeds: each one's seeds in turn
+
+
+def _workers_line(out: str) -> str:
+    """The plan's last line, `--workers`', as one line (the console wraps it)."""
+    return "on " + " ".join(out.rpartition("\non ")[2].split())
+
+
+def _wall_h(line: str) -> float:
+    return float(re.search(r"about ([\d.e+-]+) h of wall time", line).group(1))

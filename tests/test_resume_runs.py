@@ -1,7 +1,8 @@
 """A search's runs continue from their saved state (trial/runstate.py) when they are stopped: a
-worker killed part-way (Tune runs its trial again) and a driver stopped with Ctrl-C (the same
-command run again) both end with one ok row per run, continued from the step it saved, whose
-validation loss and whole training curve are those of the run that never stopped."""
+worker killed part-way (Tune runs its trial again) and a driver stopped with Ctrl-C or by its
+--time-budget (the same command run again) end with one ok row per run, continued from the step
+it saved, whose validation loss and whole training curve are those of the run that never
+stopped."""
 
 import json
 import os
@@ -32,7 +33,7 @@ tolerance: 2%
 base: {{vocab_size: 320, n_heads: 2, layers: {{begin: 1, middle: 1, end: 1}}}}
 axes:
   family: [transformer]
-training: {{tokens: 150K, seq_len: 32, batch_size: 8, lr: 3e-3, eval_tokens: 2K}}
+training: {{tokens: {tokens}, seq_len: 32, batch_size: 8, lr: 3e-3, eval_tokens: 2K}}
 data: {{max_epochs: 20}}  # a small corpus read many times over: the test is resume, not data
 quantize: {{group_size: 16, calib_sequences: 16}}
 objectives: [val_loss:min]
@@ -42,9 +43,9 @@ trials: 1
 EVERY = 20  # steps between saves
 
 
-def _search(corpus: Path, results: Path, name: str, *flags: str) -> list[str]:
+def _search(corpus: Path, results: Path, name: str, *flags: str, tokens="150K") -> list[str]:
     space = results.parent / f"{name}.yaml"
-    space.write_text(SPACE.format(name=name))
+    space.write_text(SPACE.format(name=name, tokens=tokens))
     return [
         sys.executable,
         "-m",
@@ -141,3 +142,33 @@ def test_a_killed_worker_and_a_stopped_driver_continue_their_runs(corpus, tmp_pa
     assert again.returncode == 0, again.stderr[-3000:]
     _check(results, "stopped", corpus, reference)  # the same run: the same spec and seed
     assert list((results / "stopped" / "_checkpoints").glob("*/model.safetensors"))
+
+
+def test_a_search_stopped_by_its_time_budget_continues_its_run_on_resume(corpus, tmp_path):
+    """`--time-budget` ends a search while its run's task trains: the run writes no row, its
+    saved state is kept, and the same command with `--resume` continues the run from it. The
+    run's worker is paused (SIGSTOP) after its second save, so that the budget ends a run still
+    in flight however fast the machine. The budget counts from the start of Tune's loop, and
+    only has to outlast the start of the trial and its task and the run's first 40 steps (5 to
+    20 s on a 2-core machine under a load of 10)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    results = tmp_path / "results"
+    results.mkdir()
+    command = _search(corpus, results, "budget", tokens="80K")  # 312 steps: a shorter resume
+    proc = subprocess.Popen(
+        [*command, "--time-budget", "60s"], stderr=subprocess.PIPE, text=True, env=env
+    )
+    pid = _after_second_save(proc, results / "budget" / "_runstate")["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        _, err = proc.communicate(timeout=300)
+        assert tiny_search.gone([pid])  # Ray ended the task with its trial, paused as it was
+    finally:  # a paused process left behind would stay so for ever
+        if tiny_search.alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 0 and "Traceback" not in err, err[-3000:]
+    assert "0 trials were already done, 0 ran now, 0 rows written now" in " ".join(err.split())
+    assert not list((results / "budget" / "trials").glob("[!.]*.parquet"))  # stopped: no row yet
+    again = subprocess.run([*command, "--resume"], capture_output=True, text=True, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    _check(results, "budget", corpus, None)

@@ -1,7 +1,7 @@
 """The run as the unit of scheduling (search/dispatch.py): on a local Ray cluster of 6 CPU slots
 (standing for GPUs), a study of 2 candidates x (2 tuning runs + 3 final seeds) trains runs of one
 candidate side by side, and ends with the rows, Optuna study and report of the same study run one
-run at a time inside each candidate's trial.
+run at a time inside each candidate's trial; on one CPU slot, a trial ASHA stops cancels its runs.
 
 The final runs of this tiny study last a second or two, so one could end before the third of its
 candidate starts even when all three were handed to Ray at once (seen on a 2-core CI machine): a
@@ -174,3 +174,76 @@ def test_every_run_its_own_task_is_the_default_and_a_flag_turns_it_off():
     assert "runs_as_tasks" not in saving.options(parser.parse_args([]))  # SearchOptions' default
     assert saving.options(parser.parse_args(["--no-runs-as-tasks"]))["runs_as_tasks"] is False
     assert saving.options(parser.parse_args(["--runs-as-tasks"]))["runs_as_tasks"] is True
+
+
+CANCEL = """
+name: cancel
+budget: 100K
+tolerance: 2%
+base: {vocab_size: 320, n_heads: 2, layers: {begin: 1, middle: 1, end: 1}}
+axes:
+  family: [transformer]
+  norm_eps: [1e-5, 1e4, 1e-6]  # 1e4: the norms scale every activation by about 1/100
+training: {tokens: 20K, seq_len: 32, batch_size: 8, lr: 3e-3, eval_tokens: 2K}
+data: {max_epochs: 20}
+quantize: {group_size: 16, calib_sequences: 16}
+objectives: [val_loss:min]
+trials: 3
+seeds: 2
+"""
+
+
+@pytest.fixture
+def one_slot():
+    """A local cluster of one CPU: one trial at a time, so ASHA (the space's pruner) has the
+    first candidate's rungs when the second comes to them."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    c.wait_for_nodes()
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def test_a_trial_asha_stops_cancels_its_runs_and_keeps_their_state(one_slot, corpus, tmp_path):
+    """The second candidate, crippled (norm_eps 1e4: near-uniform predictions), is worse than
+    the first at ASHA's first rung and stopped there. Its trial cancels its runs' tasks
+    (dispatch.run_all): the processes training them are killed, neither seed leaves a row, the
+    state they saved is kept for --resume, and the search goes on to the third candidate and
+    finishes. The third matters: Tune keeps a stopped trial's actor for the next trial, and
+    ends it (and with it the tasks it owns) only when none is to come, so here the runs end
+    only if their trial cancels them. (The second seed may have begun too: Ray lends a task's
+    CPU to another while the first seed waits for the board to take an evaluation.)"""
+    from benchmark.trial.runstate import SUFFIX, saved_record
+
+    path = tmp_path / "cancel.yaml"
+    path.write_text(CANCEL)
+    opts = SearchOptions(
+        name="cancel",
+        results_dir=tmp_path / "r",
+        retries=0,
+        data=tiny_search.data(corpus),
+        address=one_slot.address,
+        cpus_per_trial=1,
+        seeds=2,
+        checkpoint_every="5",
+    )
+    summary = run_search(load_space(path), opts, console=None, policy=POLICY)
+    study = tmp_path / "r" / "cancel"
+    rows = pd.read_parquet(study).set_index("trial_id").sort_index()
+    stopped = rows[rows["optuna_trial"] == 1]
+    assert summary.ran == 3 and list(rows.loc[["t0000-s0", "t0000-s1"], "status"]) == ["ok"] * 2
+    assert list(stopped.index) == ["t0001-s0"] and stopped["status"].iloc[0] == "pruned"
+    assert stopped["tokens_trained"].iloc[0] < rows.loc["t0000-s0", "tokens_trained"]
+    assert set(rows.loc[rows["optuna_trial"] == 2, "status"]) in ({"ok"}, {"pruned"})
+    # the finished runs' states are removed with their rows; the stopped trial's are kept
+    states = sorted((study / "_runstate").glob(f"*{SUFFIX}"))
+    saved = {s: saved_record(str(s)) for s in states}
+    assert saved and all(r["step"] >= 5 for r in saved.values())
+    # its tasks were killed (force-cancelled), not left to train on: their processes are gone
+    assert tiny_search.gone([r["pid"] for r in saved.values()])
+    assert {s: saved_record(str(s))["step"] for s in states} == {
+        s: r["step"] for s, r in saved.items()
+    }

@@ -4,6 +4,8 @@ pytest puts tests/ on the path): the `corpus` fixture (conftest.py) tokenised by
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 from benchmark.data import DataConfig
@@ -29,3 +31,21 @@ def cli(corpus: Path) -> list[str]:
         "--precision",
         "fp32",
     ]
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+        return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def gone(pids, within_s: float = 60.0) -> bool:
+    """Whether every process of `pids` has ended, waiting up to `within_s` for those ending
+    (a worker Ray has just been told to kill)."""
+    deadline = time.monotonic() + within_s
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not any(alive(pid) for pid in pids)

@@ -79,6 +79,7 @@ SEARCH_ONLY = (
     "spec",
     "checkpoint",
     *saving.FLAGS,
+    *loggers.FLAGS,
 )  # search-only flags
 
 
@@ -118,7 +119,6 @@ def _space_flags(p: argparse.ArgumentParser) -> None:
         "VALUE as YAML (repeatable): --set training.seq_len=128 --set 'axes.family=[transformer, looped]'",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for sampling candidates (default 0)")
-    loggers.add_flags(p)
     p.add_argument(
         "--data",
         default=DataConfig.source,
@@ -246,7 +246,8 @@ def _search_flags(p: argparse.ArgumentParser, hidden: bool) -> None:
         action="store_true",
         help=f"run a search estimated at more than {LIMIT_HOURS} h without asking",
     )
-    saving.add_flags(add)
+    loggers.add_flags(add)
+    saving.add_flags(add, runs_as_tasks=not hidden)  # a plan's own: schedule.add_flag
     add("--spec", help="train and evaluate one architecture (YAML) instead of a search")
     add("--checkpoint", help="with --spec: save the trained model here (safetensors + spec.json)")
 
@@ -302,6 +303,9 @@ def plan_main(argv: list[str] | None = None, prog: str = PLAN) -> int:
     if given:
         verb = "applies" if len(given) == 1 else "apply"
         print(f"{PLAN}: {', '.join(given)} {verb} only to a search, not to a plan", file=sys.stderr)
+        return 2
+    if unused := schedule.unused(args):
+        print(f"{PLAN}: {unused}", file=sys.stderr)
         return 2
     try:
         _data(args)  # the corpus and tokenizer the search would train on: refused here as there
@@ -381,9 +385,8 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
     render(plan, rows, wide_console(), search, as_json=args.json, gpu_flops=args.gpu_tflops * 1e12)
     preflight.plan_passes(space, rows, sys.stderr if args.json else wide_console())
     if args.workers and not args.json:
-        wide_console().print(
-            escape(schedule.line(space, rows, args.workers, args.gpu_tflops * 1e12))
-        )
+        tasks, flops = args.runs_as_tasks is not False, args.gpu_tflops * 1e12
+        wide_console().print(escape(schedule.line(space, rows, args.workers, flops, tasks)))
     if (
         args.claims
     ):  # each claim of the file on this space's study: its arms, what differs, what is confounded

@@ -50,7 +50,9 @@ def run_all(
     run's stage goes to the progress board (search/progress.py), for the callback to tell a run
     that cannot start. A trial the driver has ended (ASHA stopped it) cancels the tasks still
     running, their saved state kept for --resume, and ends as Tune ends a stopped trial's thread
-    (SystemExit 0); so does one whose wait raises. (At the search's end, Ctrl-C or
+    (SystemExit 0); so does one whose wait raises. (ASHA's stop comes as that SystemExit out of
+    the report of the evaluation it was decided on, which waits for the driver; the board's
+    word ends a trial the driver ended while it was not reporting.) (At the search's end, Ctrl-C or
     --time-budget, Tune ends the trials' actors, and Ray the tasks they own.)"""
     import ray
 
@@ -62,8 +64,7 @@ def run_all(
         # trial's token of memory), but wherever the cluster has a run's resources free
         scheduling_strategy="DEFAULT",
     )
-    for job in jobs:
-        stage(ctx, job[0], "asked")
+    ray.get(ctx.progress.ask.remote(int(config["optuna_trial"]), [job[0] for job in jobs]))
     refs = [
         task.remote(dict(config), ctx, job, report is not None and k == 0)
         for k, job in enumerate(jobs)
@@ -113,8 +114,12 @@ def post_evaluations(ctx: TrialContext, run: str) -> Callable[[dict], None]:
 
 def stage(ctx: TrialContext, run: str, name: str) -> None:
     """Post a run task's stage to the progress board (fire and forget; runs are tasks only in a
-    search, which has its board: driver._run)."""
-    ctx.progress.stage.remote(run, name)
+    search, which has its board: driver._run): `started` with the task's node, which the board
+    watches (a run whose node died is waiting again)."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id() if name == "started" else None
+    ctx.progress.stage.remote(run, name, node)
 
 
 # Tests only: "<folder>:<n>" makes each final run of a candidate, trained as a task, wait after

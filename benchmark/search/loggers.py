@@ -16,26 +16,28 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 TAGS = "curve"  # the reported results' key: a run's series are curve/<trial_id>/<column>
+FLAGS = ("tensorboard", "wandb", "mlflow")  # a search's only: a plan has no curves to log
 
 
-def add_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
+def add_flags(add: Callable[..., None]) -> None:
+    """The flags, through the search parser's `add` (command._search_flags)."""
+    add(
         "--tensorboard",
         action="store_true",
         help="also log every trial's curve as TensorBoard "
         "event files under <study>/_ray/ (Ray Tune's TBXLoggerCallback)",
     )
-    p.add_argument(
+    add(
         "--wandb",
         metavar="PROJECT",
         help="also log every trial's curve to Weights & Biases, as runs of PROJECT grouped by the "
         "study (Ray Tune's WandbLoggerCallback; WANDB_MODE=offline keeps them on disk; "
         "pip install -e '.[loggers]')",
     )
-    p.add_argument(
+    add(
         "--mlflow",
         metavar="DIR",
         help="also log every trial's curve to MLflow: a local store in DIR "

@@ -7,8 +7,11 @@ Not Tune results: a result without the objective's value breaks Tune's metric ch
 would reach ASHA's rungs.
 
 Runs trained as Ray tasks (search/dispatch.py) also post their stage here: asked (by their trial),
-started (by the task), ended (by their trial). A trial holds no resources then, so it is always
-RUNNING; the callback tells a run that cannot start from one that trains by these stages. A run
+started (by the task, on its node), ended (by their trial). A trial holds no resources then, so it
+is always RUNNING; the callback tells a run that cannot start from one that trains by these
+stages. A run started on a node that has since died counts as asked: Ray is running its task
+again, or Tune its trial (gone with the node), which asks for it anew, and a run that then cannot
+start must stop the search as any other (search/callback.py). A run
 whose evaluations are its trial's intermediate results (ASHA's rungs, Optuna's intermediate
 values) posts each here too, and its trial, which alone can report to Tune, reads them back; the
 callback says here which trials the driver has ended, so that their runs are cancelled."""
@@ -23,29 +26,47 @@ STAGES = ("asked", "started", "ended")  # a run task's, in order
 
 
 class Board:
-    """The actor's state: trial key -> its latest progress; run task -> its stage."""
+    """The actor's state: trial key -> its latest progress; run task -> its stage. `alive()`: the
+    ids of the cluster's live nodes (default: Ray's)."""
 
-    def __init__(self):
+    def __init__(self, alive: Callable[[], set[str]] | None = None):
         self.state: dict[str, dict[str, Any]] = {}
         self.runs: dict[str, str] = {}
+        self.nodes: dict[str, str] = {}  # run task -> the node it started on
+        self.trials: dict[str, int] = {}  # run task -> the Optuna trial that asked for it
+        self.alive = alive or _alive_nodes
         self.evals: dict[str, list[dict[str, Any]]] = {}  # run task -> its evaluations so far
         self.stopped: set[int] = set()  # Optuna trials the driver has ended
 
     def update(self, key: str, info: dict[str, Any]) -> None:
         self.state[key] = info
 
-    def stage(self, run: str, stage: str) -> None:
-        """A run task's stage, never set back: the trial's `asked` and its task's `started` come
-        from two processes, in either order; a task run again after a lost worker stays started."""
+    def ask(self, trial: int, runs: list[str]) -> None:
+        """Optuna trial `trial` hands `runs` to Ray: asked, whatever they were (a trial run again
+        after its node was lost asks anew for runs that had started). Posted before their tasks
+        exist (dispatch.run_all waits for it), so no task's `started` comes before it."""
+        for run in runs:
+            self.runs[run], self.trials[run] = "asked", trial
+            self.nodes.pop(run, None)
+
+    def stage(self, run: str, stage: str, node: str | None = None) -> None:
+        """A run task's stage after its ask, never set back: a task run again after a lost
+        worker says `started` again, on its new `node`."""
         if STAGES.index(stage) >= STAGES.index(self.runs.get(run, stage)):
             self.runs[run] = stage
+            if node is not None:
+                self.nodes[run] = node
 
     def evaluated(self, run: str, record: dict[str, Any]) -> None:
         self.evals.setdefault(run, []).append(record)
 
     def stop(self, trial: int) -> None:
-        """The driver has ended Optuna trial `trial` (it finished, or ASHA stopped it)."""
+        """The driver has ended Optuna trial `trial` (it finished, ASHA stopped it, or it failed
+        for good, its runs never told ended by a trial that died with its node)."""
         self.stopped.add(trial)
+        for run, asker in self.trials.items():
+            if asker == trial:
+                self.runs[run] = "ended"
 
     def news(self, trial: int, run: str | None, since: int) -> dict[str, Any]:
         """For a trial waiting on its run tasks: whether it has been ended, and the evaluations of
@@ -56,12 +77,21 @@ class Board:
         }
 
     def read(self) -> dict[str, Any]:
-        """Each trial's progress, and how many run tasks wait to start and how many train."""
-        stages = list(self.runs.values())
+        """Each trial's progress, and how many run tasks wait to start and how many train (a run
+        started on a node that has died waits again)."""
+        alive = self.alive() if "started" in self.runs.values() else set()
+        lost = {r for r, node in self.nodes.items() if node not in alive}
+        stages = ["asked" if s == "started" and r in lost else s for r, s in self.runs.items()]
         return {
             "progress": dict(self.state),
             "runs": {s: stages.count(s) for s in STAGES[:2]},
         }
+
+
+def _alive_nodes() -> set[str]:
+    import ray
+
+    return {n["NodeID"] for n in ray.nodes() if n["Alive"]}
 
 
 def start_board():

@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 from benchmark.trial.runstate import DEFAULT_EVERY, parse_every, parse_limit
 
-FLAGS = ("checkpoint_every", "keep_checkpoints", "save_weights", "step_timeout", "runs_as_tasks")
+# a search's only (a plan refuses them); a plan has --runs-as-tasks of its own, for --workers
+FLAGS = ("checkpoint_every", "keep_checkpoints", "save_weights", "step_timeout")
 
 
 def checked(parse):
@@ -27,8 +28,9 @@ def checked(parse):
     return convert
 
 
-def add_flags(add: Callable[..., None]) -> None:
-    """The flags, through the search parser's `add` (command._search_flags)."""
+def add_flags(add: Callable[..., None], runs_as_tasks: bool = True) -> None:
+    """The flags, through the search parser's `add` (command._search_flags); `runs_as_tasks`
+    False leaves out --runs-as-tasks (a plan's is schedule.add_flag's)."""
     add(
         "--checkpoint-every",
         type=checked(parse_every),
@@ -42,13 +44,6 @@ def add_flags(add: Callable[..., None]) -> None:
         "off: never (default: 100 of its own steps, at least 10m; docs/clusters.md)",
     )
     add(
-        "--runs-as-tasks",
-        action=argparse.BooleanOptionalAction,
-        help="train each run (tuning run, final seed) as its own Ray task, side by side on as many "
-        "GPUs as are free (the default where no run reports to Tune as it trains); "
-        "--no-runs-as-tasks: a candidate's runs in turn inside its trial (docs/clusters.md)",
-    )
-    add(
         "--keep-checkpoints",
         action="store_true",
         help="keep a finished run's saved state (<study>/_runstate/)",
@@ -58,6 +53,14 @@ def add_flags(add: Callable[..., None]) -> None:
         action="store_true",
         help="keep each run's final weights as safetensors (<study>/_checkpoints/<run>/)",
     )
+    if runs_as_tasks:
+        add(
+            "--runs-as-tasks",
+            action=argparse.BooleanOptionalAction,
+            help="train each run (tuning run, final seed) as its own Ray task, side by side on as many "
+            "GPUs as are free (the default where no run reports to Tune as it trains); "
+            "--no-runs-as-tasks: a candidate's runs in turn inside its trial (docs/clusters.md)",
+        )
 
 
 def options(args: argparse.Namespace) -> dict[str, Any]:
