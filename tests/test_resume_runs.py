@@ -167,8 +167,28 @@ def test_a_search_stopped_by_its_time_budget_continues_its_run_on_resume(corpus,
         if tiny_search.alive(pid):
             os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 0 and "Traceback" not in err, err[-3000:]
-    assert "0 trials were already done, 0 ran now, 0 rows written now" in " ".join(err.split())
+    said = " ".join(err.split())
+    assert "0 trials were already done, 0 ran now, 0 rows written now" in said
+    # the stop is said, with the command that goes on (the run in flight keeps its state)
+    assert "budget: --time-budget 60s spent with 1 of 1 trials unfinished" in said
+    assert said.endswith("--resume"), said[-300:]
     assert not list((results / "budget" / "trials").glob("[!.]*.parquet"))  # stopped: no row yet
     again = subprocess.run([*command, "--resume"], capture_output=True, text=True, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     _check(results, "budget", corpus, None)
+
+
+def test_a_budget_spent_with_trials_unfinished_is_said_with_how_to_go_on():
+    from dataclasses import replace
+
+    from benchmark.search.driver import SearchSummary
+    from benchmark.search.summary import budget_spent
+
+    s = SearchSummary(study_dir="r/s", requested=4, finished_before=1, ran=2)
+    go_on = "shapebench search s.yaml --name s --resume"
+    assert budget_spent(s, "30m", go_on) == (
+        "--time-budget 30m spent with 1 of 4 trials unfinished (runs in flight keep their "
+        f"saved state); to go on: {go_on}"
+    )
+    assert budget_spent(replace(s, ran=3), "30m", go_on) is None  # it ended within its budget
+    assert budget_spent(s, None, go_on) is None  # no budget: another driver has them

@@ -46,7 +46,7 @@ from benchmark.search import (
     run_search,
     saving,
     schedule,
-    storage_url,
+    summary,
 )
 from benchmark.search.gate import LIMIT_HOURS, too_big
 from benchmark.space.language import SearchSpace, SpaceError, load_space, parse_budgets
@@ -477,7 +477,7 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
         return 2
     except SearchHalted as e:  # one line: what failed, where, what to try, and how to go on
         if e.kind == "interrupted" and e.summary is not None:  # stopped by the user: what ran
-            _print_summary(console, e.summary)
+            summary.show(console, e.summary)
         then = {
             "store_full": "finished rows are kept; once there is space: ",
             "interrupted": "to go on: ",
@@ -488,7 +488,9 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return e.halt.exit_code
-    _print_summary(console, s)
+    summary.show(console, s)
+    if line := summary.budget_spent(s, args.time_budget, _resume_command(args, name)):
+        print(f"{SEARCH}: {name}: {line}", file=sys.stderr)
     return 0
 
 
@@ -571,34 +573,3 @@ def _plan(space: SearchSpace, args: argparse.Namespace):
         optuna.logging.WARNING
     )  # no "study created" chatter from a sampled plan
     return make_plan(space, seed=args.seed)
-
-
-def _print_summary(console, s) -> None:
-    for note in s.notes:
-        console.print(f"note: {note}")
-    if s.others:
-        console.print(
-            f"note: ran beside {len(s.others)} other driver(s) of this study ({', '.join(s.others)}); "
-            "the counts of this run are its own"
-        )
-    console.print(
-        f"\n{s.rows} rows in {s.study_dir}/ ({', '.join(f'{k} {v}' for k, v in s.statuses.items())}); "
-        f"{s.finished_before} trials were already done, {s.ran} ran now, {s.written} rows written now, "
-        f"in {s.wall_s:.0f}s"
-        + (
-            f"; orchestration overhead {s.overhead_s:.2f}s per trial"
-            if s.overhead_s is not None
-            else ""
-        )
-    )
-    if s.best:
-        b = s.best
-        at = "" if b["objective"] == "val_loss" else f"{b['objective']} {b['value']:.4g}, "
-        console.print(
-            f"best by {b['objective']}: {b['trial_id']} {b['family']} {b['structure']} "
-            f"{int(b['params_total']):,} params, {at}val_loss {b['val_loss']:.4f} (ppl {b['val_ppl']:.2f})"
-        )
-    console.print(
-        f'load it:  pandas.read_parquet("{s.study_dir}")\nboard:    shapebench board {s.study_dir}\n'
-        f"study:    optuna-dashboard {storage_url(s.study_dir, s.storage)}   (sampler: {s.sampler})"
-    )
