@@ -160,3 +160,26 @@ def test_a_run_that_makes_no_step_is_ended_and_continues_from_its_last_save(corp
     assert (again["resumed_from_step"], again["resumes"], again["stalls"]) == (20, 1, 1)
     assert again["curve"] == whole["curve"] and again["val_loss"] == whole["val_loss"]
     assert whole["stalls"] == 0
+
+
+def test_a_save_killed_mid_write_leaves_a_temporary_the_next_driver_removes(tmp_path):
+    """A save is written whole or not at all (store/atomic.py): a process killed mid-save leaves
+    the last whole save and a hidden temporary beside it, which the next driver's start removes
+    (search/resume.py prepare_store), the save kept."""
+    import os
+    import tempfile
+
+    from benchmark.search.context import STATE_DIR
+    from benchmark.search.resume import prepare_store
+    from benchmark.store import location
+
+    study = tmp_path / "study"
+    state = RunState(str(study / STATE_DIR), tiny_trial.SPEC, CFG, None)
+    location.write_bytes(state.path, b"the last whole save")
+    fd, half = tempfile.mkstemp(  # what SIGKILL inside atomic_open leaves: its own name for it
+        dir=study / STATE_DIR, prefix=f".{os.path.basename(state.path)}.", suffix=".tmp"
+    )
+    os.close(fd)
+    prepare_store(str(study), None, str(tmp_path / "fallback"))
+    assert sorted(os.listdir(study / STATE_DIR)) == [os.path.basename(state.path)]
+    assert location.read_bytes(state.path) == b"the last whole save"

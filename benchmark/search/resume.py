@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Sequence
 
 from benchmark.search import roster, rows, tuning
-from benchmark.search.context import TrialContext
+from benchmark.search.context import STATE_DIR, TrialContext
 from benchmark.search.optuna_study import DRIVER, StudyError, mirror, trial_number
 from benchmark.space import select
 from benchmark.store import location, quarantine, read_study, recover, sweep_orphans
@@ -23,14 +23,15 @@ def prepare_store(
     others: Sequence = (),
     rerun: Sequence[str] = (),
 ) -> tuple[list[str], list[str]]:
-    """Before any training: the results location is usable (ResultsPathError otherwise), rows a
-    killed writer left half-written are removed (while another driver runs the study, only old
-    ones: its own may be mid-write), damaged row files are set aside in <study>/_quarantine (their
+    """Before any training: the results location is usable (ResultsPathError otherwise), rows
+    and runs' saved states (<study>/_runstate) a killed writer left half-written are removed
+    (while another driver runs the study, only old ones: its own may be mid-write), damaged row files are set aside in <study>/_quarantine (their
     trials run again), so are those `--rerun` names (supersede), rows kept in the fallback folder
     when the disk was full are brought back, and a study kept by another driver is fetched
     (optuna_study.mirror). Returns the notes for the summary and the set-aside files."""
     location.check_results(study_dir)
-    sweep_orphans(study_dir, older_than_s=600.0 if others else 0.0)
+    # a run killed mid-save leaves its state's temporary too; another driver's run may be saving
+    sweep_orphans(study_dir, older_than_s=600.0 if others else 0.0, also=[STATE_DIR])
     set_aside = quarantine(study_dir)
     notes = [f"set aside damaged row file {p} (its trial runs again)" for p in set_aside]
     if rerun:

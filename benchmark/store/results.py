@@ -25,7 +25,7 @@ import warnings
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -292,24 +292,24 @@ def recover(study_dir: Location, fallback: Location) -> list[str]:
     return recovered
 
 
-def sweep_orphans(study_dir: Location, older_than_s: float = 0.0) -> int:
-    """Remove temporary files left by a writer that died mid-write; returns how many. (Only a
-    local store has any: an object store never shows an unfinished upload.)"""
-    folder = location.local_path(trials_dir(study_dir))
-    if folder is None or not os.path.isdir(folder):
-        return 0
+def sweep_orphans(study_dir: Location, older_than_s: float = 0.0, also: Sequence[str] = ()) -> int:
+    """Remove temporary files left by a writer that died mid-write, in the study's trials folder
+    and in its folders named in `also` (a run's saved state killed mid-save); returns how many.
+    (Only a local store has any: an object store never shows an unfinished upload.)"""
+    folders = [trials_dir(study_dir), *(location.join(study_dir, name) for name in also)]
     now, n = time.time(), 0
-    for p in Path(folder).glob(
-        ".*"
-    ):  # atomic_open's temporaries (and this store's older ".tmp-" ones)
-        if not (p.name.endswith(".tmp") or p.name.startswith(".tmp-")):
+    for folder in map(location.local_path, folders):
+        if folder is None or not os.path.isdir(folder):
             continue
-        try:
-            if now - p.stat().st_mtime >= older_than_s:
-                p.unlink()
-                n += 1
-        except FileNotFoundError:
-            pass
+        for p in Path(folder).glob(".*"):  # atomic_open's (and this store's older ".tmp-" ones)
+            if not (p.name.endswith(".tmp") or p.name.startswith(".tmp-")):
+                continue
+            try:
+                if now - p.stat().st_mtime >= older_than_s:
+                    p.unlink()
+                    n += 1
+            except FileNotFoundError:
+                pass
     return n
 
 
