@@ -30,6 +30,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from fractions import Fraction
 from typing import Any
 
 import pandas as pd
@@ -322,10 +323,14 @@ def candidates_of(
 
 
 def _shares(values: pd.Series) -> str:
-    """'AMD EPYC (2 cpus, 1 torch threads) 3/4; Intel Xeon ... 1/4': each value's share of the runs."""
+    """Each value's share of the runs, as a fraction in lowest terms ('AMD EPYC (2 cpus, 1 torch
+    threads) 1/4; Intel Xeon ... 3/4'), or the value alone when every run had it: arms of 7 and 8
+    seeds on one CPU are alike, 2 of 4 and 1 of 4 on it are not."""
     seen = Counter(str(v).replace("(R)", "").replace("(TM)", "") for v in values.dropna())
+    if len(seen) == 1:
+        return next(iter(seen))
     n = sum(seen.values())
-    return "; ".join(f"{k} {c}/{n}" for k, c in sorted(seen.items()))
+    return "; ".join(f"{k} {Fraction(c, n)}" for k, c in sorted(seen.items()))
 
 
 def recipe_of(rows: pd.DataFrame, tuning: pd.DataFrame | None = None) -> dict[str, Any]:
