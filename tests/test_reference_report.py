@@ -1,4 +1,4 @@
-"""The reference studies' reports (results/reference/REPORT.md, results/reference-2/REPORT.md) are
+"""The reference studies' reports (results/reference*/REPORT.md) are
 the tool's own output on the committed rows: regenerating each with the command its record names
 gives the committed file, so every number in it comes from the rows (each record's README)."""
 
@@ -13,23 +13,18 @@ from benchmark.leaderboard.command import main
 from benchmark.leaderboard.quote import quoted, verdicts_table
 
 ROOT = Path(__file__).resolve().parents[1]
-# Each record and the command its REPORT.md and README name, from the repository's root.
+# Each record, its claims file and the board's other flags its REPORT.md and README name, from the
+# repository's root. reference-3 is under way: its report is of the rows committed with it.
 RECORDS = {
-    "reference": "search_spaces/claims/reference.yaml",
-    "reference-2": "search_spaces/claims/reference-2.yaml",
+    "reference": ("search_spaces/claims/reference.yaml", ["--predict", "113M"]),
+    "reference-2": ("search_spaces/claims/reference-2.yaml", ["--predict", "113M"]),
+    "reference-3": ("search_spaces/claims/reference-3.yaml", []),
 }
 
 
 def command(record: str) -> list[str]:
-    return [
-        f"results/{record}",
-        "--claims",
-        RECORDS[record],
-        "--predict",
-        "113M",
-        "--format",
-        "md",
-    ]
+    claims, flags = RECORDS[record]
+    return [f"results/{record}", "--claims", claims, *flags, "--format", "md"]
 
 
 @pytest.mark.parametrize("record", RECORDS)
@@ -118,19 +113,30 @@ def test_the_comparison_with_the_second_study_lists_every_first_study_row(
     assert set(changed.values()) == {"no data in the second study", "not run in the second study"}
 
 
-def test_the_second_record_quotes_the_comparison_with_the_first(tmp_path, monkeypatch):
-    """results/reference-2/README.md's first-study-against-second table is the one
-    benchmark.leaderboard.claims.compare writes from the two committed reports."""
+COMPARED = {  # each record's README and the reports its comparison reads
+    "reference-2": ["results/reference/REPORT.md", "results/reference-2/REPORT.md"],
+    "reference-3": [
+        "results/reference/REPORT.md",
+        "results/reference-2/REPORT.md",
+        "results/reference-3/REPORT.md",
+    ],
+}
+
+
+@pytest.mark.parametrize("record", COMPARED)
+def test_the_records_quote_the_comparison_with_the_passes_before(record, tmp_path, monkeypatch):
+    """A record's table of its pass against those before is the one
+    benchmark.leaderboard.claims.compare writes from the committed reports."""
     from benchmark.leaderboard.claims import compare
 
-    readme = ROOT / "results" / "reference-2" / "README.md"
+    readme = ROOT / "results" / record / "README.md"
     copy = tmp_path / "README.md"
     copy.write_text(readme.read_text())
     monkeypatch.chdir(ROOT)
-    reports = ["results/reference/REPORT.md", "results/reference-2/REPORT.md"]
+    reports = COMPARED[record]
     assert compare.main([*reports, "--readme", str(copy)]) == 0
     assert copy.read_text() == readme.read_text(), (
-        "results/reference-2/README.md's comparison is stale: python -m "
+        f"results/{record}/README.md's comparison is stale: python -m "
         f"benchmark.leaderboard.claims.compare {' '.join(reports)} --readme {readme.relative_to(ROOT)}"
     )
 
@@ -141,7 +147,7 @@ def test_a_third_report_adds_its_columns_and_what_it_changed_against_the_one_bef
     (a pair the second study did not run is compared with the first study, where it is)."""
     from benchmark.leaderboard.claims import compare
 
-    first, second = (compare.read(ROOT / "results" / r / "REPORT.md") for r in RECORDS)
+    first, second = (compare.read(ROOT / path) for path in COMPARED["reference-2"])
     two = _cells(compare.table(first, second))
     three = _cells(compare.table(first, second, first))
     assert (
