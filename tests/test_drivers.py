@@ -61,6 +61,7 @@ def flags(space: Path, results: Path, corpus: Path, *more: str) -> list[str]:
         *tiny_search.cli(corpus),
         "--concurrency",
         "1",
+        *tiny_search.CPU_FLAGS,  # one torch thread a trial, two drivers on the machine
         *more,
     ]
 

@@ -240,7 +240,14 @@ def test_a_search_with_max_epochs_raised_records_the_passes(corpus, tmp_path, ca
     space = tmp_path / "passes.yaml"
     space.write_text(PASSES_SPACE)
     results = tmp_path / "results"
-    args = [str(space), *tiny_search.cli(corpus), "--results", str(results), "--yes"]
+    args = [
+        str(space),
+        *tiny_search.cli(corpus),
+        *tiny_search.CPU_FLAGS,
+        "--results",
+        str(results),
+        "--yes",
+    ]
     assert search_main(args) == 2
     err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
     assert (

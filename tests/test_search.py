@@ -58,6 +58,7 @@ def options(corpus: Path, results: Path, name: str) -> SearchOptions:
         asha=False,
         retries=1,
         data=tiny_search.data(corpus),
+        cpus_per_trial=tiny_search.CPUS_PER_TRIAL,  # one torch thread a run (tiny_search.py)
     )
 
 
@@ -109,7 +110,7 @@ from pathlib import Path
 from benchmark.data import DataConfig
 from benchmark.search import SearchOptions, run_search
 from benchmark.space.language import load_space
-opts = SearchOptions(name="killme", results_dir=Path({results!r}), asha=False,
+opts = SearchOptions(name="killme", results_dir=Path({results!r}), asha=False, cpus_per_trial=1,
                      data=DataConfig(source={text!r}, tokenizer="bpe:320", cache_dir={cache!r}))
 run_search(load_space({space!r}), opts, console=None, policy={{"compile": False, "precision": "fp32"}})
 """
@@ -495,6 +496,7 @@ def test_a_full_disk_stops_the_search_cleanly_and_resume_finishes_it(
         "--results",
         str(results),
         *tiny_search.cli(corpus),
+        *tiny_search.CPU_FLAGS,  # not in the resume command: a machine's choice, not the study's
     ]
     capfd.readouterr()
     assert main(flags) == 3
@@ -553,7 +555,15 @@ def test_ctrl_c_stops_the_search_with_exit_130_and_says_how_to_go_on(corpus, tmp
     with it), prints its summary and says how to go on, its finished rows kept."""
     space_path = space_file(tmp_path, "stopme", trials=4, tokens="40K")
     results = tmp_path / "results"
-    flags = ["--name", "stopme", "--results", str(results), "--concurrency", "1"]
+    flags = [
+        "--name",
+        "stopme",
+        "--results",
+        str(results),
+        "--concurrency",
+        "1",
+        *tiny_search.CPU_FLAGS,
+    ]
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -56,6 +56,7 @@ def flags(tmp_path: Path, corpus: Path, name: str, *more: str) -> list[str]:
         *tiny_search.cli(corpus),
         "--concurrency",
         "1",
+        *tiny_search.CPU_FLAGS,  # one torch thread a trial (tiny_search.py)
         *more,
     ]
 

@@ -348,6 +348,7 @@ def test_ray_tunes_full_disk_tracebacks_are_not_shown(tmp_path, tmpfs, corpus):
             "--results",
             str(tmp_path / "results"),
             *tiny_search.cli(corpus),
+            *tiny_search.CPU_FLAGS,
         ],
         capture_output=True,
         text=True,

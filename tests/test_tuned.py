@@ -300,6 +300,7 @@ def _options(corpus, tmp_path, **kw) -> SearchOptions:
         asha=False,
         retries=0,
         concurrency=1,
+        cpus_per_trial=tiny_search.CPUS_PER_TRIAL,  # one torch thread a run (tiny_search.py)
         data=tiny_search.data(corpus),
         **kw,
     )
