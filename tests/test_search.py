@@ -43,8 +43,10 @@ trials: {trials}
 FAMILIES = "  family: [transformer, looped, hyperloop, abbie-d]"
 
 
+# 8K tokens, 32 steps: no assertion of the tests that train this default depends on what a trial
+# learns, and each run is the shorter for it; those that stop a search mid-trial train longer.
 def space_file(
-    root: Path, name: str, trials=4, tokens="20K", lr="3e-3", clip=1.0, axes=FAMILIES
+    root: Path, name: str, trials=4, tokens="8K", lr="3e-3", clip=1.0, axes=FAMILIES
 ) -> Path:
     path = root / f"{name}.yaml"
     path.write_text(SPACE.format(trials=trials, tokens=tokens, lr=lr, clip=clip, axes=axes))
@@ -324,7 +326,8 @@ def test_diverging_and_raising_trials_are_recorded_and_the_search_completes(
 def test_successive_halving_records_every_trial_once(corpus, tmp_path, started_ray):
     """One objective: ASHA over training tokens may stop weak trials early; a stopped trial is
     recorded as `pruned` with the tokens it got, every other as `ok`; none is lost or doubled."""
-    space = load_space(space_file(tmp_path, "asha", trials=5, tokens="40K"))
+    # 20K tokens: 80 steps, 8 evaluations (ASHA's rungs at 2.5K and 7.5K tokens)
+    space = load_space(space_file(tmp_path, "asha", trials=5, tokens="20K"))
     opts = SearchOptions(**{**options(corpus, tmp_path / "results", "asha").__dict__, "asha": True})
     run_search(space, opts, console=None, policy=POLICY)
     df = pd.read_parquet(tmp_path / "results" / "asha")
