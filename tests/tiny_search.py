@@ -14,10 +14,9 @@ TOKENIZER = "bpe:320"
 
 # One CPU a trial, on a Ray of this machine's CPUs: a run trains with as many torch threads as its
 # trial's CPUs (search/trainable.py), and on a 2-core machine, where Ray's own processes, the
-# driver and the test take turns on the cores too, two threads wait on each other: 20K tokens of
-# the tiny Transformer took 110-127 s with two and 14-16 s with one (load 14-20; at load 3.6 a tiny
-# trial was 60x slower, benchmarks/2026-11-27-xeon-amx-plan-and-suite.md). As SearchOptions'
-# cpus_per_trial and as the command line's flag.
+# driver and the test take turns on the cores too, a run's two threads wait on each other at every
+# operation (the dated suite benchmark measures it). As SearchOptions' cpus_per_trial and as the
+# command line's flag.
 CPUS_PER_TRIAL = 1
 CPU_FLAGS = ["--cpus-per-trial", str(CPUS_PER_TRIAL)]
 
