@@ -532,25 +532,30 @@ def test_a_full_disk_stops_the_search_cleanly_and_resume_finishes_it(
 def test_ray_tunes_own_ctrl_c_handler_is_seen_as_a_stop():
     """ray_session.fit_interrupted against Ray Tune's own handler (tune.py, _setup_signal_catching,
     which every Tuner.fit installs): a run the signal reached is seen as stopped, one it did not as
-    finished, and the handler found before is back after either."""
+    finished, and the handler found before is back after either. From Python's own handler, as in
+    a fresh process: one an earlier test's Ray left in this one may not raise KeyboardInterrupt."""
     from ray.tune.tune import _setup_signal_catching
 
     from benchmark.search.ray_session import fit_interrupted
 
-    before = signal.getsignal(signal.SIGINT)
-    reached = []
+    left = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        before = signal.getsignal(signal.SIGINT)
+        reached = []
 
-    def stopped_fit():
-        event = _setup_signal_catching()
-        signal.raise_signal(signal.SIGINT)  # Ray's handler: ends the run, returns normally
-        reached.append(event.is_set())
+        def stopped_fit():
+            event = _setup_signal_catching()
+            signal.raise_signal(signal.SIGINT)  # Ray's handler: ends the run, returns normally
+            reached.append(event.is_set())
 
-    assert fit_interrupted(stopped_fit) and reached == [True]
-    assert signal.getsignal(signal.SIGINT) is before
-    assert not fit_interrupted(_setup_signal_catching)  # a run no signal reached
-    assert signal.getsignal(signal.SIGINT) is before
-    with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C still ends the process as usual
-        fit_interrupted(lambda: (stopped_fit(), signal.raise_signal(signal.SIGINT)))
+        assert fit_interrupted(stopped_fit) and reached == [True]
+        assert signal.getsignal(signal.SIGINT) is before
+        assert not fit_interrupted(_setup_signal_catching)  # a run no signal reached
+        assert signal.getsignal(signal.SIGINT) is before
+        with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C still ends the process as usual
+            fit_interrupted(lambda: (stopped_fit(), signal.raise_signal(signal.SIGINT)))
+    finally:
+        signal.signal(signal.SIGINT, left)
 
 
 def test_ctrl_c_stops_the_search_with_exit_130_and_says_how_to_go_on(corpus, tmp_path):
