@@ -597,6 +597,12 @@ def test_the_wall_time_on_a_cluster_with_every_run_its_own_task(capsys):
     assert plan_main([QUICKSTART, "--workers", "4"]) == 0
     out = capsys.readouterr().out
     assert "on 4 GPUs, every run its own task: " in out and "h of wall time" in out
+    # with --json: stdout one JSON object per candidate, the wall time on stderr
+    assert plan_main([QUICKSTART, "--workers", "4", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(x)["candidate"] for x in out.splitlines()] == [0, 1, 2]
+    last = err.rstrip().splitlines()[-1]
+    assert last.startswith("on 4 GPUs, every run its own task: ") and "h of wall time" in last
 
 
 def test_the_wall_time_with_each_candidates_runs_in_turn_inside_its_trial(capsys):

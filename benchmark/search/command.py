@@ -384,9 +384,13 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
     rows, search = preflight.with_passes(rows, _data(args, space)), timing.search_times()
     render(plan, rows, wide_console(), search, as_json=args.json, gpu_flops=args.gpu_tflops * 1e12)
     preflight.plan_passes(space, rows, sys.stderr if args.json else wide_console())
-    if args.workers and not args.json:
+    if args.workers:  # with --json on stderr, as the plan's other lines: stdout stays JSON
         tasks, flops = args.runs_as_tasks is not False, args.gpu_tflops * 1e12
-        wide_console().print(escape(schedule.line(space, rows, args.workers, flops, tasks)))
+        text = schedule.line(space, rows, args.workers, flops, tasks)
+        if args.json:
+            print(text, file=sys.stderr)
+        else:
+            wide_console().print(escape(text))
     if (
         args.claims
     ):  # each claim of the file on this space's study: its arms, what differs, what is confounded
