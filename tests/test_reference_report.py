@@ -113,13 +113,12 @@ def test_the_comparison_with_the_second_study_lists_every_first_study_row(
     assert set(changed.values()) == {"no data in the second study", "not run in the second study"}
 
 
-COMPARED = {  # each record's README and the reports its comparison reads
-    "reference-2": ["results/reference/REPORT.md", "results/reference-2/REPORT.md"],
-    "reference-3": [
-        "results/reference/REPORT.md",
-        "results/reference-2/REPORT.md",
-        "results/reference-3/REPORT.md",
-    ],
+# Each later record's README compares its pass with those before it: every record's REPORT.md up
+# to its own, in RECORDS' order.
+COMPARED = {
+    record: [f"results/{r}/REPORT.md" for r in list(RECORDS)[: i + 1]]
+    for i, record in enumerate(RECORDS)
+    if i
 }
 
 

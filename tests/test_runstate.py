@@ -176,7 +176,7 @@ def test_a_save_killed_mid_write_leaves_a_temporary_the_next_driver_removes(tmp_
     study = tmp_path / "study"
     state = RunState(str(study / STATE_DIR), tiny_trial.SPEC, CFG, None)
     location.write_bytes(state.path, b"the last whole save")
-    fd, half = tempfile.mkstemp(  # what SIGKILL inside atomic_open leaves: its own name for it
+    fd, _ = tempfile.mkstemp(  # what SIGKILL inside atomic_open leaves: its own name for it
         dir=study / STATE_DIR, prefix=f".{os.path.basename(state.path)}.", suffix=".tmp"
     )
     os.close(fd)

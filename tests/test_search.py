@@ -112,7 +112,7 @@ from pathlib import Path
 from benchmark.data import DataConfig
 from benchmark.search import SearchOptions, run_search
 from benchmark.space.language import load_space
-opts = SearchOptions(name="killme", results_dir=Path({results!r}), asha=False, cpus_per_trial=1,
+opts = SearchOptions(name="killme", results_dir=Path({results!r}), asha=False, cpus_per_trial={cpus},
                      data=DataConfig(source={text!r}, tokenizer="bpe:320", cache_dir={cache!r}))
 run_search(load_space({space!r}), opts, console=None, policy={{"compile": False, "precision": "fp32"}})
 """
@@ -128,6 +128,7 @@ def test_resume_after_the_driver_is_killed(corpus, tmp_path, no_ray):
             text=str(corpus / "text.txt"),
             cache=str(corpus / "cache"),
             space=str(space_path),
+            cpus=tiny_search.CPUS_PER_TRIAL,
         )
     )
     proc = subprocess.Popen(
