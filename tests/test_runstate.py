@@ -183,3 +183,39 @@ def test_a_save_killed_mid_write_leaves_a_temporary_the_next_driver_removes(tmp_
     prepare_store(str(study), None, str(tmp_path / "fallback"))
     assert sorted(os.listdir(study / STATE_DIR)) == [os.path.basename(state.path)]
     assert location.read_bytes(state.path) == b"the last whole save"
+
+
+def test_a_run_continued_under_a_new_trial_leaves_one_curve_though_it_ends_before_a_save(
+    grammar_corpus, tmp_path
+):
+    """A driver stopped after the run's last save: the resumed search numbers the trial anew and
+    the run, continued from that save, ends before another. The curve the stopped attempt left
+    under its old name is removed by the run's end (search/trainable.py), so the study reads one
+    curve, the whole run's."""
+    from benchmark.search import trainable
+    from benchmark.search.context import TrialContext
+    from benchmark.store import read_curves
+
+    ctx = TrialContext(
+        study="s",
+        study_dir=str(tmp_path / "s"),
+        data=None,
+        training={**tiny_trial.CFG, "tokens": "12K", "eval_every": 7},
+        count="total",
+        objectives=("val_loss",),
+        checkpoint_every="10",
+    )
+    whole = _run(grammar_corpus)
+    # the stopped driver's attempt: saves at 10, 20, 30 and 40, its curve so far beside the rows
+    state = RunState(ctx.state_dir(), tiny_trial.SPEC, CFG, Every(steps=10))
+    state.on_save = trainable._live_curve(ctx, state, "t0000", 0, "final", 0)
+    with pytest.raises(Killed):
+        _run(grammar_corpus, state, _stop_after(45))
+    assert sorted(p.name for p in (tmp_path / "s" / "_curves").iterdir()) == ["t0000.a0.parquet"]
+    config = {"spec": tiny_trial.SPEC, "optuna_trial": 1, "family": "looped"}
+    row = trainable.attempts(config, ctx, "t0001", 0, grammar_corpus, None)
+    assert (row["status"], row["resumed_from_step"], row["resumes"]) == ("ok", 40, 1)
+    assert sorted(p.name for p in (tmp_path / "s" / "_curves").iterdir()) == ["t0001.a0.parquet"]
+    curve = read_curves(ctx.study_dir).dropna(subset=["train_loss"])
+    assert set(curve["trial_id"]) == {"t0001"}
+    assert curve["train_loss"].tolist() == [p["train_loss"] for p in whole["curve"]]

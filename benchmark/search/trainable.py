@@ -212,6 +212,10 @@ def attempts(
             row = rows.failed(ctx, config, trial_id, seed, e, started, attempt)
         row.update(tuning.columns(ctx, setting, phase))
         rows.write(ctx, row)
+        # a run continued under a new trial's name that ends before its next save: its end
+        # removes the curve it left under the old name (as a save would: _live_curve)
+        if location.exists(state.name_path):
+            _forget_old_curve(ctx, state, f"{trial_id}.a{attempt}.parquet")
         if ctx.checkpoints and row["status"] == "ok":
             rows.upload_checkpoint(ctx, trial_id)
         final = row["status"] != "failed" or attempt == ctx.retries
@@ -237,6 +241,15 @@ def _after_first(on_step, first):
     return both
 
 
+def _forget_old_curve(ctx: TrialContext, state, name: str) -> None:
+    """Names the run's curve `name` in its saved state; removes the curve an earlier, stopped
+    attempt left under another name (a trial numbered anew on resume)."""
+    if before := state.rename(name):
+        old = location.join(curves_dir(ctx.study_dir), before)
+        if location.exists(old):
+            location.remove(old)
+
+
 def _live_curve(ctx: TrialContext, state, trial_id: str, seed: int, phase: str, attempt: int):
     """Writes a run's curve so far where its finished curve will be (`<study>/_curves/`, the row
     file's name), so that `pd.read_parquet("<study>/_curves")` shows runs in flight too; the
@@ -250,8 +263,7 @@ def _live_curve(ctx: TrialContext, state, trial_id: str, seed: int, phase: str, 
         row = {**keys, CURVE: record["curve"]["points"]}
         try:
             write_curve(ctx.study_dir, row, name)
-            if before := state.rename(name):
-                location.remove(location.join(curves_dir(ctx.study_dir), before))
+            _forget_old_curve(ctx, state, name)
         except OSError:  # a view while it trains: the run's end writes the curve (or says why not)
             pass
 
