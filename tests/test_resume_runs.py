@@ -41,11 +41,12 @@ pruner: none
 trials: 1
 """
 EVERY = 20  # steps between saves
+TOKENS, STEPS = "80K", 312  # a run's tokens, and its steps at 256 tokens a step
 
 
-def _search(corpus: Path, results: Path, name: str, *flags: str, tokens="150K") -> list[str]:
+def _search(corpus: Path, results: Path, name: str, *flags: str) -> list[str]:
     space = results.parent / f"{name}.yaml"
-    space.write_text(SPACE.format(name=name, tokens=tokens))
+    space.write_text(SPACE.format(name=name, tokens=TOKENS))
     return [
         sys.executable,
         "-m",
@@ -119,7 +120,7 @@ def test_a_killed_worker_and_a_stopped_driver_continue_their_runs(corpus, tmp_pa
     assert record["pid"] != proc.pid  # the Ray worker's process, not the driver
     # the curve so far is beside the rows while the run trains (written after each save)
     live = pd.read_parquet(results / "killed" / "_curves")
-    assert set(live["trial_id"]) == {"t0000"} and EVERY - 3 <= live["step"].max() < 586
+    assert set(live["trial_id"]) == {"t0000"} and EVERY - 3 <= live["step"].max() < STEPS
     os.kill(record["pid"], signal.SIGKILL)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
@@ -128,12 +129,20 @@ def test_a_killed_worker_and_a_stopped_driver_continue_their_runs(corpus, tmp_pa
     assert resumed.iloc[0] % EVERY == 0  # from its last periodic save
 
     # the driver stopped with Ctrl-C after the run's second save, then the command it prints: the
-    # run's task ends with the search, its saved state kept, and the resumed search continues it
+    # run's trial ends with the search, its saved state kept, and the resumed search continues it.
+    # The run is paused (SIGSTOP) first: Ray Tune ends a trial some seconds after the signal, in
+    # which a fast machine would finish the run
     command = _search(corpus, results, "stopped")
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
-    _after_second_save(proc, results / "stopped" / "_runstate")
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=300)
+    pid = _after_second_save(proc, results / "stopped" / "_runstate")["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+        assert tiny_search.gone([pid])  # Ray ended the trial, paused as it was
+    finally:  # a paused process left behind would stay so for ever
+        if tiny_search.alive(pid):
+            os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
     assert not list((results / "stopped" / "trials").glob("[!.]*.parquet"))  # stopped: no row yet
     again = subprocess.run(
@@ -154,7 +163,7 @@ def test_a_search_stopped_by_its_time_budget_continues_its_run_on_resume(corpus,
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     results = tmp_path / "results"
     results.mkdir()
-    command = _search(corpus, results, "budget", tokens="80K")  # 312 steps: a shorter resume
+    command = _search(corpus, results, "budget")
     proc = subprocess.Popen(
         [*command, "--time-budget", "60s"], stderr=subprocess.PIPE, text=True, env=env
     )
