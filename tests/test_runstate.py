@@ -192,7 +192,7 @@ def test_a_run_continued_under_a_new_trial_leaves_one_curve_though_it_ends_befor
     the run, continued from that save, ends before another. The curve the stopped attempt left
     under its old name is removed by the run's end (search/trainable.py), so the study reads one
     curve, the whole run's."""
-    from benchmark.search import trainable
+    from benchmark.search import trainable, tuning
     from benchmark.search.context import TrialContext
     from benchmark.store import read_curves
 
@@ -208,7 +208,7 @@ def test_a_run_continued_under_a_new_trial_leaves_one_curve_though_it_ends_befor
     whole = _run(grammar_corpus)
     # the stopped driver's attempt: saves at 10, 20, 30 and 40, its curve so far beside the rows
     state = RunState(ctx.state_dir(), tiny_trial.SPEC, CFG, Every(steps=10))
-    state.on_save = trainable._live_curve(ctx, state, "t0000", 0, "final", 0)
+    state.on_save = trainable._live_curve(ctx, state, "t0000", 0, tuning.FINAL, 0)
     with pytest.raises(Killed):
         _run(grammar_corpus, state, _stop_after(45))
     assert sorted(p.name for p in (tmp_path / "s" / "_curves").iterdir()) == ["t0000.a0.parquet"]
