@@ -207,6 +207,41 @@ def one_slot():
     c.shutdown()
 
 
+def test_a_run_posting_its_evaluations_keeps_its_cpu(one_slot):
+    """A run task posts each evaluation to its trial's board (dispatch.post_evaluations) without
+    waiting in ray.get, where Ray lends a task's CPU to the next task (Ray's "yielding resources
+    while blocked"), which then trains beside it on the same core: on one CPU, two runs posting
+    20 evaluations each run one after the other, and each run's evaluations are all on the board
+    when its task ends (its trial reads them then: dispatch._wait)."""
+    import time
+    from types import SimpleNamespace
+
+    import ray
+
+    from benchmark.search import dispatch
+    from benchmark.search.progress import start_board
+
+    ray.init(address=one_slot.address)
+    board = start_board()
+    ctx = SimpleNamespace(progress=board)
+
+    @ray.remote(num_cpus=1)
+    def run(name: str) -> tuple[float, float, int]:
+        post = dispatch.post_evaluations(ctx, name)
+        start = time.time()
+        for step in range(20):
+            time.sleep(0.1)  # training
+            post({"step": step})
+        post.flush()
+        end = time.time()
+        return start, end, len(ray.get(board.news.remote(0, name, 0))["evaluations"])
+
+    (a0, a1, a_evals), (b0, b1, b_evals) = sorted(ray.get([run.remote(n) for n in "ab"]))
+    assert (a_evals, b_evals) == (20, 20)
+    # waiting for the board at each post instead, they overlap for nearly all of their 2 s
+    assert b0 > a1 - 0.5, f"the second run started {a1 - b0:.2f} s before the first ended"
+
+
 def test_a_trial_asha_stops_cancels_its_runs_and_keeps_their_state(one_slot, corpus, tmp_path):
     """The second candidate, crippled (norm_eps 1e4: near-uniform predictions), is worse than
     the first at ASHA's first rung and stopped there. Its trial cancels its runs' tasks
@@ -214,8 +249,7 @@ def test_a_trial_asha_stops_cancels_its_runs_and_keeps_their_state(one_slot, cor
     state they saved is kept for --resume, and the search goes on to the third candidate and
     finishes. The third matters: Tune keeps a stopped trial's actor for the next trial, and
     ends it (and with it the tasks it owns) only when none is to come, so here the runs end
-    only if their trial cancels them. (The second seed may have begun too: Ray lends a task's
-    CPU to another while the first seed waits for the board to take an evaluation.)"""
+    only if their trial cancels them."""
     from benchmark.trial.runstate import SUFFIX, saved_record
 
     path = tmp_path / "cancel.yaml"

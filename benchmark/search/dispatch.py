@@ -102,13 +102,23 @@ def _wait(ctx: TrialContext, number: int, run: str, refs: list, report) -> bool:
 
 
 def post_evaluations(ctx: TrialContext, run: str) -> Callable[[dict], None]:
-    """A task's run_trial on_eval that posts each evaluation to the board for its trial, and
-    waits until the board has it."""
+    """A task's run_trial on_eval that posts each evaluation to the board for its trial without
+    waiting for it: a task waiting in ray.get lends its CPU, and Ray starts another run there,
+    which then trains beside it on the same core (Ray's "yielding resources while blocked";
+    GPUs are not lent). Its `flush()`, once the run has ended, waits until the board has them
+    all, so that they are there when its trial sees the task ended (_wait)."""
     import ray
 
-    def post(record: dict) -> None:
-        ray.get(ctx.progress.evaluated.remote(run, record))
+    sent: list = []
 
+    def post(record: dict) -> None:
+        sent.append(ctx.progress.evaluated.remote(run, record))
+
+    def flush() -> None:
+        ray.get(sent)
+        sent.clear()
+
+    post.flush = flush  # type: ignore[attr-defined]
     return post
 
 

@@ -140,7 +140,10 @@ def run_task(
     first = dispatch.together_fault(ctx, trial_id, phase == tuning.FINAL)
     data = prepare(ctx.data)
     report = dispatch.post_evaluations(ctx, trial_id) if posts else None
-    return attempts(config, ctx, trial_id, seed, data, report, setting, phase, first_step=first)
+    row = attempts(config, ctx, trial_id, seed, data, report, setting, phase, first_step=first)
+    if report is not None:
+        report.flush()
+    return row
 
 
 def intermediate(record: dict[str, Any]) -> dict[str, Any]:
