@@ -217,8 +217,11 @@ def attempts(
         rows.write(ctx, row)
         # a run continued under a new trial's name that ends before its next save: its end
         # removes the curve it left under the old name (as a save would: _live_curve)
-        if location.exists(state.name_path):
-            _forget_old_curve(ctx, state, f"{trial_id}.a{attempt}.parquet")
+        try:
+            if location.exists(state.name_path):
+                _forget_old_curve(ctx, state, f"{trial_id}.a{attempt}.parquet")
+        except OSError:  # the row is written; a stale curve beside it is not worth the run
+            pass
         if ctx.checkpoints and row["status"] == "ok":
             rows.upload_checkpoint(ctx, trial_id)
         final = row["status"] != "failed" or attempt == ctx.retries
