@@ -261,14 +261,16 @@ class RunState:
     def watchdog(self, step: Callable[[], int]) -> Watchdog | None:
         """The run's watchdog, or None when not watched; `step()`: the run's step now. Each rank
         of a run of several watches itself (a rank stuck alone leaves the others waiting in the
-        next collective, whose watchdogs end them too); rank 0 counts the stall."""
+        next collective, whose watchdogs end them too, unless the lost peer ends them first).
+        Whichever rank's watchdog fires counts the stall, writing the count this attempt began
+        with plus one: a stall that several ranks see counts once, and one that only the stuck
+        rank sees is counted all the same."""
         if not self.watch:
             return None
+        begun = self.stalls()
 
         def stalled(idle_s: float, limit_s: float) -> None:
-            if self.ranks is None or self.ranks.main:
-                count = self.stalls() + 1
-                location.write_bytes(self.stall_path, str(count).encode())
+            location.write_bytes(self.stall_path, str(begun + 1).encode())
             end_process(
                 f"shapebench: run {self.name or self.path}: no step for {idle_s:.0f} s after step "
                 f"{step()} (limit {limit_s:.0f} s): ended, to run again from its last save"
