@@ -202,6 +202,41 @@ def test_points_within_the_noise_of_the_best_tie_and_the_declared_rule_breaks_th
     )
 
 
+def test_a_point_whose_seeds_part_is_left_out_of_the_noise(monkeypatch):
+    """The third reference study's AbbIE-D tuned on val_loss_r4 (ref3-abbie-r4's rows): at the
+    extension 2.4e-2 its seeds parted by 0.40 nats where the other points' differ by 0.04 at
+    most. Pooled into the noise, that made a margin of 0.12 nats, in which 1.5e-3 to 1.2e-2 tied
+    and `ties: middle` chose 3e-3, though both seeds put 1.2e-2 ahead of it by 0.065 and 0.084.
+    Left out (its seed difference's modified z-score is 13.8, above 3.5), the margin is the other
+    four points' noise and 1.2e-2 is chosen alone."""
+    from benchmark.space import tuning
+    from benchmark.space.tuning import Tune
+
+    values = {
+        '{"lr": 0.0015}': [3.814570, 3.808682],
+        '{"lr": 0.003}': [3.765983, 3.769444],
+        '{"lr": 0.006}': [3.705688, 3.742845],
+        '{"lr": 0.012}': [3.682263, 3.704355],
+        '{"lr": 0.024}': [3.766460, 4.168976],
+    }
+    tune = Tune(grid=(("lr", (0.0015, 0.003, 0.006, 0.012)),), seeds=(100, 101), ties="middle")
+    # the four points' seed differences -0.0059, 0.0035, 0.0372, 0.0221: s^2 = sum of squared
+    # deviations from their mean / (2 x 3), the margin s x sqrt(2 / 2)
+    d = [b - a for a, b in list(values.values())[:4]]
+    assert tune.margin_for(values) == pytest.approx(
+        (sum((x - sum(d) / 4) ** 2 for x in d) / 6) ** 0.5, rel=1e-12
+    )
+    assert tune.decide(values) == (
+        '{"lr": 0.012}',
+        pytest.approx(0.013590, abs=1e-6),
+        ['{"lr": 0.012}'],
+    )
+    # with it kept (the rule's bound raised past it), the margin is 0.12 and 3e-3 is chosen
+    monkeypatch.setattr(tuning, "PARTED", float("inf"))
+    assert tune.margin_for(values) == pytest.approx(0.1234, abs=1e-4)
+    assert tune.decide(values)[0] == '{"lr": 0.003}'
+
+
 def test_the_tuning_protocol_keys_are_validated(tmp_path):
     for tune, message in [
         ("{grid: {lr: [1e-3, 1e-2]}, seeds: [100], margin: -1}", "tune.margin: expected noise"),

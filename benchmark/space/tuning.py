@@ -20,7 +20,8 @@ Noise must not choose: points whose mean lies within `margin` of the best are ti
 picks among them by the grid's order, the same rule for every candidate of the space (so for every
 arm of a claim). The default margin, `noise`, is the standard error of the difference of two
 points' means, from the tuning seeds' spread around an additive point + seed fit (several seeds
-needed: with one there is no noise to measure and only equal means tie). A choice on an edge of a
+needed: with one there is no noise to measure and only equal means tie), a point whose seeds part
+far more than the others' left out of it (a setting near divergence). A choice on an edge of a
 key that `extend` names trains the next value past that edge (the grid's own ratio between its two
 outermost values of that key), and chooses again, until the choice is inside the grid or the next
 value would leave the declared bounds: a best that lies beyond the grid is found, not assumed."""
@@ -101,11 +102,13 @@ class Tune:
         seeds' order) is made at: the declared one, or the noise: the standard error of the
         difference of two points' means, s x sqrt(2 / n), s the residual standard deviation of an
         additive point + seed fit (the seeds pair across points: the same data order and
-        initialisation), on (points - 1)(seeds - 1) degrees of freedom; 0 without them."""
+        initialisation), on (points - 1)(seeds - 1) degrees of freedom; 0 without them. A point
+        whose seeds part far more than the others' is left out of it (_settings_that_train)."""
         if self.margin != NOISE:
             return float(self.margin)
-        rows = [list(v) for v in values.values()]
-        p, n = len(rows), len(self.seeds)
+        n = len(self.seeds)
+        rows = _settings_that_train([list(v) for v in values.values()], n)
+        p = len(rows)
         if p < 2 or n < 2:
             return 0.0
         grand = sum(map(sum, rows)) / (p * n)
@@ -306,6 +309,36 @@ def _extend(src, raw: Any, grid: Mapping[str, tuple], training: Mapping[str, Any
                 raise src.error((*at, i), e.reason) from None
         out.append((key.removeprefix("training."), (float(bounds[0]), float(bounds[1]))))
     return tuple(out)
+
+
+# A point whose seeds disagree more than this many times as much as the median point's is left out
+# of the noise: with two seeds, the modified z-score's 3.5 (0.6745 |x - median| / MAD of the
+# points' seed differences; Iglewicz and Hoaglin 1993, "How to Detect and Handle Outliers").
+PARTED = 3.5 / 0.6745
+
+
+def _settings_that_train(rows: list[list[float]], n: int) -> list[list[float]]:
+    """`rows` (a point's metric on each tuning seed) less those whose seeds part: at a setting
+    near divergence the seeds go different ways, which measures that setting's instability, not
+    the noise between settings that train; pooled into the margin, it can make points that every
+    seed orders alike a tie. A point's spread: the root mean square of its residuals about its
+    mean and the seeds' median offsets; left out above PARTED times the median point's (with 3
+    points or more and a median above 0)."""
+    if len(rows) < 3 or n < 2:
+        return rows
+    centred = [[x - sum(r) / n for x in r] for r in rows]
+    offset = [_median([c[i] for c in centred]) for i in range(n)]
+    spread = [math.sqrt(sum((c[i] - offset[i]) ** 2 for i in range(n)) / (n - 1)) for c in centred]
+    typical = _median(spread)
+    if typical <= 0:
+        return rows
+    return [r for r, s in zip(rows, spread) if s <= PARTED * typical]
+
+
+def _median(xs: Sequence[float]) -> float:
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
 def _sortable(v: Any) -> tuple:
