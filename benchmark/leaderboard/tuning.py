@@ -301,7 +301,8 @@ def table(board) -> Table | None:
             "metric the choice was made on (a claim judged by another metric says so: the claims table); tuning "
             "seeds: the seeds each point trained on; margin: points whose mean lay this close to the best tied "
             "(the study's `tune.margin`: by default the standard error of two points' difference, from the tuning "
-            "seeds' spread; 0 with one seed), and tied points: how many, the declared rule (`tune.ties`) choosing "
+            "seeds' spread, a point whose seeds part far more than the others' left out; 0 with one seed), and "
+            "tied points: how many, the declared rule (`tune.ties`) choosing "
             f"among them; spiked tuning runs: runs whose training loss rose more than {SPIKE:g} nats above its best "
             "so far (the instability rule's spike)"
         ),
