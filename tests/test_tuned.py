@@ -5,6 +5,7 @@ MLflow's store; a killed tuning resumed without training its finished runs again
 import json
 import re
 import struct
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -438,6 +439,13 @@ def test_the_curves_reach_tensorboard_and_mlflow(corpus, tmp_path, monkeypatch):
     )
     if wandb:  # W&B: one offline run of the trial, which logged every point of the curve
         (run,) = (tmp_path / "wandb").glob("wandb/offline-run-*/run-*.wandb")
-        logged = run.read_bytes()  # its records: protobuf, each value as JSON text (no reader API)
+        # its records: protobuf, each value as JSON text (no reader API), written by W&B's own
+        # process, which may still be writing the last of them when the search returns
+        values = [repr(float(x)).encode() for x in curve["train_loss"]]
+        deadline = time.monotonic() + 60
+        while not all(v in (logged := run.read_bytes()) for v in values):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert f"curve/{trial}".encode() in logged or trial.encode() in logged
-        assert all(repr(float(x)).encode() in logged for x in curve["train_loss"])
+        assert [v for v in values if v not in logged] == []
