@@ -219,3 +219,31 @@ def test_a_run_continued_under_a_new_trial_leaves_one_curve_though_it_ends_befor
     curve = read_curves(ctx.study_dir).dropna(subset=["train_loss"])
     assert set(curve["trial_id"]) == {"t0001"}
     assert curve["train_loss"].tolist() == [p["train_loss"] for p in whole["curve"]]
+
+
+def test_a_stall_is_counted_once_by_whichever_rank_sees_it(tmp_path, monkeypatch):
+    """Each rank of a run of several watches itself. The stuck rank's watchdog counts the stall
+    though it is not rank 0 (rank 0 may be ended first by the lost peer, not by its own
+    watchdog), and when both ranks' watchdogs fire, the stall counts once: each writes the count
+    its attempt began with plus one. The next attempt's stall counts again."""
+    from types import SimpleNamespace
+
+    from benchmark.trial import runstate
+
+    ended = []
+    monkeypatch.setattr(runstate, "end_process", ended.append)
+    folder = str(tmp_path / "_runstate")
+
+    def rank(main: bool) -> RunState:
+        state = RunState(folder, tiny_trial.SPEC, CFG, None, True, 2.0)
+        state.ranks = SimpleNamespace(main=main)  # what bind sets (trial/distributed.py Ranks)
+        return state
+
+    stuck, main = rank(False), rank(True)
+    dogs = [stuck.watchdog(lambda: 10), main.watchdog(lambda: 10)]  # both begin the attempt
+    dogs[0].on_stall(3.0, 2.0)  # the stuck rank alone
+    assert stuck.stalls() == 1 and len(ended) == 1
+    dogs[1].on_stall(3.0, 2.0)  # then rank 0, waiting in the collective
+    assert main.stalls() == 1 and len(ended) == 2
+    main.watchdog(lambda: 14).on_stall(3.0, 2.0)  # the next attempt stalls too
+    assert main.stalls() == 2
