@@ -247,3 +247,35 @@ def test_a_stall_is_counted_once_by_whichever_rank_sees_it(tmp_path, monkeypatch
     assert main.stalls() == 1 and len(ended) == 2
     main.watchdog(lambda: 14).on_stall(3.0, 2.0)  # the next attempt stalls too
     assert main.stalls() == 2
+
+
+def test_a_continued_run_tells_its_evaluations_before_the_save_again(grammar_corpus, tmp_path):
+    """A run lost after a save continues from it and first tells its trial the evaluations the
+    save holds (steps 7 and 14), then the rest as it makes them: an evaluation the lost run made
+    but its trial never received, and every evaluation of a trial numbered anew on resume, reach
+    Optuna and ASHA (the searcher keeps the first value at each number of tokens)."""
+    torch.set_num_threads(1)
+
+    def run(state, on_eval, on_step=None):
+        return run_trial(
+            tiny_trial.SPEC,
+            CFG,
+            data=grammar_corpus,
+            quantize=None,
+            state=state,
+            on_eval=on_eval,
+            on_step=on_step,
+        )
+
+    whole: list[dict] = []
+    run(None, whole.append)
+    folder = str(tmp_path / "_resume")
+    told: list[dict] = []
+    with pytest.raises(Killed):
+        run(RunState(folder, tiny_trial.SPEC, CFG, Every(steps=10)), told.append, _stop_after(25))
+    assert [r["step"] for r in told] == [7, 14, 21]  # 21: after the save at 20, lost with the run
+    again: list[dict] = []
+    run(RunState(folder, tiny_trial.SPEC, CFG, Every(steps=10)), again.append)
+    # the save's two first, then 21 on: every evaluation of the run that never stopped, as it made them
+    assert [r["step"] for r in again] == [r["step"] for r in whole] == [7, 14, 21, 28, 35, 42]
+    assert again == whole

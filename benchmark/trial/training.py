@@ -146,6 +146,12 @@ def train(
     if state is not None and ranks is not None:
         state.bind(ranks)  # saves and restores gather and share among the ranks
     start = _continue(saved, model, opt, result, curve, ranks) if saved else 0
+    if saved and on_eval is not None:
+        # the evaluations made before the save, told again: the last may never have reached the
+        # trial when the run was lost, and a trial numbered anew on resume has none of them
+        # (the searcher tells Optuna only tokens past the last it told: searcher.py on_trial_result)
+        for record in result.evals:
+            on_eval(record)
     watch = state.watchdog(lambda: len(result.losses)) if state is not None else None
     result.stalls = state.stalls() if state is not None else 0
     try:
