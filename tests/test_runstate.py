@@ -19,9 +19,17 @@ class Killed(BaseException):
     """Stands for the process dying: no handler in the trial catches it."""
 
 
-def _run(data, state=None, on_step=None):
+def _run(data, state=None, on_step=None, on_eval=None):
     torch.set_num_threads(1)
-    return run_trial(tiny_trial.SPEC, CFG, data=data, quantize=None, state=state, on_step=on_step)
+    return run_trial(
+        tiny_trial.SPEC,
+        CFG,
+        data=data,
+        quantize=None,
+        state=state,
+        on_step=on_step,
+        on_eval=on_eval,
+    )
 
 
 def _stop_after(steps: int):
@@ -254,28 +262,20 @@ def test_a_continued_run_tells_its_evaluations_before_the_save_again(grammar_cor
     save holds (steps 7 and 14), then the rest as it makes them: an evaluation the lost run made
     but its trial never received, and every evaluation of a trial numbered anew on resume, reach
     Optuna and ASHA (the searcher keeps the first value at each number of tokens)."""
-    torch.set_num_threads(1)
-
-    def run(state, on_eval, on_step=None):
-        return run_trial(
-            tiny_trial.SPEC,
-            CFG,
-            data=grammar_corpus,
-            quantize=None,
-            state=state,
-            on_eval=on_eval,
-            on_step=on_step,
-        )
-
     whole: list[dict] = []
-    run(None, whole.append)
+    _run(grammar_corpus, on_eval=whole.append)
     folder = str(tmp_path / "_resume")
     told: list[dict] = []
     with pytest.raises(Killed):
-        run(RunState(folder, tiny_trial.SPEC, CFG, Every(steps=10)), told.append, _stop_after(25))
+        state = RunState(folder, tiny_trial.SPEC, CFG, Every(steps=10))
+        _run(grammar_corpus, state, _stop_after(25), told.append)
     assert [r["step"] for r in told] == [7, 14, 21]  # 21: after the save at 20, lost with the run
     again: list[dict] = []
-    run(RunState(folder, tiny_trial.SPEC, CFG, Every(steps=10)), again.append)
+    _run(
+        grammar_corpus,
+        RunState(folder, tiny_trial.SPEC, CFG, Every(steps=10)),
+        on_eval=again.append,
+    )
     # the save's two first, then 21 on: every evaluation of the run that never stopped, as it made them
     assert [r["step"] for r in again] == [r["step"] for r in whole] == [7, 14, 21, 28, 35, 42]
     assert again == whole

@@ -28,7 +28,8 @@ def prepare_store(
     (while another driver runs the study, only old ones: its own may be mid-write), damaged row
     files are set aside in <study>/_quarantine (their trials run again), so are those `--rerun`
     names (supersede), rows kept in the fallback folder when the disk was full are brought back,
-    and a study kept by another driver is fetched (optuna_study.mirror). Returns the notes for the summary and the set-aside files."""
+    and a study kept by another driver is fetched (optuna_study.mirror). Returns the notes for
+    the summary and the set-aside files."""
     location.check_results(study_dir)
     # a run killed mid-save leaves its state's temporary too; another driver's run may be saving
     sweep_orphans(study_dir, older_than_s=600.0 if others else 0.0, also=[STATE_DIR])

@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -327,18 +328,12 @@ def _settings_that_train(rows: list[list[float]], n: int) -> list[list[float]]:
     if len(rows) < 3 or n < 2:
         return rows
     centred = [[x - sum(r) / n for x in r] for r in rows]
-    offset = [_median([c[i] for c in centred]) for i in range(n)]
+    offset = [statistics.median(c[i] for c in centred) for i in range(n)]
     spread = [math.sqrt(sum((c[i] - offset[i]) ** 2 for i in range(n)) / (n - 1)) for c in centred]
-    typical = _median(spread)
+    typical = statistics.median(spread)
     if typical <= 0:
         return rows
     return [r for r, s in zip(rows, spread) if s <= PARTED * typical]
-
-
-def _median(xs: Sequence[float]) -> float:
-    xs = sorted(xs)
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
 def _sortable(v: Any) -> tuple:
