@@ -426,3 +426,45 @@ def test_the_storage_is_named_without_its_password():
         == "postgresql+psycopg://ana:***@db.example:5432/studies"
     )
     assert shown("sqlite:////tmp/x/_optuna.db") == "sqlite:////tmp/x/_optuna.db"
+
+
+def test_a_study_replaced_under_the_search_stops_it_in_one_line(tmp_path):
+    """A driver of the third reference study ended in a raw KeyError ("Record does not exist.")
+    from a curve point's report when its database file was checked out over mid-search: it now
+    stops the search as a database away does (exit 3, every row kept), saying what happened."""
+    import shutil
+
+    from optuna.distributions import FloatDistribution
+
+    from benchmark.search.searcher import AttributedSearch
+
+    storage, _ = _storage(tmp_path, wait_s=1)
+    search = AttributedSearch(
+        space={"lr": FloatDistribution(1e-3, 1e-2)},
+        metric="val_loss",
+        mode="min",
+        study_name="s",
+        storage=storage,
+        ctx=None,
+    )
+    assert "lr" in search.suggest("a")
+    search.on_trial_result("a", {"val_loss": 4.0, "tokens": 100})
+    trial = search._ot_trials["a"]
+    assert trial.storage.get_trial(trial._trial_id).intermediate_values == {100: 4.0}
+    # an older copy of the file, made before the trial, copied over it
+    (tmp_path / "older").mkdir()
+    older, _ = _storage(tmp_path / "older", wait_s=1)
+    optuna.create_study(storage=older, study_name="s")
+    older.remove_session()
+    shutil.copyfile(tmp_path / "older" / "study.db", tmp_path / "study.db")
+
+    assert search.on_trial_result("a", {"val_loss": 3.9, "tokens": 200}) is None
+    assert search.halt.kind == "storage" and search.halt.exit_code == 3
+    assert re.fullmatch(
+        r"the study's database sqlite:///\S+/study\.db no longer holds study 's' as this search "
+        r"wrote it \(Optuna: Record does not exist\.\): it was replaced while the search ran \(a "
+        r"file copied or checked out over it, an older copy restored\) or the study deleted; "
+        r"finished rows are kept",
+        search.halt.message,
+    )
+    assert search.suggest("b") is None  # nothing more is asked

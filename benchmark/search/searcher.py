@@ -17,7 +17,8 @@ Each trial it asks names this driver (user attribute `driver`), and it asks none
 Tune the search is finished.
 
 A call to the study rides through its database being away for a moment (search/storage.py); one
-that fails for the whole wait, or finds the study's disk full, stops the search (`halt`), keeping
+that fails for the whole wait, finds the study's disk full or finds a trial it wrote gone (the
+database replaced under the search), stops the search (`halt`), keeping
 every row: the trial it was telling stays RUNNING, and `--resume` tells it from its rows."""
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from benchmark.search import rows
 from benchmark.search.context import TrialContext
 from benchmark.search.halt import Halt
 from benchmark.search.optuna_study import DRIVER, Quota
-from benchmark.search.storage import StorageUnavailable
+from benchmark.search.storage import StorageUnavailable, record_lost, shown
 from benchmark.store import disk_full
 
 NOT_TOLD = "store_full"
@@ -84,7 +85,10 @@ class AttributedSearch(OptunaSearch):
             return super().on_trial_result(trial_id, result)  # nothing, or its warning
         step = int(result.get("tokens") or 0)
         if step > self._reported.get(trial_id, 0):
-            self._ot_trials[trial_id].report(result[self.metric], step)
+            try:
+                self._ot_trials[trial_id].report(result[self.metric], step)
+            except Exception as e:
+                return self._stop(e)
             self._reported[trial_id] = step
         return None
 
@@ -102,6 +106,14 @@ class AttributedSearch(OptunaSearch):
     def _stop(self, error: Exception) -> None:
         if isinstance(error, StorageUnavailable):
             self.halt = self.halt or Halt("storage", str(error))
+        elif record_lost(error):
+            self.halt = self.halt or Halt(
+                "storage",
+                f"the study's database {shown(self._storage.url)} no longer holds "
+                f"study {self._ot_study.study_name!r} as this search wrote it (Optuna: {error.args[0]}): "
+                "it was replaced while the search ran (a file copied or checked out over it, an "
+                "older copy restored) or the study deleted; finished rows are kept",
+            )
         elif disk_full(error):
             self.halt = self.halt or Halt(
                 "store_full",

@@ -20,7 +20,8 @@ where Optuna's read-then-write let two drivers on SQLite claim the same one.
 A call that succeeds after a retry says one line (`say`). One that fails for `wait_s` raises
 StorageUnavailable, whose message names the database (without its password) and what to do;
 the search stops on it with exit code 3 (halt.py), keeping every row, and `--resume` tells the
-study what it missed (resume.close_running). A full disk is never retried (location.disk_full).
+study what it missed (resume.close_running). A full disk is never retried (location.disk_full),
+nor a record the database no longer holds (`record_lost`): the search stops on it the same way.
 
 A retried write whose first attempt was committed but not acknowledged (the connection dropped
 in the one round trip between the two) is recognised where it matters: a tell that finds its
@@ -79,6 +80,16 @@ def transient(error: BaseException) -> bool:
             return True
         error, seen = error.__cause__ or error.__context__, seen + 1
     return False
+
+
+def record_lost(error: BaseException) -> bool:
+    """Whether Optuna found no record of a trial or study this search wrote before
+    (RDBStorage's KeyError "Record does not exist."): its database was replaced under the search (a
+    file copied or checked out over it, an older copy restored) or the study deleted. Not retried:
+    waiting brings nothing back."""
+    from optuna.storages._rdb.models import NOT_FOUND_MSG
+
+    return isinstance(error, KeyError) and error.args[:1] == (NOT_FOUND_MSG,)
 
 
 def reason(error: BaseException) -> str:
