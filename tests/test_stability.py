@@ -169,6 +169,43 @@ def test_tuning_runs_are_not_ranked_and_give_the_choice_the_budget_and_the_sensi
     assert written[["rank", "tuned"]].values.tolist() == [[1, '{"lr": 0.01}'], [2, '{"lr": 0.001}']]
 
 
+def test_each_arm_is_read_on_the_points_it_trained_when_extensions_differ():
+    """An edge choice extends the grid for that arm alone (space/tuning.py): ref3-abbie-r4's Depth
+    trained 7.5e-4 and AbbIE-D 2.4e-2 besides the shared four. Each arm's points, and whether its
+    choice is at an edge, are of its own runs, not of the study's union of them."""
+    from benchmark.leaderboard import tuning
+
+    final = trials([4.0, 4.02], [4.1, 4.12]).assign(phase="final")
+    final["tuned"] = '{"lr": 0.001}'
+    final["training"] = final["tuned"]
+    runs = [
+        {
+            "study": "s",
+            "trial_id": f"{family[0]}-g{lr}",
+            "attempt": 0,
+            "family": family,
+            "status": "ok",
+            "spec": json.dumps(SPEC[family]),
+            "seed": 100,
+            "val_loss": loss,
+            "val_ppl": math.exp(loss),
+            "params_total": 100_000,
+            "phase": "tune",
+            "tuned": json.dumps({"lr": lr}),
+        }
+        for family, losses in (
+            ("transformer", {1e-3: 4.0, 1e-2: 4.2, 1e-1: 4.4}),  # best at its own bottom
+            ("looped", {1e-4: 4.3, 1e-3: 4.1, 1e-2: 4.2, 1e-1: 4.3}),  # extended down: inside
+        )
+        for lr, loss in losses.items()
+    ]
+    board = build_board(pd.concat([final, pd.DataFrame(runs)], ignore_index=True))
+    cells = {col.header: col.cells for col in tuning.table(board).columns}
+    assert cells["Family"] == ["looped", "transformer"]
+    assert cells["Tuning runs"] == ["4 (4 points)", "3 (3 points)"]
+    assert cells["At the grid's edge"] == ["—", "lr bottom, 0.200 below 0.01"]
+
+
 def test_the_tuning_table_tells_variants_of_one_shape_apart_and_lists_only_tuned_candidates():
     from types import SimpleNamespace
 
@@ -182,6 +219,7 @@ def test_the_tuning_table_tells_variants_of_one_shape_apart_and_lists_only_tuned
             "variant": variant,
             "tuned": tuned,
             "tuning_runs": runs,
+            "tuning_points": runs / 2,  # two tuning seeds
             "lr_sensitivity": 0.05 if runs else math.nan,
             "tuning_edge": "",
         }

@@ -26,6 +26,7 @@ TUNE = PHASES[0]  # a tuning run's phase
 COLUMNS = (
     "lr_sensitivity",
     "tuning_runs",
+    "tuning_points",
     "tuned",
     "tuning_edge",
     "tuning_seeds",
@@ -198,7 +199,6 @@ def with_tuning(
     if tuning.empty or "tuned" not in trials:
         return cands
     runs = tuning.assign(spec=tuning["spec"].map(_canonical))
-    grids = {study: grid_of(group) for study, group in runs.groupby("study", sort=False)}
     per_candidate = []
     for (study, spec), group in runs.groupby(["study", "spec"], sort=False):
         points = per_point(group, json_field(spec, "vocab_size"))
@@ -208,8 +208,11 @@ def with_tuning(
                 "study": study,
                 "spec": spec,
                 "tuning_runs": len(group),
+                # its own points: an edge choice extends the grid for that arm alone
+                # (space/tuning.py), so arms of one study may have trained different points
+                "tuning_points": len(points),
                 "lr_sensitivity": sensitivity(points),
-                "tuning_edge": edge(points, grids[study]),
+                "tuning_edge": edge(points, grid_of(group)),
                 **decision(group, said),
             }
         )
@@ -244,7 +247,6 @@ def table(board) -> Table | None:
     variant = "variant" in c and bool(c["variant"].notna().any())
     order = ["study", "family", "structure", *(["variant"] if variant else [])]
     c = c.sort_values(order, kind="stable", na_position="first")
-    grid = {s: info for s, info in board.tuning.groupby("study")["tuned"].nunique().items()}
     cols = [
         Column(header="Study", cells=c["study"].astype(str).tolist()),
         Column(header="Family", cells=c["family"].astype(str).tolist()),
@@ -262,7 +264,7 @@ def table(board) -> Table | None:
         Column(
             header="Tuning runs",
             cells=[
-                f"{int(n)} ({grid.get(s, 0)} points)" for n, s in zip(c["tuning_runs"], c["study"])
+                f"{int(n)} ({int(p)} points)" for n, p in zip(c["tuning_runs"], c["tuning_points"])
             ],
         ),
         Column(
@@ -292,7 +294,7 @@ def table(board) -> Table | None:
         columns=cols,
         caption=(
             "each candidate trained every point of its study's `tune:` grid on the tuning seeds (the same runs "
-            "for every candidate), chose the point best on the mean over them, and trained its final seeds, which "
+            "for every candidate), and the points its own edge choices added past it (`tune.extend`), chose the point best on the mean over them, and trained its final seeds, which "
             "every rank and verdict reads, at that point; LR sensitivity: the mean over the grid of each point's "
             "loss above the best point's, a diverged point counted at ln(vocabulary) (Wortsman et al. 2023); at the "
             "grid's edge: the chosen point is the grid's largest (top) or smallest (bottom) value of a key of 3 "
