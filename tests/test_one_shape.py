@@ -248,7 +248,9 @@ def test_the_plan_lists_the_claims_arms_and_what_differs(capsys):
     assert out.count("| False | 332,864 | 5,000,000 |") == 1
     # and at the paper's structure (3 loops): the Transformer has 2x the unique layers, as the
     # paper's, and 1.66x the count (the paper's 1.75x)
-    assert plan_main([TWICE_3.replace("twice", "twice-3-loops"), "--claims", CLAIMS_3]) == 0
+    assert (
+        plan_main([str(Path(TWICE_3).with_name("twice-3-loops.yaml")), "--claims", CLAIMS_3]) == 0
+    )
     out = capsys.readouterr().out
     assert "`ref3-twice-3-loops` — **controlled**" in out and out.count("### ") == 1
     assert "| 1L→2L(×3)→1L | 4× diagonal / loop + loop emb. | False | 250,157 | 5,000,000 |" in out

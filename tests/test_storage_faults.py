@@ -464,7 +464,11 @@ def test_a_study_replaced_under_the_search_stops_it_in_one_line(tmp_path):
         r"the study's database sqlite:///\S+/study\.db no longer holds study 's' as this search "
         r"wrote it \(Optuna: Record does not exist\.\): it was replaced while the search ran \(a "
         r"file copied or checked out over it, an older copy restored\) or the study deleted; "
-        r"finished rows are kept",
+        r"finished rows are kept\. Put back the database this search wrote \(an older copy gives "
+        r"out trial numbers its rows already hold\)",
         search.halt.message,
     )
     assert search.suggest("b") is None  # nothing more is asked
+    # any other KeyError is no lost record: it is raised, as before
+    with pytest.raises(KeyError, match="'lr'"):
+        AttributedSearch._stop(search, KeyError("lr"))

@@ -1,7 +1,7 @@
 """A tuned study's tuning runs on the board (space/tuning.py): kept apart from the rows that are
 ranked and judged, and read for what they say of each candidate: the setting it chose, the runs
-it had to choose it (the tuning budget, equal for every candidate), and its learning-rate
-sensitivity.
+it had to choose it (the tuning budget: the grid's points for every candidate, and the points its
+own edge choice added past them, `tune.extend`), and its learning-rate sensitivity over its points.
 
 Learning-rate sensitivity (Wortsman et al. 2023, arXiv 2309.14322, §3.2, eq. 1): the mean over
 the grid's points of how far the loss at that point is from the best point's, each point's loss
@@ -293,11 +293,11 @@ def table(board) -> Table | None:
         title="Tuning",
         columns=cols,
         caption=(
-            "each candidate trained every point of its study's `tune:` grid on the tuning seeds (the same runs "
-            "for every candidate), and the points its own edge choices added past it (`tune.extend`), chose the point best on the mean over them, and trained its final seeds, which "
-            "every rank and verdict reads, at that point; LR sensitivity: the mean over the grid of each point's "
+            "each candidate trained its points on the tuning seeds (its study's `tune:` grid, the same for every "
+            "candidate, and the points its own edge choice added past it: `tune.extend`), chose the point best on the mean over them, and trained its final seeds, which "
+            "every rank and verdict reads, at that point; LR sensitivity: the mean over its points of each point's "
             "loss above the best point's, a diverged point counted at ln(vocabulary) (Wortsman et al. 2023); at the "
-            "grid's edge: the chosen point is the grid's largest (top) or smallest (bottom) value of a key of 3 "
+            "grid's edge: the chosen point is the largest (top) or smallest (bottom) value it trained of a key of 3 "
             "values or more, and by how much it beat the next value along that key: the candidate's best may lie "
             "beyond the grid, its final seeds then tuned less well than an arm whose best lies inside; tuned by: the "
             "metric the choice was made on (a claim judged by another metric says so: the claims table); tuning "

@@ -17,7 +17,8 @@ INTERRUPTED = "the user stopped it (Ctrl-C); the running trials were ended, fini
 class Halt:
     kind: str  # "store_full": the results disk is full; "resources": no trial can start on the
     message: str  # cluster; "ray": Ray could not start or lost its head node; "storage": the Optuna
-    # study's database did not answer for --storage-wait (search/storage.py); "interrupted": the
+    # study's database did not answer for --storage-wait, or no longer holds what the search wrote
+    # (search/storage.py); "interrupted": the
     # user stopped it (Ctrl-C), Ray Tune ending the running trials
 
     def __post_init__(self):

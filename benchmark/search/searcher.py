@@ -74,6 +74,8 @@ class AttributedSearch(OptunaSearch):
         return config
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]):
+        if self.halt:  # the search is stopping: a database away would make each point wait again
+            return None
         # A curve point reported for TensorBoard or MLflow (trainable.curve_reports) has no objective.
         if isinstance(self.metric, str) and self.metric not in result:
             return None
@@ -112,7 +114,9 @@ class AttributedSearch(OptunaSearch):
                 f"the study's database {shown(self._storage.url)} no longer holds "
                 f"study {self._ot_study.study_name!r} as this search wrote it (Optuna: {error.args[0]}): "
                 "it was replaced while the search ran (a file copied or checked out over it, an "
-                "older copy restored) or the study deleted; finished rows are kept",
+                "older copy restored) or the study deleted; finished rows are kept. Put back the "
+                "database this search wrote (an older copy gives out trial numbers its rows "
+                "already hold)",
             )
         elif disk_full(error):
             self.halt = self.halt or Halt(

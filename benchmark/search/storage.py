@@ -51,6 +51,10 @@ RECYCLE_S = 300
 CONNECT_TIMEOUT_S = 10  # psycopg waits for the OS's TCP timeout (minutes) on an unreachable host
 
 
+# what Optuna's RDBStorage says of a trial or study it has no row for (optuna.storages._rdb.models)
+RECORD_LOST = "Record does not exist."
+
+
 class StorageUnavailable(RuntimeError):
     """The study's database did not answer for the whole wait; the message is one line."""
 
@@ -87,9 +91,7 @@ def record_lost(error: BaseException) -> bool:
     (RDBStorage's KeyError "Record does not exist."): its database was replaced under the search (a
     file copied or checked out over it, an older copy restored) or the study deleted. Not retried:
     waiting brings nothing back."""
-    from optuna.storages._rdb.models import NOT_FOUND_MSG
-
-    return isinstance(error, KeyError) and error.args[:1] == (NOT_FOUND_MSG,)
+    return isinstance(error, KeyError) and error.args[:1] == (RECORD_LOST,)
 
 
 def reason(error: BaseException) -> str:
