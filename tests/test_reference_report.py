@@ -175,3 +175,51 @@ def test_a_third_report_adds_its_columns_and_what_it_changed_against_the_one_bef
 
 def _cells(table) -> list[dict[str, str]]:
     return [dict(zip((c.header for c in table.columns), row)) for row in table.rows()]
+
+
+CLAIM_TWICE = (
+    "Hyperloop beats a Transformer of the same unrolled depth with about twice its parameters"
+)
+
+
+def test_the_passes_plot_draws_each_pair_in_every_pass_that_has_its_difference(tmp_path, capsys):
+    """`compare --plot`: each pair's difference and interval as each pass's report prints it, in
+    the colour of that pass's verdict; a pass without the pair's rows draws nothing for it."""
+    from benchmark.leaderboard.claims import compare
+
+    paths = [ROOT / f"results/{r}/REPORT.md" for r in ("reference", "reference-2", "reference-3")]
+    reports = [compare.read(p) for p in paths]
+    rows = {
+        (claim, pair): (metric, points) for claim, pair, metric, points in compare.drawn(reports)
+    }
+    assert rows[CLAIM_TWICE, "hyperloop − transformer"][0] == "val_loss"
+    twice = rows[CLAIM_TWICE, "hyperloop − transformer"][1]
+    # the reports' cells: −0.0975 [−0.1450, −0.0500]; 0.0867 [0.0657, 0.1077]; −0.0083 [...]
+    assert twice == [
+        ((-0.0975, -0.1450, -0.0500), "not decided"),
+        ((0.0867, 0.0657, 0.1077), "contradicted"),
+        ((-0.0083, -0.0285, 0.0119), "not decided"),
+    ]
+    fp32 = rows["HC with n = 4 beats n = 1 (trained in float32)", "hc4 − hc1"][1]
+    assert fp32[0] is not None and fp32[1:] == [None, None]  # the first study's alone
+    metric, int4 = rows[
+        "INT4 GPTQ (group 128) costs Looped more perplexity than Hyperloop", "hyperloop − looped"
+    ]
+    assert metric == "int4_ppl_increase" and [p[1] for p in int4[:2]] == [
+        "contradicted",
+        "reproduced",
+    ]
+
+    figure = compare.plot(*reports).draw()
+    markers = [line for ax in figure.axes for line in ax.lines if line.get_marker() != "None"]
+    assert len(markers) == sum(p is not None for _, points in rows.values() for p in points)
+    assert len(figure.axes) == len({metric for metric, points in rows.values() if any(points)})
+
+    out = tmp_path / "passes.svg"
+    assert compare.main([*map(str, paths), "--plot", str(out)]) == 0
+    svg = out.read_text()
+    assert "third pass" in svg and "depth with about… (hyperloop − transformer)" in svg
+    assert compare.main([*map(str, paths), "--plot", str(tmp_path / "passes.pdf")]) == 2
+    assert capsys.readouterr().err.endswith(
+        f"--plot {tmp_path / 'passes.pdf'}: a .png or .svg file\n"
+    )

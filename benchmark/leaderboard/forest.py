@@ -80,3 +80,77 @@ def _draw(rows, title: str) -> Figure:
         ax.grid(axis="x", color="#eee")
         ax.tick_params(axis="x", labelsize=8)
     return fig
+
+
+# The passes' plot (claims/compare.py): one marker per pass, in the order the passes ran.
+PASS_MARKERS = ("o", "^", "s", "D")
+PASSES_NAME = "claims-passes"
+
+
+def passes_plot(rows: list[tuple[str, str, str, list]], names: list[str]) -> Plot | None:
+    """Each compared pair across the passes of a study: `rows` (claim, pair, metric, per pass None
+    or ((estimate, lo, hi), outcome)) from claims.compare, `names` the passes ("first", ...).
+    None when no pass has a difference to draw."""
+    rows = [r for r in rows if any(r[3])]
+    if not rows:
+        return None
+    title = (
+        "Claims across passes: better − worse, 95% interval (marker: the pass; colour: its verdict "
+        "at its adjusted p, green reproduced, red contradicted, grey not decided)"
+    )
+    return Plot(PASSES_NAME, title, True, partial(_draw_passes, rows, names, title))
+
+
+def _draw_passes(rows, names, title: str) -> Figure:
+    from matplotlib.lines import Line2D
+
+    metrics = list(dict.fromkeys(r[2] for r in rows))
+    panels = [[r for r in rows if r[2] == m] for m in metrics]
+    height = 1.4 + ROW_IN * 1.6 * (len(rows) + 1.2 * len(panels))
+    fig = Figure(figsize=(11.5, height))
+    gs = fig.add_gridspec(
+        len(panels),
+        1,
+        height_ratios=[len(p) + 1 for p in panels],
+        left=0.5,
+        right=0.97,
+        top=1 - 0.95 / height,
+        bottom=0.45 / height,
+        hspace=0.9 / max(1, len(panels)) + 0.15,
+    )
+    fig.suptitle(title, fontsize=10)
+    step = 0.6 / max(1, len(names) - 1)  # the passes of a pair spread over 0.6 of its row
+    for metric, pairs in zip(metrics, panels):
+        ax = fig.add_subplot(gs[metrics.index(metric)])
+        ys = list(range(len(pairs)))[::-1]
+        for y, (*_, drawn) in zip(ys, pairs):
+            for k, cell in enumerate(drawn):
+                if cell is None:
+                    continue
+                (estimate, lo, hi), outcome = cell
+                at = y + 0.3 - k * step  # the first pass on top
+                colour = COLOURS.get(outcome, "#7f7f7f")
+                if math.isfinite(lo) and math.isfinite(hi):
+                    ax.plot([lo, hi], [at, at], color=colour, linewidth=1.6)
+                ax.plot([estimate], [at], marker=PASS_MARKERS[k], color=colour, markersize=5)
+        ax.axvline(0, color="black", linewidth=0.8)
+        # the claim shortened, never its pair: which difference a row is
+        labels = [f"{textwrap.shorten(c, 70, placeholder='…')} ({pair})" for c, pair, *_ in pairs]
+        ax.set_yticks(ys, labels)
+        ax.tick_params(axis="y", labelsize=8)
+        ax.set_ylim(-0.7, len(pairs) - 0.3)
+        ax.set_xlabel(f"{metric}: better − worse", fontsize=9)
+        ax.grid(axis="x", color="#eee")
+        ax.tick_params(axis="x", labelsize=8)
+    fig.legend(
+        handles=[
+            Line2D([], [], marker=m, color="black", linestyle="none", label=f"{n} pass")
+            for m, n in zip(PASS_MARKERS, names)
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, 1 - 0.4 / height),
+        ncols=len(names),
+        fontsize=8,
+        frameon=False,
+    )
+    return fig

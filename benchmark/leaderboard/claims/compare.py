@@ -2,14 +2,16 @@
 
     python -m benchmark.leaderboard.claims.compare FIRST_REPORT SECOND_REPORT
     python -m benchmark.leaderboard.claims.compare FIRST_REPORT SECOND_REPORT --readme README.md
-    python -m benchmark.leaderboard.claims.compare FIRST SECOND THIRD --readme README.md
+    python -m benchmark.leaderboard.claims.compare FIRST SECOND THIRD --readme README.md --plot passes.svg
 
 prints a Markdown table and its caption: one row per compared pair of a claim (better − worse, in
 the claim's metric; a claim of order [a, b, c] has two) in either report, with each study's
 difference [95% CI], adjusted p and verdict, and what changed. With `--readme FILE` the table goes
 into FILE instead, between `<!-- comparison: FIRST_REPORT vs SECOND_REPORT -->` and
 `<!-- /comparison -->` (the two reports named as on this command line), the way
-benchmark.leaderboard.quote writes a report's verdicts into a README, never by hand.
+benchmark.leaderboard.quote writes a report's verdicts into a README, never by hand. With
+`--plot FILE` (.png or .svg) it also draws every pair's difference and 95% interval in each study,
+one marker per study and coloured by that study's verdict, so how a verdict moved shows at a glance.
 
 What is read: each study's board report in Markdown (`shapebench board ... --claims FILE --format
 md`, a record's REPORT.md): the table under `## Verdicts (FILE)`, whose cells are copied as the
@@ -48,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import re
 import sys
 from collections import Counter
@@ -243,22 +246,59 @@ def table(first: Report, second: Report, *later: Report) -> Table:
         ),
     ]
     rows = []
-    for chain in chains(reports):
-        texts = list(dict.fromkeys(c.text for c in chain if c is not None))
-        text = " → ".join(texts)
-        by = [{r.pair: r for r in c.rows} if c else {} for c in chain]
-        for pair in dict.fromkeys(p for b in by for p in b):
-            cells = [b.get(pair) for b in by]
-            changes = [
-                change(_before(cells[:k]), cells[k], names[k], _name_before(cells[:k], names))
-                for k in range(1, len(cells))
-            ]
-            rows.append([text, pair, *(x for c in cells for x in _side(c)), *changes])
+    for text, pair, cells in pairs(reports):
+        changes = [
+            change(_before(cells[:k]), cells[k], names[k], _name_before(cells[:k], names))
+            for k in range(1, len(cells))
+        ]
+        rows.append([text, pair, *(x for c in cells for x in _side(c)), *changes])
     return Table(
         title=" → ".join(f"{'Verdicts: ' if not i else ''}{r.path}" for i, r in enumerate(reports)),
         columns=[Column(header=h, cells=[r[k] for r in rows]) for k, h in enumerate(heads)],
         caption=caption(first, second) + "".join(_later(r, n) for r, n in zip(later, names[2:])),
     )
+
+
+def pairs(reports: list[Report]):
+    """Each compared pair of a claim in any report: (the claim's text, first → later where it
+    was reworded; the pair; its row in each report, None where one lacks it)."""
+    for chain in chains(reports):
+        text = " → ".join(dict.fromkeys(c.text for c in chain if c is not None))
+        by = [{r.pair: r for r in c.rows} if c else {} for c in chain]
+        for pair in dict.fromkeys(p for b in by for p in b):
+            yield text, pair, [b.get(pair) for b in by]
+
+
+_DIFFERENCE = re.compile(r"^(−?[\d.]+)(?: \[(−?[\d.]+), (−?[\d.]+)\])?")
+
+
+def estimate(row: Row | None) -> tuple[float, float, float] | None:
+    """A row's difference and 95% interval as numbers (nan where it prints no interval); None
+    where it has no difference (no data)."""
+    found = _DIFFERENCE.match(row.difference) if row is not None else None
+    if found is None:
+        return None
+    return tuple(math.nan if x is None else float(x.replace("−", "-")) for x in found.groups())
+
+
+def drawn(reports: list[Report]) -> list[tuple[str, str, list]]:
+    """What the passes' plot draws: per compared pair (its claim, the pair "a − b", its metric,
+    per report None or ((estimate, lo, hi), outcome))."""
+    rows = []
+    for text, pair, cells in pairs(reports):
+        label, _, metric = pair.rpartition(" (")
+        points = [(estimate(c), c.outcome) if estimate(c) else None for c in cells]
+        rows.append((text, label, metric.removesuffix(")"), points))
+    return rows
+
+
+def plot(first: Report, second: Report, *later: Report):
+    """The passes' forest plot (forest.passes_plot): each pair's difference and interval in
+    every report that has one, coloured by that report's verdict; None when none has one."""
+    from benchmark.leaderboard import forest  # matplotlib, only for a plot
+
+    reports = [first, second, *later]
+    return forest.passes_plot(drawn(reports), list(ORDINALS[: len(reports)]))
 
 
 def _before(cells: list) -> Row | None:
@@ -351,16 +391,35 @@ def main(argv: list[str] | None = None) -> int:
         help=f"write the table into FILE between <!-- {TAG}: FIRST_REPORT vs SECOND_REPORT[ vs THIRD_REPORT] --> "
         f"and <!-- /{TAG} --> instead of printing it (repeatable)",
     )
+    p.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE",
+        help="also draw each pair's difference and interval in every study into FILE (.png or .svg)",
+    )
     args = p.parse_args(argv)
     try:
         paths = [x for x in (args.first, args.second, args.third) if x is not None]
-        block = render(*(read(x) for x in paths))
+        reports = [read(x) for x in paths]
+        block = render(*reports)
         written = {path: _filled(path, block, " vs ".join(map(str, paths))) for path in args.readme}
+        if args.plot is not None:
+            if args.plot.suffix not in (".png", ".svg"):
+                raise ReportError(f"--plot {args.plot}: a .png or .svg file")
+            from benchmark.leaderboard import plots
+
+            drawn = plot(*reports)
+            if drawn is None:
+                raise ReportError(f"--plot {args.plot}: no study has a difference to draw")
+            written[args.plot] = plots.render(drawn)[args.plot.suffix[1:]]
     except ReportError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2
     for path, text in written.items():  # only once every file has its block
-        path.write_text(text, encoding="utf-8")
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text, encoding="utf-8")
         print(f"wrote {path}", file=sys.stderr)
     if not written:
         print(block)
