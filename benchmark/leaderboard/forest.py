@@ -42,21 +42,8 @@ def _label(r: Result, p) -> str:
 def _draw(rows, title: str) -> Figure:
     metrics = list(dict.fromkeys(r.claim.metric.column for r, _ in rows))
     panels = [[(r, p) for r, p in rows if r.claim.metric.column == m] for m in metrics]
-    height = 0.9 + ROW_IN * (len(rows) + 1.2 * len(panels))
-    fig = Figure(figsize=(11.5, height))
-    gs = fig.add_gridspec(
-        len(panels),
-        1,
-        height_ratios=[len(p) + 1 for p in panels],
-        left=0.5,
-        right=0.97,
-        top=1 - 0.55 / height,
-        bottom=0.45 / height,
-        hspace=0.9 / max(1, len(panels)) + 0.15,
-    )
-    fig.suptitle(title, fontsize=10)
-    for i, (metric, pairs) in enumerate(zip(metrics, panels)):
-        ax = fig.add_subplot(gs[i])
+    fig, axes, _ = _figure(title, panels, ROW_IN, head_in=0.9, top_in=0.55)
+    for ax, metric, pairs in zip(axes, metrics, panels):
         ys = list(range(len(pairs)))[::-1]
         for y, (r, p) in zip(ys, pairs):
             d = p.difference
@@ -73,13 +60,37 @@ def _draw(rows, title: str) -> Figure:
                     color="black",
                     markersize=5,
                 )
-        ax.axvline(0, color="black", linewidth=0.8)
-        ax.set_yticks(ys, [_label(r, p) for r, p in pairs], fontsize=8)
-        ax.set_ylim(-0.7, len(pairs) - 0.3)
-        ax.set_xlabel(f"{metric}: better − worse", fontsize=9)
-        ax.grid(axis="x", color="#eee")
-        ax.tick_params(axis="x", labelsize=8)
+        _frame(ax, ys, [_label(r, p) for r, p in pairs], metric)
     return fig
+
+
+def _figure(title: str, panels: list[list], row_in: float, head_in: float, top_in: float):
+    """A figure of one panel per metric, each as tall as its rows, under `title`: (figure, axes,
+    height in inches)."""
+    height = head_in + row_in * (sum(map(len, panels)) + 1.2 * len(panels))
+    fig = Figure(figsize=(11.5, height))
+    gs = fig.add_gridspec(
+        len(panels),
+        1,
+        height_ratios=[len(p) + 1 for p in panels],
+        left=0.5,
+        right=0.97,
+        top=1 - top_in / height,
+        bottom=0.45 / height,
+        hspace=0.9 / max(1, len(panels)) + 0.15,
+    )
+    fig.suptitle(title, fontsize=10)
+    return fig, [fig.add_subplot(gs[i]) for i in range(len(panels))], height
+
+
+def _frame(ax, ys: list[int], labels: list[str], metric: str) -> None:
+    """A panel's zero line, its pairs' names and its metric's axis."""
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(ys, labels, fontsize=8)
+    ax.set_ylim(-0.7, len(ys) - 0.3)
+    ax.set_xlabel(f"{metric}: better − worse", fontsize=9)
+    ax.grid(axis="x", color="#eee")
+    ax.tick_params(axis="x", labelsize=8)
 
 
 # The passes' plot (claims/compare.py): one marker per pass, in the order the passes ran.
@@ -106,22 +117,9 @@ def _draw_passes(rows, names, title: str) -> Figure:
 
     metrics = list(dict.fromkeys(r[2] for r in rows))
     panels = [[r for r in rows if r[2] == m] for m in metrics]
-    height = 1.4 + ROW_IN * 1.6 * (len(rows) + 1.2 * len(panels))
-    fig = Figure(figsize=(11.5, height))
-    gs = fig.add_gridspec(
-        len(panels),
-        1,
-        height_ratios=[len(p) + 1 for p in panels],
-        left=0.5,
-        right=0.97,
-        top=1 - 0.95 / height,
-        bottom=0.45 / height,
-        hspace=0.9 / max(1, len(panels)) + 0.15,
-    )
-    fig.suptitle(title, fontsize=10)
+    fig, axes, height = _figure(title, panels, ROW_IN * 1.6, head_in=1.4, top_in=0.95)
     step = 0.6 / max(1, len(names) - 1)  # the passes of a pair spread over 0.6 of its row
-    for metric, pairs in zip(metrics, panels):
-        ax = fig.add_subplot(gs[metrics.index(metric)])
+    for ax, metric, pairs in zip(axes, metrics, panels):
         ys = list(range(len(pairs)))[::-1]
         for y, (*_, drawn) in zip(ys, pairs):
             for k, cell in enumerate(drawn):
@@ -133,15 +131,9 @@ def _draw_passes(rows, names, title: str) -> Figure:
                 if math.isfinite(lo) and math.isfinite(hi):
                     ax.plot([lo, hi], [at, at], color=colour, linewidth=1.6)
                 ax.plot([estimate], [at], marker=PASS_MARKERS[k], color=colour, markersize=5)
-        ax.axvline(0, color="black", linewidth=0.8)
         # the claim shortened, never its pair: which difference a row is
         labels = [f"{textwrap.shorten(c, 70, placeholder='…')} ({pair})" for c, pair, *_ in pairs]
-        ax.set_yticks(ys, labels)
-        ax.tick_params(axis="y", labelsize=8)
-        ax.set_ylim(-0.7, len(pairs) - 0.3)
-        ax.set_xlabel(f"{metric}: better − worse", fontsize=9)
-        ax.grid(axis="x", color="#eee")
-        ax.tick_params(axis="x", labelsize=8)
+        _frame(ax, ys, labels, metric)
     fig.legend(
         handles=[
             Line2D([], [], marker=m, color="black", linestyle="none", label=f"{n} pass")
