@@ -18,8 +18,8 @@ class Halt:
     kind: str  # "store_full": the results disk is full; "resources": no trial can start on the
     message: str  # cluster; "ray": Ray could not start or lost its head node; "storage": the Optuna
     # study's database did not answer for --storage-wait, or no longer holds what the search wrote
-    # (search/storage.py); "interrupted": the
-    # user stopped it (Ctrl-C), Ray Tune ending the running trials
+    # (search/storage.py); "interrupted": the user stopped it (Ctrl-C), Ray Tune ending the running
+    # trials
 
     def __post_init__(self):
         if self.kind not in EXIT_CODES:

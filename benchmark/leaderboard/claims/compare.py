@@ -287,7 +287,7 @@ def drawn(reports: list[Report]) -> list[tuple[str, str, list]]:
     rows = []
     for text, pair, cells in pairs(reports):
         label, _, metric = pair.rpartition(" (")
-        points = [(estimate(c), c.outcome) if estimate(c) else None for c in cells]
+        points = [(e, c.outcome) if (e := estimate(c)) else None for c in cells]
         rows.append((text, label, metric.removesuffix(")"), points))
     return rows
 
@@ -402,24 +402,22 @@ def main(argv: list[str] | None = None) -> int:
         paths = [x for x in (args.first, args.second, args.third) if x is not None]
         reports = [read(x) for x in paths]
         block = render(*reports)
-        written = {path: _filled(path, block, " vs ".join(map(str, paths))) for path in args.readme}
+        named = " vs ".join(map(str, paths))
+        written = {path: _filled(path, block, named).encode("utf-8") for path in args.readme}
         if args.plot is not None:
             if args.plot.suffix not in (".png", ".svg"):
                 raise ReportError(f"--plot {args.plot}: a .png or .svg file")
             from benchmark.leaderboard import plots
 
-            drawn = plot(*reports)
-            if drawn is None:
+            figure = plot(*reports)
+            if figure is None:
                 raise ReportError(f"--plot {args.plot}: no study has a difference to draw")
-            written[args.plot] = plots.render(drawn)[args.plot.suffix[1:]]
+            written[args.plot] = plots.render(figure)[args.plot.suffix[1:]]
     except ReportError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2
-    for path, text in written.items():  # only once every file has its block
-        if isinstance(text, bytes):
-            path.write_bytes(text)
-        else:
-            path.write_text(text, encoding="utf-8")
+    for path, data in written.items():  # only once every file has its block
+        path.write_bytes(data)
         print(f"wrote {path}", file=sys.stderr)
     if not written:
         print(block)
