@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import glob
 import hashlib
+import itertools
 import logging
 import os
 import re
@@ -151,11 +152,20 @@ def end_stale_ray(session_dir: str) -> list[int]:
     return killed
 
 
+# Ray waits a fixed 30 s for a new local node's raylet to register with its GCS and then gives up
+# (ray/_private/node.py, `raylet_start_wait_time_s`, not configurable); on a machine busy with
+# other work that wait can run out though nothing is wrong. A local start that timed out so is
+# tried again, its leftovers ended first; any other failure, or a cluster's, is said at once.
+SLOW_START = "timed out during startup"
+LOCAL_STARTS = 3
+
+
 def start(address: str | None, slot: Slot | None) -> bool:
     """Start (or connect to) the Ray the search runs on; False, starting nothing, when this process
     is connected to one already (a notebook's `ray.init()`): the search runs there and `stop`
     leaves it running. True once this call has started or connected one, for `stop` to end.
-    RayStartError when Ray does not start or answer."""
+    RayStartError when Ray does not start or answer (a local start that ran out of Ray's startup
+    wait: after LOCAL_STARTS tries)."""
     import ray
 
     if ray.is_initialized():
@@ -167,28 +177,34 @@ def start(address: str | None, slot: Slot | None) -> bool:
             )
         return False
     common = dict(log_to_driver=False, logging_level=logging.ERROR, configure_logging=True)
-    try:
-        if address:
-            ray.init(address=address, **common)
-        else:
-            ray.init(
-                include_dashboard=False,
-                num_cpus=os.cpu_count(),
-                object_store_memory=256 * 1024**2,
-                _temp_dir=slot.folder,
-                **common,
-            )
-    except Exception as e:  # noqa: BLE001  (Ray raises many kinds here; each becomes one line)
-        ray.shutdown()
-        raise RayStartError(
-            failure(
-                e,
-                address,
-                slot,
-                "could not start" if not address else f"could not connect to {address}",
-            )
-        ) from None
-    return True
+    for attempt in itertools.count(1):
+        try:
+            if address:
+                ray.init(address=address, **common)
+            else:
+                ray.init(
+                    include_dashboard=False,
+                    num_cpus=os.cpu_count(),
+                    object_store_memory=256 * 1024**2,
+                    _temp_dir=slot.folder,
+                    **common,
+                )
+            return True
+        except Exception as e:  # noqa: BLE001  (Ray raises many kinds here; each becomes one line)
+            ray.shutdown()
+            if not address and attempt < LOCAL_STARTS and SLOW_START in str(e):
+                # What the late start left (its GCS, raylet, workers) would hold ports and memory
+                # beside the next one; they all name the slot's folder, which this driver owns.
+                end_stale_ray(slot.folder)
+                continue
+            raise RayStartError(
+                failure(
+                    e,
+                    address,
+                    slot,
+                    "could not start" if not address else f"could not connect to {address}",
+                )
+            ) from None
 
 
 def failure(error: BaseException, address: str | None, slot: Slot | None, what: str) -> str:
