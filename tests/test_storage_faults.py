@@ -472,3 +472,65 @@ def test_a_study_replaced_under_the_search_stops_it_in_one_line(tmp_path):
     # any other KeyError is no lost record: it is raised, as before
     with pytest.raises(KeyError, match="'lr'"):
         AttributedSearch._stop(search, KeyError("lr"))
+
+
+def test_a_study_file_checked_out_over_under_the_search_stops_it_and_keeps_what_it_wrote(tmp_path):
+    """`git stash` of a running third-reference-study's folder put new files at its studies'
+    paths; SQLite's open connections read on from the old ones and refuse to write to them
+    ("attempt to write a readonly database"), which the storage took for a database away: it
+    waited, then said the database had not answered, and the file the search wrote went with its
+    process. The next call now sees the new file by its inode, saves the search's own beside it
+    and stops the search (exit 3), saying to put that back."""
+    from optuna.distributions import FloatDistribution
+
+    from benchmark.search.searcher import AttributedSearch
+    from benchmark.search.storage import StorageReplaced
+
+    storage, _ = _storage(tmp_path, wait_s=1)
+    search = AttributedSearch(
+        space={"lr": FloatDistribution(1e-3, 1e-2)},
+        metric="val_loss",
+        mode="min",
+        study_name="s",
+        storage=storage,
+        ctx=None,
+    )
+    assert "lr" in search.suggest("a")
+    search.on_trial_result("a", {"val_loss": 4.0, "tokens": 100})
+    path = tmp_path / "study.db"
+    committed = tmp_path / "committed.db"
+    (tmp_path / "older").mkdir()
+    older, _ = _storage(tmp_path / "older")
+    optuna.create_study(storage=older, study_name="s")
+    older.remove_session()
+    committed.write_bytes((tmp_path / "older" / "study.db").read_bytes())
+    os.replace(committed, path)  # what git does: a new file, renamed over the path
+
+    assert search.on_trial_result("a", {"val_loss": 3.9, "tokens": 200}) is None
+    assert search.halt.kind == "storage" and search.halt.exit_code == 3
+    assert " was replaced while the search ran " in search.halt.message
+    (saved,) = tmp_path.glob("study.db.this-search-*")
+    assert re.fullmatch(
+        rf"the study's database {re.escape(str(path))} was replaced while the search ran \(another "
+        r"file, or none, is at its path: copied, moved or checked out over it, or removed\); "
+        rf"finished rows are kept, and the database this search wrote is saved as "
+        rf"{re.escape(str(saved))}\. Put that back \(mv {re.escape(str(saved))} "
+        rf"{re.escape(str(path))}\), then --resume: the other file would give out trial numbers "
+        r"whose rows exist",
+        search.halt.message,
+    )
+    assert search.suggest("b") is None
+    # the saved file is the search's: its trial and the curve point told before the change
+    kept = optuna.load_study(study_name="s", storage=f"sqlite:///{saved}").trials
+    assert [(t.number, t.intermediate_values) for t in kept] == [(0, {100: 4.0})]
+    assert optuna.load_study(study_name="s", storage=f"sqlite:///{path}").trials == []
+    # every later call says the same, and saves nothing more
+    with pytest.raises(StorageReplaced, match="saved as"):
+        storage.get_all_studies()
+    assert len(list(tmp_path.glob("study.db.this-search-*"))) == 1
+    # a file removed is the same
+    (tmp_path / "removed").mkdir()
+    removed, _ = _storage(tmp_path / "removed", wait_s=1)
+    (tmp_path / "removed" / "study.db").unlink()
+    with pytest.raises(StorageReplaced, match="another file, or none"):
+        removed.get_all_studies()

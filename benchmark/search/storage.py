@@ -21,7 +21,9 @@ A call that succeeds after a retry says one line (`say`). One that fails for `wa
 StorageUnavailable, whose message names the database (without its password) and what to do;
 the search stops on it with exit code 3 (halt.py), keeping every row, and `--resume` tells the
 study what it missed (resume.close_running). A full disk is never retried (location.disk_full),
-nor a record the database no longer holds (`record_lost`): the search stops on it the same way.
+nor a record the database no longer holds (`record_lost`): the search stops on it the same way,
+as it does at once when a SQLite study's file is replaced by another (StorageReplaced, seen by its
+inode before each call), saving the file the search wrote beside it.
 
 A retried write whose first attempt was committed but not acknowledged (the connection dropped
 in the one round trip between the two) is recognised where it matters: a tell that finds its
@@ -32,6 +34,8 @@ close_running fails it on the next start (an enqueued point may then train twice
 from __future__ import annotations
 
 import functools
+import os
+import shutil
 import sys
 import threading
 import time
@@ -57,6 +61,63 @@ RECORD_LOST = "Record does not exist."
 
 class StorageUnavailable(RuntimeError):
     """The study's database did not answer for the whole wait; the message is one line."""
+
+
+class StorageReplaced(StorageUnavailable):
+    """Another file is at the study's SQLite path than the one this search opened (`git checkout`
+    or `git stash` of it, `mv` of a copy over it, removed). SQLite's open connections go on reading
+    the file they opened and refuse to write to it ("attempt to write a readonly database",
+    SQLITE_READONLY_DBMOVED), an OperationalError that looks like a database away: the search
+    waited --storage-wait and said the database had not answered, and the file the search wrote,
+    which no path names any more, went with the process."""
+
+
+class HeldFile:
+    """The study's SQLite file as this search opened it: held open, so that its contents outlive
+    its path being taken by another file, and known by its inode, so that such a change is seen
+    at the next call of the storage (`check`). None for a database that is not a local file."""
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        self.file = open(self.path, "rb")  # noqa: SIM115  (held for the storage's life)
+        self.identity = _identity(os.fstat(self.file.fileno()))
+        self.saved: str | None = None
+
+    @classmethod
+    def of(cls, url: str) -> HeldFile | None:
+        from sqlalchemy.engine import make_url
+
+        url_ = make_url(url)
+        path = url_.database
+        if url_.get_backend_name() != "sqlite" or not path or path == ":memory:":
+            return None
+        return cls(path) if os.path.isfile(path) else None
+
+    def check(self) -> None:
+        """StorageReplaced, once this file's path names another file or none; the file this search
+        wrote is saved beside it first (`saved`)."""
+        try:
+            now = _identity(os.stat(self.path))
+        except FileNotFoundError:
+            now = None
+        if now == self.identity:
+            return
+        if self.saved is None:
+            self.saved = f"{self.path}.this-search-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+            with open(self.saved, "wb") as out:
+                self.file.seek(0)
+                shutil.copyfileobj(self.file, out)
+        raise StorageReplaced(
+            f"the study's database {self.path} was replaced while the search ran (another file, or "
+            f"none, is at its path: copied, moved or checked out over it, or removed); finished rows "
+            f"are kept, and the database this search wrote is saved as {self.saved}. Put that back "
+            f"(mv {self.saved} {self.path}), then --resume: the other file would give out trial "
+            "numbers whose rows exist"
+        )
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
 
 
 def shown(url: str) -> str:
@@ -124,18 +185,21 @@ class PatientStorage(RDBStorage):
 
     def __init__(self, url: str, wait_s: float = STORAGE_WAIT_S, say=_to_stderr):
         self.wait_s, self.say = wait_s, say
-        self._local = threading.local()
+        self._local, self._held = threading.local(), None
         self._patiently(RDBStorage.__init__, self, url, engine_kwargs=engine_kwargs(url))
+        self._held = HeldFile.of(url)
 
     def __getstate__(self):  # Tune pickles the searcher, and with it this storage
         state = super().__getstate__()
         state.pop("_local", None)
+        state.pop("_held", None)
         return state
 
     def __setstate__(self, state) -> None:
-        self._local = threading.local()
+        self._local, self._held = threading.local(), None
         self.__dict__.update(wait_s=state["wait_s"], say=state["say"])
         self._patiently(RDBStorage.__setstate__, self, state)
+        self._held = HeldFile.of(self.url)
 
     def set_trial_state_values(self, trial_id, state, values=None) -> bool:
         from optuna.trial import TrialState
@@ -187,6 +251,8 @@ class PatientStorage(RDBStorage):
 
         if getattr(self._local, "inside", False):
             return call(*args, **kwargs)
+        if self._held is not None:
+            self._held.check()
         self._local.inside = True
         start, failed = time.monotonic(), []
         try:
