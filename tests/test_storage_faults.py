@@ -8,7 +8,9 @@ path, the study and the rows agree at the end."""
 from __future__ import annotations
 
 import os
+import pickle
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -432,7 +434,6 @@ def test_a_study_replaced_under_the_search_stops_it_in_one_line(tmp_path):
     """A driver of the third reference study ended in a raw KeyError ("Record does not exist.")
     from a curve point's report when its database file was checked out over mid-search: it now
     stops the search as a database away does (exit 3, every row kept), saying what happened."""
-    import shutil
 
     from optuna.distributions import FloatDistribution
 
@@ -510,13 +511,14 @@ def test_a_study_file_checked_out_over_under_the_search_stops_it_and_keeps_what_
     assert search.halt.kind == "storage" and search.halt.exit_code == 3
     assert " was replaced while the search ran " in search.halt.message
     (saved,) = tmp_path.glob("study.db.this-search-*")
+    assert re.fullmatch(rf"study\.db\.this-search-\d{{8}}T\d{{6}}Z-{os.getpid()}", saved.name)
+    p, k = re.escape(str(path)), re.escape(str(saved))
     assert re.fullmatch(
-        rf"the study's database {re.escape(str(path))} was replaced while the search ran \(another "
-        r"file, or none, is at its path: copied, moved or checked out over it, or removed\); "
-        rf"finished rows are kept, and the database this search wrote is saved as "
-        rf"{re.escape(str(saved))}\. Put that back \(mv {re.escape(str(saved))} "
-        rf"{re.escape(str(path))}\), then --resume: the other file would give out trial numbers "
-        r"whose rows exist",
+        rf"the study's database {p} was replaced while the search ran \(another file, or none, is "
+        r"at its path: moved or checked out over it, or removed\); finished rows are kept, and the "
+        rf"database this search wrote is saved as {k}\. Move the other aside and put that back "
+        rf"\(mv {p} {p}\.other; mv {k} {p}\), then --resume: the other file would give out trial "
+        r"numbers whose rows exist",
         search.halt.message,
     )
     assert search.suggest("b") is None
@@ -528,9 +530,52 @@ def test_a_study_file_checked_out_over_under_the_search_stops_it_and_keeps_what_
     with pytest.raises(StorageReplaced, match="saved as"):
         storage.get_all_studies()
     assert len(list(tmp_path.glob("study.db.this-search-*"))) == 1
-    # a file removed is the same
+    # a storage unpickled (Tune pickles the searcher) holds the file it opens, and sees it go too
+    (tmp_path / "pickled").mkdir()
+    again = pickle.loads(pickle.dumps(_storage(tmp_path / "pickled", wait_s=1)[0]))
+    assert again.get_all_studies() == []
+    os.replace(committed_copy(tmp_path / "older" / "study.db"), tmp_path / "pickled" / "study.db")
+    with pytest.raises(StorageReplaced, match="saved as"):
+        again.get_all_studies()
+    # a folder removed with its file: nothing can be saved, and the line says so
     (tmp_path / "removed").mkdir()
     removed, _ = _storage(tmp_path / "removed", wait_s=1)
-    (tmp_path / "removed" / "study.db").unlink()
-    with pytest.raises(StorageReplaced, match="another file, or none"):
+    shutil.rmtree(tmp_path / "removed")
+    with pytest.raises(
+        StorageReplaced, match=r"none, is at its path.* could not be saved \(FileNotFoundError: "
+    ):
         removed.get_all_studies()
+
+
+def committed_copy(path):
+    """A copy of `path` beside it, for os.replace over another file (git's way: a new file)."""
+    copy = path.with_suffix(".copy")
+    copy.write_bytes(path.read_bytes())
+    return copy
+
+
+def test_a_study_file_replaced_during_a_call_is_not_waited_on(tmp_path, monkeypatch):
+    """Replaced between the check and SQLite's write, the write fails ("attempt to write a
+    readonly database", which reads as a database away): the retry's check says what happened at
+    once instead of waiting the whole --storage-wait."""
+    from optuna.storages import RDBStorage
+
+    from benchmark.search.storage import StorageReplaced
+
+    storage, said = _storage(tmp_path, wait_s=30)
+    trial = optuna.create_study(storage=storage, study_name="s").ask()
+    (tmp_path / "older").mkdir()
+    older, _ = _storage(tmp_path / "older")
+    optuna.create_study(storage=older, study_name="s")
+    real = RDBStorage.set_trial_user_attr
+
+    def replaced_meanwhile(self, *args, **kwargs):
+        os.replace(committed_copy(tmp_path / "older" / "study.db"), tmp_path / "study.db")
+        monkeypatch.setattr(RDBStorage, "set_trial_user_attr", real)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(RDBStorage, "set_trial_user_attr", replaced_meanwhile)
+    start = time.monotonic()
+    with pytest.raises(StorageReplaced, match="saved as"):
+        trial.set_user_attr("k", 1)
+    assert time.monotonic() - start < 10 and said == []

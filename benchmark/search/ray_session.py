@@ -29,6 +29,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,7 +140,9 @@ def ray_processes(session_dir: str) -> list[int]:
 
 
 def end_stale_ray(session_dir: str) -> list[int]:
-    """End the processes of a dead driver's slot. Called only with the slot's lock held."""
+    """End the processes of a slot: a dead driver's, or this driver's own after a start that
+    failed. Called only with the slot's lock held. (Ray's reaper process does not name the slot;
+    it ends with the driver.)"""
     killed = []
     for pid in ray_processes(session_dir):
         if pid == os.getpid():
@@ -152,12 +155,13 @@ def end_stale_ray(session_dir: str) -> list[int]:
     return killed
 
 
-# Ray waits a fixed 30 s for a new local node's raylet to register with its GCS and then gives up
+# Ray waits a fixed time for a new local node's raylet to register with its GCS and then gives up
 # (ray/_private/node.py, `raylet_start_wait_time_s`, not configurable); on a machine busy with
 # other work that wait can run out though nothing is wrong. A local start that timed out so is
 # tried again, its leftovers ended first; any other failure, or a cluster's, is said at once.
 SLOW_START = "timed out during startup"
 LOCAL_STARTS = 3
+GONE_WAIT_S = 10.0
 
 
 def start(address: str | None, slot: Slot | None) -> bool:
@@ -196,6 +200,9 @@ def start(address: str | None, slot: Slot | None) -> bool:
                 # What the late start left (its GCS, raylet, workers) would hold ports and memory
                 # beside the next one; they all name the slot's folder, which this driver owns.
                 end_stale_ray(slot.folder)
+                deadline = time.monotonic() + GONE_WAIT_S  # SIGKILL ends them a moment later
+                while ray_processes(slot.folder) and time.monotonic() < deadline:
+                    time.sleep(0.05)
                 continue
             raise RayStartError(
                 failure(

@@ -33,9 +33,10 @@ close_running fails it on the next start (an enqueued point may then train twice
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-import shutil
+import sqlite3
 import sys
 import threading
 import time
@@ -65,7 +66,8 @@ class StorageUnavailable(RuntimeError):
 
 class StorageReplaced(StorageUnavailable):
     """Another file is at the study's SQLite path than the one this search opened (`git checkout`
-    or `git stash` of it, `mv` of a copy over it, removed). SQLite's open connections go on reading
+    or `git stash` of it, `mv` of a copy over it, removed; a `cp` over it writes into the same file,
+    which only Optuna's "Record does not exist." can show). SQLite's open connections go on reading
     the file they opened and refuse to write to it ("attempt to write a readonly database",
     SQLITE_READONLY_DBMOVED), an OperationalError that looks like a database away: the search
     waited --storage-wait and said the database had not answered, and the file the search wrote,
@@ -75,13 +77,13 @@ class StorageReplaced(StorageUnavailable):
 class HeldFile:
     """The study's SQLite file as this search opened it: held open, so that its contents outlive
     its path being taken by another file, and known by its inode, so that such a change is seen
-    at the next call of the storage (`check`). None for a database that is not a local file."""
+    at the storage's next call (`check`). None for a database that is not a local file."""
 
-    def __init__(self, path: str):
-        self.path = os.path.abspath(path)
-        self.file = open(self.path, "rb")  # noqa: SIM115  (held for the storage's life)
-        self.identity = _identity(os.fstat(self.file.fileno()))
+    def __init__(self, path: str, identity: tuple[int, int], fd: int):
+        self.path, self.identity, self.fd = path, identity, fd
         self.saved: str | None = None
+        self.unsaved: str | None = None  # why it could not be saved
+        self._lock = threading.Lock()
 
     @classmethod
     def of(cls, url: str) -> HeldFile | None:
@@ -91,29 +93,80 @@ class HeldFile:
         path = url_.database
         if url_.get_backend_name() != "sqlite" or not path or path == ":memory:":
             return None
-        return cls(path) if os.path.isfile(path) else None
+        held = _hold(os.path.abspath(path))
+        return held and cls(os.path.abspath(path), *held)
 
     def check(self) -> None:
         """StorageReplaced, once this file's path names another file or none; the file this search
-        wrote is saved beside it first (`saved`)."""
+        wrote is saved beside it first (`saved`), once."""
         try:
             now = _identity(os.stat(self.path))
         except FileNotFoundError:
             now = None
         if now == self.identity:
             return
-        if self.saved is None:
-            self.saved = f"{self.path}.this-search-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-            with open(self.saved, "wb") as out:
-                self.file.seek(0)
-                shutil.copyfileobj(self.file, out)
+        with self._lock:
+            if self.saved is None and self.unsaved is None:
+                try:
+                    self.saved = _save(self.fd, self.path)
+                except (OSError, sqlite3.Error) as e:
+                    self.unsaved = f"{type(e).__name__}: {e}"
+        kept = (
+            f"the database this search wrote is saved as {self.saved}. Move the other aside and put "
+            f"that back (mv {self.path} {self.path}.other; mv {self.saved} {self.path}), then --resume: "
+            "the other file would give out trial numbers whose rows exist"
+            if self.saved
+            else f"the database this search wrote could not be saved ({self.unsaved})"
+        )
         raise StorageReplaced(
             f"the study's database {self.path} was replaced while the search ran (another file, or "
-            f"none, is at its path: copied, moved or checked out over it, or removed); finished rows "
-            f"are kept, and the database this search wrote is saved as {self.saved}. Put that back "
-            f"(mv {self.saved} {self.path}), then --resume: the other file would give out trial "
-            "numbers whose rows exist"
+            f"none, is at its path: moved or checked out over it, or removed); finished rows are "
+            f"kept, and {kept}"
         )
+
+
+# Every SQLite file a storage of this process opened, held open for the process's life, one
+# descriptor a file: closing any descriptor of a file drops every POSIX lock the process holds on
+# it, SQLite's connections' included (sqlite.org, "How To Corrupt An SQLite Database File" 2.2).
+_HELD: dict[tuple[int, int], int] = {}
+_HELD_LOCK = threading.Lock()
+
+
+def _hold(path: str) -> tuple[tuple[int, int], int] | None:
+    with _HELD_LOCK:
+        try:
+            known = _identity(os.stat(path))
+        except FileNotFoundError:
+            return None
+        if known not in _HELD:
+            fd = os.open(path, os.O_RDONLY)
+            known = _identity(os.fstat(fd))  # the file opened, should the path have changed since
+            _HELD.setdefault(known, fd)  # (a second descriptor of one file stays open: see above)
+        return known, _HELD[known]
+
+
+def _save(fd: int, path: str, tries: int = 3) -> str:
+    """A copy of the held file beside its path, checked by SQLite (another driver of the study may
+    have been committing to it mid-copy: copied again)."""
+    target = f"{path}.this-search-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
+    part = target + ".part"
+    try:
+        for _ in range(tries):
+            with open(part, "wb") as out:
+                offset = 0
+                while chunk := os.pread(fd, 1 << 20, offset):
+                    out.write(chunk)
+                    offset += len(chunk)
+            with contextlib.closing(sqlite3.connect(part)) as db:
+                if db.execute("PRAGMA quick_check").fetchone()[0] == "ok":
+                    break
+        else:
+            raise sqlite3.DatabaseError(f"its copy failed SQLite's quick_check {tries} times")
+        os.replace(part, target)
+        return target
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(part)
 
 
 def _identity(st: os.stat_result) -> tuple[int, int]:
@@ -251,8 +304,6 @@ class PatientStorage(RDBStorage):
 
         if getattr(self._local, "inside", False):
             return call(*args, **kwargs)
-        if self._held is not None:
-            self._held.check()
         self._local.inside = True
         start, failed = time.monotonic(), []
         try:
@@ -267,6 +318,8 @@ class PatientStorage(RDBStorage):
                 before_sleep=lambda state: failed.append(state.outcome.exception()),
             ):
                 with attempt:
+                    if self._held is not None:  # before each try: a file replaced meanwhile
+                        self._held.check()  # makes SQLite refuse to write, which looks transient
                     result = call(*args, **kwargs)
         except Exception as e:
             if not transient(e):
