@@ -435,29 +435,11 @@ def test_a_study_replaced_under_the_search_stops_it_in_one_line(tmp_path):
     from a curve point's report when its database file was checked out over mid-search: it now
     stops the search as a database away does (exit 3, every row kept), saying what happened."""
 
-    from optuna.distributions import FloatDistribution
-
-    from benchmark.search.searcher import AttributedSearch
-
-    storage, _ = _storage(tmp_path, wait_s=1)
-    search = AttributedSearch(
-        space={"lr": FloatDistribution(1e-3, 1e-2)},
-        metric="val_loss",
-        mode="min",
-        study_name="s",
-        storage=storage,
-        ctx=None,
-    )
-    assert "lr" in search.suggest("a")
-    search.on_trial_result("a", {"val_loss": 4.0, "tokens": 100})
+    storage, search = _search_with_a_point(tmp_path)
     trial = search._ot_trials["a"]
     assert trial.storage.get_trial(trial._trial_id).intermediate_values == {100: 4.0}
     # an older copy of the file, made before the trial, copied over it
-    (tmp_path / "older").mkdir()
-    older, _ = _storage(tmp_path / "older", wait_s=1)
-    optuna.create_study(storage=older, study_name="s")
-    older.remove_session()
-    shutil.copyfile(tmp_path / "older" / "study.db", tmp_path / "study.db")
+    shutil.copyfile(_older_study(tmp_path), tmp_path / "study.db")
 
     assert search.on_trial_result("a", {"val_loss": 3.9, "tokens": 200}) is None
     assert search.halt.kind == "storage" and search.halt.exit_code == 3
@@ -472,7 +454,7 @@ def test_a_study_replaced_under_the_search_stops_it_in_one_line(tmp_path):
     assert search.suggest("b") is None  # nothing more is asked
     # any other KeyError is no lost record: it is raised, as before
     with pytest.raises(KeyError, match="'lr'"):
-        AttributedSearch._stop(search, KeyError("lr"))
+        search._stop(KeyError("lr"))
 
 
 def test_a_study_file_checked_out_over_under_the_search_stops_it_and_keeps_what_it_wrote(tmp_path):
@@ -482,30 +464,12 @@ def test_a_study_file_checked_out_over_under_the_search_stops_it_and_keeps_what_
     waited, then said the database had not answered, and the file the search wrote went with its
     process. The next call now sees the new file by its inode, saves the search's own beside it
     and stops the search (exit 3), saying to put that back."""
-    from optuna.distributions import FloatDistribution
-
-    from benchmark.search.searcher import AttributedSearch
     from benchmark.search.storage import StorageReplaced
 
-    storage, _ = _storage(tmp_path, wait_s=1)
-    search = AttributedSearch(
-        space={"lr": FloatDistribution(1e-3, 1e-2)},
-        metric="val_loss",
-        mode="min",
-        study_name="s",
-        storage=storage,
-        ctx=None,
-    )
-    assert "lr" in search.suggest("a")
-    search.on_trial_result("a", {"val_loss": 4.0, "tokens": 100})
+    storage, search = _search_with_a_point(tmp_path)
     path = tmp_path / "study.db"
-    committed = tmp_path / "committed.db"
-    (tmp_path / "older").mkdir()
-    older, _ = _storage(tmp_path / "older")
-    optuna.create_study(storage=older, study_name="s")
-    older.remove_session()
-    committed.write_bytes((tmp_path / "older" / "study.db").read_bytes())
-    os.replace(committed, path)  # what git does: a new file, renamed over the path
+    older = _older_study(tmp_path)
+    os.replace(committed_copy(older), path)  # what git does: a new file, renamed over the path
 
     assert search.on_trial_result("a", {"val_loss": 3.9, "tokens": 200}) is None
     assert search.halt.kind == "storage" and search.halt.exit_code == 3
@@ -534,7 +498,7 @@ def test_a_study_file_checked_out_over_under_the_search_stops_it_and_keeps_what_
     (tmp_path / "pickled").mkdir()
     again = pickle.loads(pickle.dumps(_storage(tmp_path / "pickled", wait_s=1)[0]))
     assert again.get_all_studies() == []
-    os.replace(committed_copy(tmp_path / "older" / "study.db"), tmp_path / "pickled" / "study.db")
+    os.replace(committed_copy(older), tmp_path / "pickled" / "study.db")
     with pytest.raises(StorageReplaced, match="saved as"):
         again.get_all_studies()
     # a folder removed with its file: nothing can be saved, and the line says so
@@ -545,6 +509,35 @@ def test_a_study_file_checked_out_over_under_the_search_stops_it_and_keeps_what_
         StorageReplaced, match=r"none, is at its path.* could not be saved \(FileNotFoundError: "
     ):
         removed.get_all_studies()
+
+
+def _search_with_a_point(tmp_path):
+    """A searcher on a SQLite study (tmp_path/study.db): trial "a" asked, its first curve point told."""
+    from optuna.distributions import FloatDistribution
+
+    from benchmark.search.searcher import AttributedSearch
+
+    storage, _ = _storage(tmp_path, wait_s=1)
+    search = AttributedSearch(
+        space={"lr": FloatDistribution(1e-3, 1e-2)},
+        metric="val_loss",
+        mode="min",
+        study_name="s",
+        storage=storage,
+        ctx=None,
+    )
+    assert "lr" in search.suggest("a")
+    search.on_trial_result("a", {"val_loss": 4.0, "tokens": 100})
+    return storage, search
+
+
+def _older_study(tmp_path):
+    """The study's file as it was before any trial (study "s", empty), in tmp_path/older."""
+    (tmp_path / "older").mkdir()
+    older, _ = _storage(tmp_path / "older", wait_s=1)
+    optuna.create_study(storage=older, study_name="s")
+    older.remove_session()
+    return tmp_path / "older" / "study.db"
 
 
 def committed_copy(path):
@@ -564,13 +557,11 @@ def test_a_study_file_replaced_during_a_call_is_not_waited_on(tmp_path, monkeypa
 
     storage, said = _storage(tmp_path, wait_s=30)
     trial = optuna.create_study(storage=storage, study_name="s").ask()
-    (tmp_path / "older").mkdir()
-    older, _ = _storage(tmp_path / "older")
-    optuna.create_study(storage=older, study_name="s")
+    older = _older_study(tmp_path)
     real = RDBStorage.set_trial_user_attr
 
     def replaced_meanwhile(self, *args, **kwargs):
-        os.replace(committed_copy(tmp_path / "older" / "study.db"), tmp_path / "study.db")
+        os.replace(committed_copy(older), tmp_path / "study.db")
         monkeypatch.setattr(RDBStorage, "set_trial_user_attr", real)
         return real(self, *args, **kwargs)
 
