@@ -434,7 +434,6 @@ def test_a_study_replaced_under_the_search_stops_it_in_one_line(tmp_path):
     """A driver of the third reference study ended in a raw KeyError ("Record does not exist.")
     from a curve point's report when its database file was checked out over mid-search: it now
     stops the search as a database away does (exit 3, every row kept), saying what happened."""
-
     storage, search = _search_with_a_point(tmp_path)
     trial = search._ot_trials["a"]
     assert trial.storage.get_trial(trial._trial_id).intermediate_values == {100: 4.0}
@@ -469,7 +468,7 @@ def test_a_study_file_checked_out_over_under_the_search_stops_it_and_keeps_what_
     storage, search = _search_with_a_point(tmp_path)
     path = tmp_path / "study.db"
     older = _older_study(tmp_path)
-    os.replace(committed_copy(older), path)  # what git does: a new file, renamed over the path
+    os.replace(_new_file_copy(older), path)  # what git does: a new file, renamed over the path
 
     assert search.on_trial_result("a", {"val_loss": 3.9, "tokens": 200}) is None
     assert search.halt.kind == "storage" and search.halt.exit_code == 3
@@ -498,7 +497,7 @@ def test_a_study_file_checked_out_over_under_the_search_stops_it_and_keeps_what_
     (tmp_path / "pickled").mkdir()
     again = pickle.loads(pickle.dumps(_storage(tmp_path / "pickled", wait_s=1)[0]))
     assert again.get_all_studies() == []
-    os.replace(committed_copy(older), tmp_path / "pickled" / "study.db")
+    os.replace(_new_file_copy(older), tmp_path / "pickled" / "study.db")
     with pytest.raises(StorageReplaced, match="saved as"):
         again.get_all_studies()
     # a folder removed with its file: nothing can be saved, and the line says so
@@ -540,7 +539,7 @@ def _older_study(tmp_path):
     return tmp_path / "older" / "study.db"
 
 
-def committed_copy(path):
+def _new_file_copy(path):
     """A copy of `path` beside it, for os.replace over another file (git's way: a new file)."""
     copy = path.with_suffix(".copy")
     copy.write_bytes(path.read_bytes())
@@ -561,7 +560,7 @@ def test_a_study_file_replaced_during_a_call_is_not_waited_on(tmp_path, monkeypa
     real = RDBStorage.set_trial_user_attr
 
     def replaced_meanwhile(self, *args, **kwargs):
-        os.replace(committed_copy(older), tmp_path / "study.db")
+        os.replace(_new_file_copy(older), tmp_path / "study.db")
         monkeypatch.setattr(RDBStorage, "set_trial_user_attr", real)
         return real(self, *args, **kwargs)
 

@@ -139,6 +139,9 @@ def ray_processes(session_dir: str) -> list[int]:
     return pids
 
 
+GONE_WAIT_S = 10.0  # the longest end_stale_ray waits for the processes it ended to go
+
+
 def end_stale_ray(session_dir: str) -> list[int]:
     """End the processes of a slot: a dead driver's, or this driver's own after a start that
     failed. Called only with the slot's lock held. (Ray's reaper process does not name the slot;
@@ -152,6 +155,10 @@ def end_stale_ray(session_dir: str) -> list[int]:
             killed.append(pid)
         except OSError:
             pass
+    # SIGKILL ends them a moment later; until then they hold the ports and memory a new Ray needs
+    deadline = time.monotonic() + GONE_WAIT_S
+    while killed and set(ray_processes(session_dir)) & set(killed) and time.monotonic() < deadline:
+        time.sleep(0.05)
     return killed
 
 
@@ -161,7 +168,6 @@ def end_stale_ray(session_dir: str) -> list[int]:
 # tried again, its leftovers ended first; any other failure, or a cluster's, is said at once.
 SLOW_START = "timed out during startup"
 LOCAL_STARTS = 3
-GONE_WAIT_S = 10.0
 
 
 def start(address: str | None, slot: Slot | None) -> bool:
@@ -200,9 +206,6 @@ def start(address: str | None, slot: Slot | None) -> bool:
                 # What the late start left (its GCS, raylet, workers) would hold ports and memory
                 # beside the next one; they all name the slot's folder, which this driver owns.
                 end_stale_ray(slot.folder)
-                deadline = time.monotonic() + GONE_WAIT_S  # SIGKILL ends them a moment later
-                while ray_processes(slot.folder) and time.monotonic() < deadline:
-                    time.sleep(0.05)
                 continue
             raise RayStartError(
                 failure(

@@ -93,8 +93,9 @@ class HeldFile:
         path = url_.database
         if url_.get_backend_name() != "sqlite" or not path or path == ":memory:":
             return None
-        held = _hold(os.path.abspath(path))
-        return held and cls(os.path.abspath(path), *held)
+        path = os.path.abspath(path)
+        held = _hold(path)
+        return held and cls(path, *held)
 
     def check(self) -> None:
         """StorageReplaced, once this file's path names another file or none; the file this search
@@ -147,7 +148,8 @@ def _hold(path: str) -> tuple[tuple[int, int], int] | None:
 
 def _save(fd: int, path: str, tries: int = 3) -> str:
     """A copy of the held file beside its path, checked by SQLite (another driver of the study may
-    have been committing to it mid-copy: copied again)."""
+    have been committing to it mid-copy: copied again). Not store.atomic_open, which makes the
+    folder: a study folder removed is said, not made again."""
     target = f"{path}.this-search-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
     part = target + ".part"
     try:
