@@ -18,7 +18,8 @@ from benchmark.store.results import (
 )
 
 
-def _writer(study_dir, worker, n):
+def _writer(study_dir, worker, n, start):
+    start.wait(120)  # every process imported and waiting: the writes overlap, not the start-ups
     for i in range(n):
         write_row(
             study_dir,
@@ -37,18 +38,19 @@ def _writer(study_dir, worker, n):
     os._exit(0)
 
 
-def test_eight_processes_writing_fifty_rows_each(tmp_path):
-    study = tmp_path / "conc"
+def test_eight_processes_writing_at_once(tmp_path):
+    study, n = tmp_path / "conc", 4
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_writer, args=(str(study), w, 50)) for w in range(8)]
+    start = ctx.Barrier(8)
+    procs = [ctx.Process(target=_writer, args=(str(study), w, n, start)) for w in range(8)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(120)
         assert p.exitcode == 0
     df = pd.read_parquet(study)  # the SPEC's one-liner
-    assert len(df) == 400 and df["trial_id"].nunique() == 400
-    assert sorted(df.groupby("seed").size().tolist()) == [50] * 8
+    assert len(df) == 8 * n and df["trial_id"].nunique() == 8 * n
+    assert sorted(df.groupby("seed").size().tolist()) == [n] * 8
     assert not list((study / "trials").glob(".tmp-*"))
 
 
