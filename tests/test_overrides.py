@@ -498,6 +498,8 @@ def test_the_resume_command_a_stopped_search_prints_resumes_the_same_study(tiny,
         "tiny-set",
         "--results",
         str(tmp_path),
+        "--reuse-runs",
+        "results/reference-3",
     ]
     args = _args(*argv)
     space = load_space(tiny, overrides(args))
@@ -509,14 +511,15 @@ def test_the_resume_command_a_stopped_search_prints_resumes_the_same_study(tiny,
     line = _resume_command(args, "tiny-set")
     assert line == (
         f"shapebench search {tiny} --name tiny-set --results {tmp_path} --budget 2M --tokens 0.5M "
-        "--seeds 2 --data embedded:wiki --precision fp32 --resume"
+        "--seeds 2 --data embedded:wiki --precision fp32 --reuse-runs results/reference-3 --resume"
     )
     again = _args(*shlex.split(line)[2:])
     resumed = as_declared(load_space(tiny, overrides(again)), again, tmp_path / "tiny-set")
-    assert resumed == space and (again.seeds, again.data, again.precision) == (
+    assert resumed == space and (again.seeds, again.data, again.precision, again.reuse_runs) == (
         2,
         "embedded:wiki",
         "fp32",
+        ["results/reference-3"],
     )
     check_declared(
         resumed, again.seeds, read_study_info(tmp_path / "tiny-set"), "s/_study.json", "tiny-set"

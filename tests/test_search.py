@@ -1,6 +1,7 @@
 """The search end to end through Ray Tune and Optuna on ~100K-parameter trials: rows, the
 persisted Optuna study, resume after SIGKILL, and trials that diverge or raise."""
 
+import json
 import math
 import os
 import shutil
@@ -241,6 +242,36 @@ def test_a_search_runs_through_ray_tune_and_optuna(corpus, tmp_path, started_ray
     assert (
         df.loc[df["trial_id"] == "t0004", "family"].item() == family
     )  # the same candidate, run again
+
+
+def test_a_study_takes_the_runs_another_measured_and_trains_the_rest(corpus, tmp_path, started_ray):
+    """--reuse-runs RESULTS: a second study sharing a candidate with the first trains only the
+    candidate it does not share; the shared run's row is the first's, under the second's trial
+    name, saying where it came from."""
+    from benchmark.store import read_curves
+
+    results = tmp_path / "results"
+    axes = "  family: [transformer]"
+    first = load_space(space_file(tmp_path, "first", trials=1, axes=axes))
+    run_search(first, options(corpus, results, "first"), console=None, policy=POLICY)
+    space = load_space(space_file(tmp_path, "both", trials=2, axes=axes.replace("]", ", looped]")))
+    opts = replace(options(corpus, results, "both"), reuse_runs=(str(results),))
+    summary = run_search(space, opts, console=None, policy=POLICY)
+    assert summary.ran == 2 and summary.written == 2
+    df = pd.read_parquet(results / "both").set_index("family")
+    (source,) = pd.read_parquet(results / "first").to_dict("records")
+    taken = df.loc["transformer"]
+    assert json.loads(taken["extra"])["reused_from"] == str(
+        results / "first" / "trials" / f"{source['trial_id']}.a0.parquet"
+    )
+    for column in ("val_loss", "started_at", "wall_s", "spec", "training"):
+        assert taken[column] == source[column], column
+    assert "reused_from" not in str(df.loc["looped", "extra"])  # trained here
+    assert df.loc["looped", "started_at"] > source["finished_at"]
+    curve = read_curves(str(results / "both")).dropna(subset=["train_loss"])
+    mine = curve[curve["trial_id"] == taken["trial_id"]]["train_loss"].tolist()
+    theirs = read_curves(str(results / "first")).dropna(subset=["train_loss"])
+    assert mine == theirs["train_loss"].tolist() and len(mine) > 3
 
 
 def test_more_seeds_continue_a_study_training_only_the_seeds_it_lacks(

@@ -43,6 +43,7 @@ from benchmark.search import (
     gpus,
     loggers,
     preflight,
+    reuse,
     run_search,
     saving,
     schedule,
@@ -69,6 +70,7 @@ SEARCH_ONLY = (
     "sampler",
     "storage",
     "rerun",
+    "reuse_runs",
     "storage_wait",
     "cpus_per_trial",
     "gpus_per_trial",
@@ -193,6 +195,14 @@ def _search_flags(p: argparse.ArgumentParser, hidden: bool) -> None:
         action="append",
         metavar="COLUMN=VALUE",
         help="train anew the finished candidates whose rows match",
+    )
+    add(
+        "--reuse-runs",
+        action="append",
+        metavar="FOLDER",
+        help="take each run whose model, training, quantisation, data, tokenizer and hardware "
+        "equal a measured run's in FOLDER (a study, or a folder of studies) from it instead of "
+        "training it (repeatable; the row says which: reused_from)",
     )
     add(
         "--seeds",
@@ -450,6 +460,8 @@ def run_study(space: SearchSpace, args: argparse.Namespace) -> int:
             if stop is not None:
                 return stop
         # before anything is trained: a path that cannot take rows is one line
+        for folder in opts.reuse_runs:  # a folder without rows is a typo: said, nothing made
+            reuse.studies_in(folder)
         check_results(opts.study_dir)
         check_declared(space, opts)  # a space edited since the study began: one line
         preflight.search_passes(space, plan, opts.data)  # tokenised once; passes held to the limit
@@ -512,6 +524,7 @@ def _options(space: SearchSpace, args: argparse.Namespace, name: str):
         workers_per_trial=args.workers_per_trial,
         parallel=args.parallel or "auto",
         rerun=tuple(args.rerun or ()),
+        reuse_runs=tuple(args.reuse_runs or ()),
         data=_data(args, space),
         sampler=args.sampler,
         resume_command=_resume_command(args, name),
@@ -545,6 +558,7 @@ def _resume_command(args: argparse.Namespace, name: str) -> str:
         if getattr(args, flag) != default
     ]
     parts += ["--no-compile"] if args.no_compile else []
+    parts += [f"--reuse-runs {folder}" for folder in args.reuse_runs or ()]
     parts += ([f"--storage {args.storage}"] if args.storage else []) + ["--resume"]
     return " ".join(parts)
 

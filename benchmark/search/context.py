@@ -51,6 +51,8 @@ class TrialContext:
     tune: Any = None  # the space's `tune:` (space/tuning.Tune): each candidate tuned first
     report_curves: bool = False  # report each curve point to Tune (--tensorboard, --mlflow)
     diverged: str = "worst"  # the space's `diverged:`: what a diverged final seed counts as
+    # run key -> the row file of a measured run the search takes instead of training it (--reuse-runs)
+    reuse: Mapping[str, str] = field(default_factory=dict)
 
     def trial_id(self, number: int, seed: int | None = None) -> str:
         """A trial's name in the results: its Optuna number, plus the seed when there are several."""

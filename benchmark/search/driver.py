@@ -44,7 +44,7 @@ import optuna
 
 from benchmark.data import DataConfig, cache_root, prepare
 from benchmark.recipe import parse_tokens
-from benchmark.search import disk, loggers, optuna_study, ray_session, resume, roster
+from benchmark.search import disk, loggers, optuna_study, ray_session, resume, reuse, roster
 from benchmark.search.context import TrialContext
 from benchmark.search.halt import INTERRUPTED, Halt, SearchHalted
 from benchmark.search.live import LiveView
@@ -112,6 +112,7 @@ class SearchOptions:
     rerun: tuple[
         str, ...
     ] = ()  # --rerun COLUMN=VALUE: the finished trials with a matching row train anew
+    reuse_runs: tuple[str, ...] = ()  # studies whose measured runs stand for this one's (reuse.py)
     tensorboard: bool = False  # every trial's curve to TensorBoard too (search/loggers.py)
     mlflow: str | None = None  # ... and to MLflow: a folder (its SQLite store) or a tracking URI
     wandb: str | None = None  # ... and to Weights & Biases: the project
@@ -435,6 +436,7 @@ def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -
         tune=space.tune,
         report_curves=opts.tensorboard or bool(opts.mlflow) or bool(opts.wandb),
         diverged=space.diverged,
+        reuse=reuse.index(opts.reuse_runs, opts.study_dir) if opts.reuse_runs else {},
     )
 
 

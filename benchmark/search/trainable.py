@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmark.arch import ArchSpec, count_params
 from benchmark.data import prepare
-from benchmark.search import dispatch, rows, tuning
+from benchmark.search import dispatch, reuse, rows, tuning
 from benchmark.search.context import TrialContext
 from benchmark.search.progress import reporter
 from benchmark.store import StoreFull, location, metrics, write_curve
@@ -71,7 +71,7 @@ def _trial(config: dict[str, Any], ctx: TrialContext, tune) -> dict[str, Any]:
     trained = dict(zip(todo, train_all(jobs, asha=True)))
     written = [earlier[s] if s in earlier else trained[s] for s in ctx.seed_list()]
     # the time inside the trial, its tuning runs' included: the driver's span less this is its own
-    wall = sum(r.get("wall_s") or 0 for r in runs)
+    wall = sum(r.get("wall_s") or 0 for r in runs if reuse.REUSED not in r)
     if not any(r["status"] == "ok" for r in written):  # Optuna has no value: the trial ends as FAIL
         return {
             **NO_VALUES,
@@ -181,6 +181,10 @@ def attempts(
     from benchmark.trial.runstate import DEFAULT_EVERY, RunState, parse_every, parse_limit
 
     cfg = ctx.train_config(seed, setting, config.get("budget"))
+    if (row := reuse.taken(ctx, config, trial_id, cfg, data)) is not None:  # --reuse-runs
+        row.update(tuning.columns(ctx, setting, phase))
+        rows.write(ctx, row)
+        return row
     # a run saves and continues its state, in one process or on a Train job's ranks
     every = parse_every(ctx.checkpoint_every or DEFAULT_EVERY)
     watch, limit_s = parse_limit(ctx.step_timeout)

@@ -74,6 +74,15 @@ def write_curve(study_dir: str, row: Mapping[str, Any], name: str) -> str | None
     return path
 
 
+def curve_points(study_dir: str, name: str) -> list[dict[str, Any]] | None:
+    """The points of `<study>/_curves/<name>` as a measured row holds them (KEY); None without one."""
+    path = location.join(curves_dir(study_dir), name)
+    if not location.exists(path):
+        return None
+    table = pq.read_table(pa.BufferReader(location.read_bytes(path)), columns=list(POINT))
+    return table.to_pylist()
+
+
 def read_curves(study_dir: str, rows: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every curve of the study, long (SCHEMA's columns), with `val_loss` at the steps the trial
     evaluated (its `evals`, and the final evaluation at its last step) read from `rows` (default:

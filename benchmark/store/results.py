@@ -225,6 +225,11 @@ def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text)
 
 
+def row_file(study_dir: Location, trial_id: str, attempt: int) -> str:
+    """Where a trial attempt's row lives: `<study>/trials/<trial id>.a<attempt>.parquet`."""
+    return location.join(trials_dir(study_dir), f"{_safe_name(trial_id)}.a{attempt}.parquet")
+
+
 def write_row(study_dir: Location, row: Mapping[str, Any], fallback: Location | None = None) -> str:
     """Atomically add one trial attempt to a study; returns the file written (a path or a URI).
     The file is read back from memory before it is written, so what becomes visible is a valid
@@ -236,8 +241,7 @@ def write_row(study_dir: Location, row: Mapping[str, Any], fallback: Location | 
     data = buf.getvalue().to_pybytes()
     if pq.read_table(pa.BufferReader(data)).num_rows != 1:
         raise ResultsError(f"{row['trial_id']}: the row did not serialise to a readable table")
-    name = f"{_safe_name(row['trial_id'])}.a{table['attempt'][0].as_py()}.parquet"
-    final = location.join(trials_dir(study_dir), name)
+    final = row_file(study_dir, row["trial_id"], table["attempt"][0].as_py())
     try:
         location.write_bytes(final, data)
     except OSError as err:

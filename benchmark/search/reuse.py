@@ -1,0 +1,127 @@
+"""Runs taken from other studies instead of trained again (`--reuse-runs FOLDER`): a run of this
+search whose model, training settings (seed and tuned ones included), quantisation, data, tokenizer
+and hardware (CPU or GPU, and its torch threads) are those of a measured run (ok or diverged) in
+FOLDER's studies is that run: its row is copied into this study under this run's name, its curve
+with it, and says where it came from (`reused_from`, in the row's `extra`). Two studies that share
+an arm (the same model at the same budget, tokens and grid) so train it once.
+
+What the key leaves out is the code: a row keeps its own `code_version`, so a study that reuses the
+runs of an older commit shows both; reuse only from studies whose code trains as this one's does
+(docs/searches-and-results.md). Nothing else of the run is copied: no weights (`--save-weights`
+keeps only the runs trained here) and no saved state."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from typing import Any, Mapping, Sequence
+
+from benchmark.arch import ArchSpec
+from benchmark.search import rows
+from benchmark.search.context import TrialContext
+from benchmark.store import location, read_files, trial_files
+from benchmark.store.curves import KEY as CURVE
+from benchmark.store.curves import curve_points
+from benchmark.store.results import row_file, trials_dir
+
+# what makes two runs the same run: the columns of its row, as trial/run.py writes them
+KEY = ("spec", "training", "quantize", "dataset_id", "tokenizer_id", "hardware")
+MEASURED = ("ok", "diverged")
+REUSED = "reused_from"  # the row's `extra` key: "<study folder>/trials/<row file>"
+
+
+class ReuseError(ValueError):
+    """--reuse-runs names a folder without a study."""
+
+
+def run_key(values: Mapping[str, Any]) -> str:
+    """The run's identity: a digest of KEY's values, JSON ones compared as values (key order aside)."""
+
+    def value(v):
+        return json.loads(v) if isinstance(v, str) and v[:1] in "{[" else v
+
+    text = json.dumps([value(values.get(c)) for c in KEY], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def studies_in(folder: str) -> list[str]:
+    """The study folders `folder` names: itself when it holds rows, else its folders that do."""
+    if location.is_dir(trials_dir(folder)):
+        return [folder]
+    found = [
+        location.join(folder, name)
+        for name in sorted(location.folders(folder))
+        if not name.startswith((".", "_"))
+        and location.is_dir(trials_dir(location.join(folder, name)))
+    ]
+    if not found:
+        raise ReuseError(
+            f"--reuse-runs {folder}: no study there (no trials/ folder in it or in its folders)"
+        )
+    return found
+
+
+def index(folders: Sequence[str], own: str) -> dict[str, str]:
+    """run key -> the row file of a measured run in `folders`' studies (the first found), the study
+    `own` (this search's) left out: its rows are its own to resume."""
+    found: dict[str, str] = {}
+    own = location.absolute(own)
+    for folder in folders:
+        for study in studies_in(location.absolute(folder)):
+            if study == own:
+                continue
+            for row in read_files(trial_files(study), skipped=[]):
+                if row.get("status") in MEASURED:
+                    path = row_file(study, row["trial_id"], int(row.get("attempt") or 0))
+                    found.setdefault(run_key(row), path)
+    return found
+
+
+def planned_key(spec: Mapping[str, Any], cfg, quantize, data, hardware: str) -> str:
+    """The key of a run about to train, from what trial/run.py would write in its row."""
+    return run_key(
+        {
+            "spec": ArchSpec.from_dict(dict(spec)).to_json(),
+            "training": json.dumps(asdict(cfg), sort_keys=True),
+            "quantize": json.dumps(asdict(quantize), sort_keys=True) if quantize else None,
+            "dataset_id": data.dataset_id,
+            "tokenizer_id": data.tokenizer.tokenizer_id,
+            "hardware": hardware,
+        }
+    )
+
+
+def source_row(path: str) -> dict[str, Any] | None:
+    """The row a reused run copies, with its curve's points under CURVE and REUSED naming it (or
+    the run it was itself taken from); None when it is gone."""
+    rows = read_files([path], skipped=[])
+    if not rows:
+        return None
+    row = rows[0]
+    row[REUSED] = json.loads(row.get("extra") or "{}").get(REUSED) or path
+    study, attempt = location.parent(location.parent(path)), int(row["attempt"] or 0)
+    if points := curve_points(study, f"{row['trial_id']}.a{attempt}.parquet"):
+        row[CURVE] = points
+    return row
+
+
+def taken(ctx: TrialContext, config: Mapping[str, Any], trial_id: str, cfg, data) -> dict | None:
+    """The row of run `trial_id` taken from the run of its key in ctx.reuse, placed in this study
+    (its trial, axes, budget; attempt 0), not yet written; None when there is none to take."""
+    if not ctx.reuse or data is None:
+        return None
+    from benchmark.store import hardware  # asks torch its threads: the worker's, as a row's
+
+    key = planned_key(config["spec"], cfg, ctx.quantize_config(), data, hardware())
+    row = source_row(path) if (path := ctx.reuse.get(key)) else None
+    if row is None:
+        return None
+    # its phase and tuned point are this trial's (attempts sets them), not the source's
+    return {
+        **row,
+        **rows.identity(ctx, config, trial_id),
+        "attempt": 0,
+        "phase": None,
+        "tuned": None,
+    }

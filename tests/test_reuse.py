@@ -1,0 +1,162 @@
+"""--reuse-runs (search/reuse.py): a run whose model, training settings, quantisation, data,
+tokenizer and hardware are those of a measured run of another study is that run, taken into this
+study under its own name with its curve, and trains nothing; any difference in those trains it."""
+
+import json
+
+import pandas as pd
+import pytest
+import tiny_trial
+
+from benchmark.search import reuse, trainable
+from benchmark.search.context import TrialContext
+from benchmark.store import read_curves, read_study
+from benchmark.store.results import write_row
+
+CONFIG = {"spec": tiny_trial.SPEC, "optuna_trial": 0, "family": "looped"}
+
+
+def _ctx(study_dir, index=None) -> TrialContext:
+    return TrialContext(
+        study=study_dir.name,
+        study_dir=str(study_dir),
+        data=None,
+        training={**tiny_trial.CFG, "tokens": "6K"},
+        quantize={"group_size": 16, "calib_sequences": 4},
+        count="total",
+        objectives=("val_loss",),
+        reuse=index or {},
+    )
+
+
+@pytest.fixture
+def trained(monkeypatch):
+    """Counts the runs that train (trial/run.py run_trial, as attempts imports it at each call)."""
+    import benchmark.trial.run as run
+
+    calls, real = [], run.run_trial
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("state").name if kwargs.get("state") else None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(run, "run_trial", counted)
+    return calls
+
+
+def test_a_run_another_study_measured_is_taken_with_its_curve_and_trains_nothing(
+    grammar_corpus, tmp_path, trained
+):
+    first = trainable.attempts(CONFIG, _ctx(tmp_path / "a"), "t0000", 0, grammar_corpus, None)
+    assert first["status"] == "ok" and trained == ["t0000"]
+    # the key of the run before it trains is the key of the row it wrote: what the lookup rests on
+    (written,) = read_study(tmp_path / "a").to_dict("records")
+    cfg = _ctx(tmp_path / "a").train_config(0)
+    planned = reuse.planned_key(
+        CONFIG["spec"], cfg, _ctx(tmp_path).quantize_config(), grammar_corpus, written["hardware"]
+    )
+    assert planned == reuse.run_key(written)
+    # a tuning run of its study's grid stands for a run of a space without one: its phase is not copied
+    write_row(tmp_path / "a", {**written, "phase": "tune", "tuned": '{"lr": 0.003}'})
+
+    index = reuse.index([str(tmp_path)], own=str(tmp_path / "b"))
+    assert list(index.values()) == [str(tmp_path / "a" / "trials" / "t0000.a0.parquet")]
+    ctx = _ctx(tmp_path / "b", index)
+    row = trainable.attempts({**CONFIG, "optuna_trial": 3}, ctx, "t0003", 0, grammar_corpus, None)
+    assert trained == ["t0000"]  # nothing more trained
+    (taken,) = read_study(tmp_path / "b").to_dict("records")
+    assert (taken["study"], taken["trial_id"], taken["optuna_trial"]) == ("b", "t0003", 3)
+    assert pd.isna(taken["phase"]) and pd.isna(taken["tuned"])
+    for column in ("val_loss", "val_loss_r2", "val_ppl_int4", "tokens_trained", "wall_s", "seed"):
+        assert taken[column] == written[column], column
+    assert json.loads(taken["extra"])["reused_from"] == index[planned] == row["reused_from"]
+    curves = read_curves(str(tmp_path / "b")).dropna(subset=["train_loss"])
+    assert set(curves["trial_id"]) == {"t0003"}
+    assert curves["train_loss"].tolist() == [p["train_loss"] for p in first["curve"]]
+    # taken again from "b", the row names the run that trained, not the copy
+    index = reuse.index([str(tmp_path / "b")], own=str(tmp_path / "c"))
+    again = trainable.attempts(
+        CONFIG, _ctx(tmp_path / "c", index), "t0000", 0, grammar_corpus, None
+    )
+    assert again["reused_from"] == row["reused_from"] and trained == ["t0000"]
+
+    # another seed, another learning rate: other runs, trained
+    trainable.attempts(CONFIG, ctx, "t0004", 1, grammar_corpus, None)
+    lr = {"lr": 1e-3}
+    trainable.attempts(CONFIG, ctx, "t0005-g0-s0", 0, grammar_corpus, None, lr, "tune")
+    assert trained == ["t0000", "t0004", "t0005-g0-s0"]
+
+
+def test_the_key_is_every_column_that_makes_the_run_and_only_those():
+    row = {
+        "spec": json.dumps({"family": "looped", "d_model": 32}),
+        "training": json.dumps({"lr": 3e-3, "seed": 0}),
+        "quantize": json.dumps({"group_size": 128}),
+        "dataset_id": "embedded-abc",
+        "tokenizer_id": "bpe:1024-def",
+        "hardware": "AMD EPYC (2 cpus, 1 torch threads)",
+    }
+    key = reuse.run_key(row)
+    # JSON compared as values; what the run measured, where and when it ran, and its code are not the run
+    reordered = {**row, "spec": json.dumps({"d_model": 32, "family": "looped"})}
+    assert reuse.run_key(reordered) == key
+    assert reuse.run_key({**row, "val_loss": 3.1, "code_version": "abc", "study": "x"}) == key
+    for column, other in [
+        ("spec", json.dumps({"family": "looped", "d_model": 48})),
+        ("training", json.dumps({"lr": 3e-3, "seed": 1})),
+        ("quantize", json.dumps({"group_size": 64})),
+        ("dataset_id", "hf:fineweb-abc"),
+        ("tokenizer_id", "bpe:320-def"),
+        ("hardware", "AMD EPYC (2 cpus, 2 torch threads)"),
+    ]:
+        assert reuse.run_key({**row, column: other}) != key, column
+
+
+def test_only_measured_runs_of_other_studies_stand_for_a_run(tmp_path):
+    base = {"spec": "{}", "training": "{}", "quantize": "{}", "dataset_id": "d", "hardware": "h"}
+    for study, trial, status, tokenizer in [
+        ("a", "t0000", "ok", "t1"),
+        ("a", "t0001", "failed", "t2"),
+        ("a", "t0002", "diverged", "t3"),
+        ("own", "t0000", "ok", "t4"),
+    ]:
+        write_row(
+            tmp_path / study,
+            {
+                **base,
+                "study": study,
+                "trial_id": trial,
+                "status": status,
+                "tokenizer_id": tokenizer,
+            },
+        )
+    index = reuse.index([str(tmp_path)], own=str(tmp_path / "own"))
+    found = {reuse.run_key({**base, "tokenizer_id": t}) for t in ("t1", "t3")}
+    assert set(index) == found and len(index) == 2
+    assert reuse.index([str(tmp_path / "a")], own=str(tmp_path / "own")) == index  # a study itself
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(reuse.ReuseError, match="--reuse-runs .*empty: no study there"):
+        reuse.studies_in(str(tmp_path / "empty"))
+    assert pd.read_parquet(tmp_path / "a").shape[0] == 3
+
+
+def test_a_folder_without_a_study_is_one_line_before_anything_trains(corpus, tmp_path, capsys):
+    import tiny_search
+
+    from benchmark.main import main
+
+    space = tmp_path / "s.yaml"
+    space.write_text(
+        "name: s\nbudget: 100K\ncount: total\ntolerance: 2%\n"
+        "base: {vocab_size: 320, n_heads: 2, layers: {begin: 1, middle: 1, end: 1}}\n"
+        "axes: {family: [transformer]}\ntraining: {tokens: 8K, seq_len: 32, batch_size: 8}\n"
+        "objectives: [val_loss:min]\ntrials: 1\n"
+    )
+    results, missing = tmp_path / "results", tmp_path / "typo"
+    argv = ["search", str(space), "--results", str(results), "--reuse-runs", str(missing), "--yes"]
+    assert main([*argv, *tiny_search.cli(corpus)]) == 2
+    assert capsys.readouterr().err == (
+        f"shapebench search: --reuse-runs {missing}: no study there "
+        "(no trials/ folder in it or in its folders)\n"
+    )
+    assert not (results / "s").exists()
