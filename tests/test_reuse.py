@@ -3,6 +3,7 @@ tokenizer and hardware are those of a measured run of another study is that run,
 study under its own name with its curve, and trains nothing; any difference in those trains it."""
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -10,8 +11,9 @@ import tiny_trial
 
 from benchmark.search import reuse, trainable
 from benchmark.search.context import TrialContext
-from benchmark.store import read_curves, read_study
+from benchmark.store import hardware, location, read_curves, read_study
 from benchmark.store.results import write_row
+from benchmark.trial.runstate import RunState
 
 CONFIG = {"spec": tiny_trial.SPEC, "optuna_trial": 0, "family": "looped"}
 
@@ -52,8 +54,10 @@ def test_a_run_another_study_measured_is_taken_with_its_curve_and_trains_nothing
     # the key of the run before it trains is the key of the row it wrote: what the lookup rests on
     (written,) = read_study(tmp_path / "a").to_dict("records")
     cfg = _ctx(tmp_path / "a").train_config(0)
-    planned = reuse.planned_key(
-        CONFIG["spec"], cfg, _ctx(tmp_path).quantize_config(), grammar_corpus, written["hardware"]
+    planned = reuse.run_key(
+        reuse.planned(
+            CONFIG["spec"], cfg, _ctx(tmp_path).quantize_config(), grammar_corpus, hardware()
+        )
     )
     assert planned == reuse.run_key(written)
     # a tuning run of its study's grid stands for a run of a space without one: its phase is not copied
@@ -62,14 +66,20 @@ def test_a_run_another_study_measured_is_taken_with_its_curve_and_trains_nothing
     index = reuse.index([str(tmp_path)], own=str(tmp_path / "b"))
     assert list(index.values()) == [str(tmp_path / "a" / "trials" / "t0000.a0.parquet")]
     ctx = _ctx(tmp_path / "b", index)
+    # a state the run saved part-way here before (a stopped search) is done with once it is taken
+    state = RunState(ctx.state_dir(), CONFIG["spec"], cfg, None, name="t0003")
+    location.write_bytes(state.path, b"a save part-way")
     row = trainable.attempts({**CONFIG, "optuna_trial": 3}, ctx, "t0003", 0, grammar_corpus, None)
     assert trained == ["t0000"]  # nothing more trained
+    assert not location.exists(state.path)
     (taken,) = read_study(tmp_path / "b").to_dict("records")
     assert (taken["study"], taken["trial_id"], taken["optuna_trial"]) == ("b", "t0003", 3)
     assert pd.isna(taken["phase"]) and pd.isna(taken["tuned"])
     for column in ("val_loss", "val_loss_r2", "val_ppl_int4", "tokens_trained", "wall_s", "seed"):
         assert taken[column] == written[column], column
-    assert json.loads(taken["extra"])["reused_from"] == index[planned] == row["reused_from"]
+    assert index[planned] == str(tmp_path / "a" / "trials" / "t0000.a0.parquet")
+    assert json.loads(taken["extra"])["reused_from"] == "a/trials/t0000.a0.parquet"
+    assert row["reused_from"] == "a/trials/t0000.a0.parquet"
     curves = read_curves(str(tmp_path / "b")).dropna(subset=["train_loss"])
     assert set(curves["trial_id"]) == {"t0003"}
     assert curves["train_loss"].tolist() == [p["train_loss"] for p in first["curve"]]
@@ -80,11 +90,14 @@ def test_a_run_another_study_measured_is_taken_with_its_curve_and_trains_nothing
     )
     assert again["reused_from"] == row["reused_from"] and trained == ["t0000"]
 
-    # another seed, another learning rate: other runs, trained
+    # another seed, another learning rate: other runs, trained; so is a run of a Train job's workers
     trainable.attempts(CONFIG, ctx, "t0004", 1, grammar_corpus, None)
     lr = {"lr": 1e-3}
     trainable.attempts(CONFIG, ctx, "t0005-g0-s0", 0, grammar_corpus, None, lr, "tune")
     assert trained == ["t0000", "t0004", "t0005-g0-s0"]
+    workers = replace(ctx, workers=object())
+    assert reuse.taken(workers, CONFIG, "t0006", cfg, grammar_corpus) is None
+    assert reuse.taken(ctx, CONFIG, "t0006", cfg, grammar_corpus) is not None
 
 
 def test_the_key_is_every_column_that_makes_the_run_and_only_those():
@@ -101,7 +114,13 @@ def test_the_key_is_every_column_that_makes_the_run_and_only_those():
     reordered = {**row, "spec": json.dumps({"d_model": 32, "family": "looped"})}
     assert reuse.run_key(reordered) == key
     assert reuse.run_key({**row, "val_loss": 3.1, "code_version": "abc", "study": "x"}) == key
+    # a row from before a column existed: its batches drew with replacement, in one process
+    old = {**row, "sampling": "replacement", "world_size": 1, "parallel": "none"}
+    assert reuse.run_key(old) == key
     for column, other in [
+        ("sampling", "permutation"),
+        ("world_size", 2),
+        ("parallel", "ddp"),
         ("spec", json.dumps({"family": "looped", "d_model": 48})),
         ("training", json.dumps({"lr": 3e-3, "seed": 1})),
         ("quantize", json.dumps({"group_size": 64})),
@@ -110,6 +129,21 @@ def test_the_key_is_every_column_that_makes_the_run_and_only_those():
         ("hardware", "AMD EPYC (2 cpus, 2 torch threads)"),
     ]:
         assert reuse.run_key({**row, column: other}) != key, column
+
+
+def test_a_diverged_run_stands_for_one_of_any_quantisation_an_unquantised_one_for_none():
+    """A diverged run stopped before quantising (its row's `quantize` is null): the run about to
+    train diverges there too, whatever it would quantise with. A run that finished without
+    quantising does not stand for one that quantises."""
+    base = {"spec": "{}", "training": "{}", "dataset_id": "d", "tokenizer_id": "t", "hardware": "h"}
+    planned = {**base, "quantize": json.dumps({"group_size": 128})}
+    diverged = {**base, "quantize": None, "status": "diverged"}
+    assert reuse.find({reuse.run_key(diverged): "x"}, planned) == "x"
+    assert (
+        reuse.find({reuse.run_key({**base, "quantize": None, "status": "ok"}): "y"}, planned)
+        is None
+    )
+    assert reuse.find({reuse.run_key({**planned, "status": "ok"}): "z"}, planned) == "z"
 
 
 def test_only_measured_runs_of_other_studies_stand_for_a_run(tmp_path):
@@ -131,12 +165,17 @@ def test_only_measured_runs_of_other_studies_stand_for_a_run(tmp_path):
             },
         )
     index = reuse.index([str(tmp_path)], own=str(tmp_path / "own"))
-    found = {reuse.run_key({**base, "tokenizer_id": t}) for t in ("t1", "t3")}
+    found = {
+        reuse.run_key({**base, "tokenizer_id": t, "status": status})
+        for t, status in (("t1", "ok"), ("t3", "diverged"))
+    }
     assert set(index) == found and len(index) == 2
     assert reuse.index([str(tmp_path / "a")], own=str(tmp_path / "own")) == index  # a study itself
     (tmp_path / "empty").mkdir()
     with pytest.raises(reuse.ReuseError, match="--reuse-runs .*empty: no study there"):
         reuse.studies_in(str(tmp_path / "empty"))
+    # the search's own study is its own to resume, however its folder is written
+    assert reuse.index([str(tmp_path)], own=str(tmp_path / "own") + "/") == index
     assert pd.read_parquet(tmp_path / "a").shape[0] == 3
 
 

@@ -22,6 +22,7 @@ rows are kept and the line says how to resume.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -558,7 +559,7 @@ def _resume_command(args: argparse.Namespace, name: str) -> str:
         if getattr(args, flag) != default
     ]
     parts += ["--no-compile"] if args.no_compile else []
-    parts += [f"--reuse-runs {folder}" for folder in args.reuse_runs or ()]
+    parts += [f"--reuse-runs {shlex.quote(folder)}" for folder in args.reuse_runs or ()]
     parts += ([f"--storage {args.storage}"] if args.storage else []) + ["--resume"]
     return " ".join(parts)
 

@@ -181,14 +181,15 @@ def attempts(
     from benchmark.trial.runstate import DEFAULT_EVERY, RunState, parse_every, parse_limit
 
     cfg = ctx.train_config(seed, setting, config.get("budget"))
-    if (row := reuse.taken(ctx, config, trial_id, cfg, data)) is not None:  # --reuse-runs
-        row.update(tuning.columns(ctx, setting, phase))
-        rows.write(ctx, row)
-        return row
     # a run saves and continues its state, in one process or on a Train job's ranks
     every = parse_every(ctx.checkpoint_every or DEFAULT_EVERY)
     watch, limit_s = parse_limit(ctx.step_timeout)
     state = RunState(ctx.state_dir(), config["spec"], cfg, every, watch, limit_s, name=trial_id)
+    if (row := reuse.taken(ctx, config, trial_id, cfg, data)) is not None:  # --reuse-runs
+        row.update(tuning.columns(ctx, setting, phase))
+        rows.write(ctx, row)
+        _row_written(ctx, state, trial_id, row, 0)  # a state it saved part-way is done with too
+        return row
     on_step = _after_first(reporter(ctx.progress, trial_id, cfg.tokens_per_step), first_step)
     on_point, on_eval = curve_reports(ctx, trial_id, report, _steps(config, cfg))
     for attempt in range(ctx.retries + 1):
@@ -219,21 +220,27 @@ def attempts(
             row = rows.failed(ctx, config, trial_id, seed, e, started, attempt)
         row.update(tuning.columns(ctx, setting, phase))
         rows.write(ctx, row)
-        # a run continued under a new trial's name that ends before its next save: its end
-        # removes the curve it left under the old name (as a save would: _live_curve)
-        try:
-            if location.exists(state.name_path):
-                _forget_old_curve(ctx, state, f"{trial_id}.a{attempt}.parquet")
-        except OSError:  # the row is written; a stale curve beside it is not worth the run
-            pass
-        if ctx.checkpoints and row["status"] == "ok":
-            rows.upload_checkpoint(ctx, trial_id)
-        final = row["status"] != "failed" or attempt == ctx.retries
-        if final and not ctx.keep_checkpoints:
-            state.remove()  # its row is written: the run never trains again
+        _row_written(ctx, state, trial_id, row, attempt)
         if row["status"] != "failed":
             return row
     return row
+
+
+def _row_written(ctx: TrialContext, state, trial_id: str, row, attempt: int) -> None:
+    """After a run's row: a run continued under a new trial's name that ends before its next save
+    removes the curve it left under the old name (as a save would: _live_curve); its weights go
+    where the study lives; once its row is final, its saved state is removed (unless
+    --keep-checkpoints): the run never trains again."""
+    try:
+        if location.exists(state.name_path):
+            _forget_old_curve(ctx, state, f"{trial_id}.a{attempt}.parquet")
+    except OSError:  # the row is written; a stale curve beside it is not worth the run
+        pass
+    if ctx.checkpoints and row["status"] == "ok" and reuse.REUSED not in row:
+        rows.upload_checkpoint(ctx, trial_id)
+    final = row["status"] != "failed" or attempt == ctx.retries
+    if final and not ctx.keep_checkpoints:
+        state.remove()
 
 
 def _after_first(on_step, first):
