@@ -199,3 +199,20 @@ def test_a_folder_without_a_study_is_one_line_before_anything_trains(corpus, tmp
         "(no trials/ folder in it or in its folders)\n"
     )
     assert not (results / "s").exists()
+
+
+def test_the_summary_says_how_many_rows_were_runs_taken():
+    from rich.console import Console
+
+    from benchmark.search import summary
+    from benchmark.search.driver import SearchSummary
+
+    console = Console(record=True, width=300)
+    s = SearchSummary(study_dir="r/s", requested=1, finished_before=0, ran=1, written=16, reused=16)
+    summary.show(console, s)
+    assert "1 ran now, 16 rows written now (16 of them runs taken from other studies), in 0s" in (
+        console.export_text()
+    )
+    console = Console(record=True, width=300)
+    summary.show(console, SearchSummary(study_dir="r/s", requested=1, finished_before=0, written=2))
+    assert "2 rows written now, in 0s" in console.export_text()

@@ -144,6 +144,7 @@ class SearchSummary:
     sampler: str | None = None
     storage: str | None = None  # --storage, when the study is not in SQLite beside the rows
     written: int = 0  # row files this driver wrote
+    reused: int = 0  # ... of which runs taken from other studies (--reuse-runs)
     others: list[str] = field(
         default_factory=list
     )  # the other drivers running the study when it began
@@ -596,10 +597,12 @@ def _finish(
     summary: SearchSummary, opts: SearchOptions, t0: float, before: set[str], asked: list[int] = ()
 ) -> SearchSummary:
     mine = set(asked)
-    summary.written = sum(
-        1 for f in set(trial_files(opts.study_dir)) - before if optuna_study.trial_number(f) in mine
-    )
+    new = {
+        f for f in set(trial_files(opts.study_dir)) - before if optuna_study.trial_number(f) in mine
+    }
+    summary.written = len(new)
     df = read_study(opts.study_dir)
+    summary.reused = reuse.taken_in(opts.study_dir, df, new)
     summary.rows = len(df)
     summary.statuses = df["status"].value_counts().to_dict() if len(df) else {}
     summary.best = best_row(df[df["status"] == "ok"] if len(df) else df, *summary.ranked_by)

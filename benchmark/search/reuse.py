@@ -159,3 +159,17 @@ def taken(ctx: TrialContext, config: Mapping[str, Any], trial_id: str, cfg, data
         "phase": None,
         "tuned": None,
     }
+
+
+def taken_in(study_dir: str, df, files) -> int:
+    """How many of the study's row files `files` hold a run taken from another study (`df`: the
+    study's rows)."""
+    if not len(df) or "extra" not in df:
+        return 0
+    return sum(
+        1
+        for r in df[["trial_id", "attempt", "extra"]].itertuples()
+        if isinstance(r.extra, str)
+        and REUSED in json.loads(r.extra)
+        and row_file(study_dir, r.trial_id, int(r.attempt or 0)) in files
+    )

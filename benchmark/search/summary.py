@@ -18,8 +18,9 @@ def show(console, s) -> None:
         )
     console.print(
         f"\n{s.rows} rows in {s.study_dir}/ ({', '.join(f'{k} {v}' for k, v in s.statuses.items())}); "
-        f"{s.finished_before} trials were already done, {s.ran} ran now, {s.written} rows written now, "
-        f"in {s.wall_s:.0f}s"
+        f"{s.finished_before} trials were already done, {s.ran} ran now, {s.written} rows written now"
+        + (f" ({s.reused} of them runs taken from other studies)" if s.reused else "")
+        + f", in {s.wall_s:.0f}s"
         + (
             f"; orchestration overhead {s.overhead_s:.2f}s per trial"
             if s.overhead_s is not None
