@@ -70,3 +70,27 @@ def test_a_trial_writes_its_curve_beside_its_row_and_pandas_reads_it(grammar_cor
         row["val_loss"]
     )
     assert math.isfinite(full["train_loss"].iloc[0])
+
+
+def test_a_curve_is_named_as_its_row_even_for_an_odd_trial_name(tmp_path):
+    """One name for both files (store/results.row_name): a trial name with characters a file name
+    cannot hold gives the row and its curve the same safe name."""
+    from benchmark.search.context import TrialContext
+    from benchmark.search.rows import write
+
+    ctx = TrialContext(
+        study="s",
+        study_dir=str(tmp_path / "s"),
+        data=None,
+        training={},
+        count="total",
+        objectives=("val_loss",),
+    )
+    point = dict(step=1, tokens=8, train_loss=2.5, train_loss_max=2.5, lr=1e-3, grad_norm=1.0)
+    write(
+        ctx, {"study": "s", "trial_id": "t0001 b/c", "attempt": 1, "status": "ok", "curve": [point]}
+    )
+    names = ["t0001-b-c.a1.parquet"]
+    assert sorted(p.name for p in (tmp_path / "s" / "trials").iterdir()) == names
+    assert sorted(p.name for p in (tmp_path / "s" / "_curves").iterdir()) == names
+    assert list(pd.read_parquet(tmp_path / "s" / "_curves")["trial_id"]) == ["t0001 b/c"]

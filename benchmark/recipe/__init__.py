@@ -40,6 +40,7 @@ from benchmark.recipe.settings import (
     QuantizeConfigError,
     TrainConfig,
     TrainConfigError,
+    settings_json,
 )
 
 __all__ = [
@@ -69,4 +70,5 @@ __all__ = [
     "parse_size",
     "parse_tokens",
     "parse_tolerance",
+    "settings_json",
 ]

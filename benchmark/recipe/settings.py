@@ -5,8 +5,9 @@ sections with the very classes a trial runs with (one validator path).
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from benchmark.arch import COUNTS, did_you_mean, keys, setting
@@ -18,6 +19,13 @@ PRECISIONS = ("auto", "bf16", "fp32")
 # budget, the same for every candidate of a size class (Hyperloop §4.1 trains every model of a
 # size class on the same tokens, 50x the non-looped baseline's parameters).
 TOKENS_PER = (*COUNTS, "budget")
+
+
+def settings_json(settings: Any) -> str:
+    """Settings (a TrainConfig or QuantizeConfig) as a row stores them in its `training` and
+    `quantize` columns: every field, keys sorted. One text, so that a saved run's name
+    (trial/runstate.py) and a reused run's key (search/reuse.py) compare what the row holds."""
+    return json.dumps(asdict(settings), sort_keys=True)
 
 
 class TrainConfigError(ValueError):

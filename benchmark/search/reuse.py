@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
 from typing import Any, Mapping, Sequence
 
 from benchmark.arch import ArchSpec
+from benchmark.recipe import settings_json
 from benchmark.search import rows
 from benchmark.search.context import TrialContext
 from benchmark.search.preflight import OLD_SAMPLING
 from benchmark.store import location, read_files, trial_files
 from benchmark.store.curves import KEY as CURVE
 from benchmark.store.curves import curve_points
-from benchmark.store.results import row_file, trials_dir
+from benchmark.store.results import row_file, row_name, trials_dir
 
 # what makes two runs the same run: the columns of its row, as trial/run.py writes them, and the
 # value a row from before a column existed had (batches drew with replacement; one process)
@@ -96,7 +96,7 @@ def index(folders: Sequence[str], own: str) -> dict[str, str]:
     own = location.absolute(own).rstrip("/")
     for folder in folders:
         for study in studies_in(location.absolute(folder).rstrip("/")):
-            if study.rstrip("/") == own:
+            if study == own:
                 continue
             for row in read_files(trial_files(study), skipped=[]):
                 if row.get("status") in MEASURED:
@@ -110,8 +110,8 @@ def planned(spec: Mapping[str, Any], cfg, quantize, data, hardware: str) -> dict
     row; `quantize` None: a run that will not quantise."""
     return {
         "spec": ArchSpec.from_dict(dict(spec)).to_json(),
-        "training": json.dumps(asdict(cfg), sort_keys=True),
-        "quantize": json.dumps(asdict(quantize), sort_keys=True) if quantize else None,
+        "training": settings_json(cfg),
+        "quantize": settings_json(quantize) if quantize else None,
         "dataset_id": data.dataset_id,
         "tokenizer_id": data.tokenizer.tokenizer_id,
         "sampling": data.sampling,
@@ -135,7 +135,7 @@ def source_row(path: str) -> dict[str, Any] | None:
     study, attempt = location.parent(location.parent(path)), int(row["attempt"] or 0)
     here = f"{location.basename(study)}/trials/{location.basename(path)}"
     row[REUSED] = json.loads(row.get("extra") or "{}").get(REUSED) or here
-    if points := curve_points(study, f"{row['trial_id']}.a{attempt}.parquet"):
+    if points := curve_points(study, row_name(row["trial_id"], attempt)):
         row[CURVE] = points
     return row
 

@@ -28,6 +28,7 @@ from benchmark.store import (
 )
 from benchmark.store.curves import KEY as CURVE
 from benchmark.store.location import is_uri, join, resolve
+from benchmark.store.results import row_name
 
 ERROR_CHARS = 1500
 NOT_AXES = ("spec", "optuna_trial", "node_id", "continues")
@@ -124,9 +125,7 @@ def write(ctx: TrialContext, row: Mapping[str, Any]) -> str:
     row = dict(row)
     if row.get(CURVE):
         try:
-            write_curve(
-                ctx.study_dir, row, f"{row['trial_id']}.a{int(row.get('attempt') or 0)}.parquet"
-            )
+            write_curve(ctx.study_dir, row, row_name(row["trial_id"], row.get("attempt")))
         except OSError as err:  # the row matters more: it is written (or kept aside) all the same
             if not disk_full(err):
                 raise
@@ -246,7 +245,7 @@ def user_attrs(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     statuses = sorted({r["status"] for r in rows})
     out["status"] = statuses[0] if len(statuses) == 1 else ",".join(statuses)
     out["seeds"] = sorted(int(r["seed"]) for r in rows if _present(r.get("seed")))
-    out["rows"] = sorted(f"{r['trial_id']}.a{int(r.get('attempt') or 0)}.parquet" for r in rows)
+    out["rows"] = sorted(row_name(r["trial_id"], r.get("attempt")) for r in rows)
     errors = [r["error"] for r in rows if r.get("error")]
     if errors and not any(r.get("status") == "ok" for r in rows):
         out["error"] = errors[-1].splitlines()[0][:300]

@@ -28,6 +28,7 @@ from benchmark.search.progress import reporter
 from benchmark.store import StoreFull, location, metrics, write_curve
 from benchmark.store.curves import KEY as CURVE
 from benchmark.store.curves import curves_dir
+from benchmark.store.results import row_name
 from benchmark.trial import lost_worker, run_distributed
 
 INTERMEDIATE = tuple(m.name for m in metrics.METRICS if m.intermediate)
@@ -233,7 +234,7 @@ def _row_written(ctx: TrialContext, state, trial_id: str, row, attempt: int) -> 
     --keep-checkpoints): the run never trains again."""
     try:
         if location.exists(state.name_path):
-            _forget_old_curve(ctx, state, f"{trial_id}.a{attempt}.parquet")
+            _forget_old_curve(ctx, state, row_name(trial_id, attempt))
     except OSError:  # the row is written; a stale curve beside it is not worth the run
         pass
     if ctx.checkpoints and row["status"] == "ok" and reuse.REUSED not in row:
@@ -272,7 +273,7 @@ def _live_curve(ctx: TrialContext, state, trial_id: str, seed: int, phase: str, 
     file's name), so that `pd.read_parquet("<study>/_curves")` shows runs in flight too; the
     run's end writes it whole. A run continued under another trial's name (a trial numbered anew
     on resume) removes the curve it left under the old one. No phase column without `tune:`."""
-    name = f"{trial_id}.a{attempt}.parquet"
+    name = row_name(trial_id, attempt)
     keys = {"study": ctx.study, "trial_id": trial_id, "attempt": attempt, "seed": seed}
     keys.update(tuning.columns(ctx, None, phase) if ctx.tune is not None else {})
 

@@ -225,9 +225,15 @@ def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text)
 
 
+def row_name(trial_id: str, attempt: int) -> str:
+    """A trial attempt's file name, `<trial id>.a<attempt>.parquet`: its row's under `trials/`
+    and its curve's under `_curves/` (store/curves.py)."""
+    return f"{_safe_name(trial_id)}.a{int(attempt or 0)}.parquet"
+
+
 def row_file(study_dir: Location, trial_id: str, attempt: int) -> str:
-    """Where a trial attempt's row lives: `<study>/trials/<trial id>.a<attempt>.parquet`."""
-    return location.join(trials_dir(study_dir), f"{_safe_name(trial_id)}.a{attempt}.parquet")
+    """Where a trial attempt's row lives: `<study>/trials/<row_name>`."""
+    return location.join(trials_dir(study_dir), row_name(trial_id, attempt))
 
 
 def write_row(study_dir: Location, row: Mapping[str, Any], fallback: Location | None = None) -> str:

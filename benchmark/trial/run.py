@@ -8,7 +8,7 @@ import gc
 import json
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -25,7 +25,7 @@ from benchmark.data import (
     prepare,
 )
 from benchmark.models.hyper import stream_record
-from benchmark.recipe import QuantizeConfig, TrainConfig
+from benchmark.recipe import QuantizeConfig, TrainConfig, settings_json
 from benchmark.store import (
     LOOP_COUNTS,
     code_version,
@@ -71,7 +71,7 @@ def describe(spec: ArchSpec, cfg: TrainConfig) -> dict[str, Any]:
         "params_ffn": params["ffn"],
         "flops_per_token_train": flops["train"],
         "flops_per_token_infer": flops["infer"],
-        "training": json.dumps(asdict(cfg), sort_keys=True),
+        "training": settings_json(cfg),
         "seed": cfg.seed,
     }
 
@@ -131,7 +131,7 @@ def quantized_columns(
     hessians = calibrate(
         model, calibration(data, cfg, quant.calib_sequences)
     )  # once for both GPTQ widths
-    out: dict[str, Any] = {"quantize": json.dumps(asdict(quant), sort_keys=True)}
+    out: dict[str, Any] = {"quantize": settings_json(quant)}
     for bits, method, col in ((8, "gptq", "int8"), (4, "gptq", "int4"), (4, "rtn", "int4_rtn")):
         qcfg = QuantConfig(bits=bits, method=method, group_size=quant.group_size)
         qmodel, report = quantize(model, qcfg, hessians=hessians)
@@ -187,7 +187,7 @@ def run_trial(
         result, cfg, retries = train_fitting(
             spec, cfg, data, evals, on_step, on_eval, ranks, on_point, state=state, saved=saved
         )
-        row.update(training=json.dumps(asdict(cfg), sort_keys=True), oom_retries=retries)
+        row.update(training=settings_json(cfg), oom_retries=retries)
     except TrialDiverged as e:  # the tokens it trained and where its time went, as for any row
         done = (
             {

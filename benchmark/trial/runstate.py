@@ -27,12 +27,13 @@ import random
 import re
 import struct
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from benchmark.arch import ArchSpec
+from benchmark.recipe import settings_json
 from benchmark.store import location
 from benchmark.trial.watchdog import Watchdog, end_process
 
@@ -102,7 +103,7 @@ def run_key(spec, cfg) -> str:
     """The run's name among saved states: the same spec and training settings (seed included) are
     the same run, whichever trial of the study trains it."""
     spec = spec if isinstance(spec, ArchSpec) else ArchSpec.from_dict(spec)
-    text = f"{spec.to_json()}\n{json.dumps(asdict(cfg), sort_keys=True)}"
+    text = f"{spec.to_json()}\n{settings_json(cfg)}"
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
