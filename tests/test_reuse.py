@@ -216,3 +216,29 @@ def test_the_summary_says_how_many_rows_were_runs_taken():
     console = Console(record=True, width=300)
     summary.show(console, SearchSummary(study_dir="r/s", requested=1, finished_before=0, written=2))
     assert "2 rows written now, in 0s" in console.export_text()
+
+
+def test_a_run_its_memory_made_retry_stands_for_the_run_as_planned(tmp_path):
+    """A run that ran out of memory twice trained at a quarter of its planned micro-batch and four
+    times the accumulation (the same batch; its row says what it trained with, and oom_retries 2):
+    the run planned as it was, on the same hardware, is that run; one planned at the smaller
+    micro-batch from the start is another."""
+    base = {"spec": "{}", "quantize": "{}", "dataset_id": "d", "tokenizer_id": "t", "hardware": "h"}
+    trained = json.dumps({"batch_size": 4, "grad_accum": 4, "lr": 3e-3, "seed": 0})
+    write_row(
+        tmp_path / "a",
+        {
+            **base,
+            "study": "a",
+            "trial_id": "t0000",
+            "status": "ok",
+            "training": trained,
+            "oom_retries": 2,
+        },
+    )
+    index = reuse.index([str(tmp_path)], own=str(tmp_path / "own"))
+    as_planned = json.dumps({"batch_size": 16, "grad_accum": 1, "lr": 3e-3, "seed": 0})
+    assert reuse.find(index, {**base, "training": as_planned}) is not None
+    assert reuse.find(index, {**base, "training": trained}) is None
+    # without retries the row is its own plan
+    assert reuse.as_planned({**base, "training": trained, "oom_retries": 0})["training"] == trained

@@ -101,8 +101,24 @@ def index(folders: Sequence[str], own: str) -> dict[str, str]:
             for row in read_files(trial_files(study), skipped=[]):
                 if row.get("status") in MEASURED:
                     path = row_file(study, row["trial_id"], int(row.get("attempt") or 0))
-                    found.setdefault(run_key(row), path)
+                    found.setdefault(run_key(as_planned(row)), path)
     return found
+
+
+def as_planned(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The row as its run was planned: out-of-memory retries (the row's `oom_retries`, r) halved
+    its micro-batch and doubled its accumulation r times (trial/run.train_fitting), and its
+    `training` holds what it trained with; the run planned at 2^r times that micro-batch, which on
+    the same hardware (in the key) runs out of memory and retries the same way, is this run."""
+    retries = row.get("oom_retries")
+    if not isinstance(retries, (int, float)) or not retries > 0 or not row.get("training"):
+        return row
+    training = json.loads(row["training"])
+    factor = 2 ** int(retries)
+    training.update(
+        batch_size=training["batch_size"] * factor, grad_accum=training["grad_accum"] // factor
+    )
+    return {**row, "training": json.dumps(training, sort_keys=True)}
 
 
 def planned(spec: Mapping[str, Any], cfg, quantize, data, hardware: str) -> dict[str, Any]:
