@@ -38,8 +38,21 @@ def test_validation_points_are_spread_over_the_run():
     assert not any(TrainConfig(val_points=0).evaluates(s, 100) for s in range(1, 101))
 
 
-def test_a_trial_writes_its_curve_beside_its_row_and_pandas_reads_it(grammar_corpus, tmp_path):
+def _context(study_dir):
+    """The trial context of a study "s" that writes rows and curves (search/rows.write)."""
     from benchmark.search.context import TrialContext
+
+    return TrialContext(
+        study="s",
+        study_dir=str(study_dir),
+        data=None,
+        training={},
+        count="total",
+        objectives=("val_loss",),
+    )
+
+
+def test_a_trial_writes_its_curve_beside_its_row_and_pandas_reads_it(grammar_corpus, tmp_path):
     from benchmark.search.rows import write
     from benchmark.store.curves import read_curves
     from benchmark.trial.run import run_trial
@@ -47,14 +60,7 @@ def test_a_trial_writes_its_curve_beside_its_row_and_pandas_reads_it(grammar_cor
     row = run_trial(SPEC, TrainConfig(**CFG), data=grammar_corpus, quantize=None)
     assert len(row["curve"]) == 79 and row["loss_spike"] >= 0  # 79 steps: one point each
     assert [e["step"] for e in json.loads(row["evals"])] == [20, 40, 59]  # val_points 3 of 79 steps
-    ctx = TrialContext(
-        study="s",
-        study_dir=str(tmp_path / "s"),
-        data=None,
-        training={},
-        count="total",
-        objectives=("val_loss",),
-    )
+    ctx = _context(tmp_path / "s")
     write(ctx, {**row, "study": "s", "trial_id": "t0000", "attempt": 0})
     curves = pd.read_parquet(tmp_path / "s" / "_curves")  # the one line
     assert len(curves) == 79 and set(curves["trial_id"]) == {"t0000"}
@@ -75,17 +81,9 @@ def test_a_trial_writes_its_curve_beside_its_row_and_pandas_reads_it(grammar_cor
 def test_a_curve_is_named_as_its_row_even_for_an_odd_trial_name(tmp_path):
     """One name for both files (store/results.row_name): a trial name with characters a file name
     cannot hold gives the row and its curve the same safe name."""
-    from benchmark.search.context import TrialContext
     from benchmark.search.rows import write
 
-    ctx = TrialContext(
-        study="s",
-        study_dir=str(tmp_path / "s"),
-        data=None,
-        training={},
-        count="total",
-        objectives=("val_loss",),
-    )
+    ctx = _context(tmp_path / "s")
     point = dict(step=1, tokens=8, train_loss=2.5, train_loss_max=2.5, lr=1e-3, grad_norm=1.0)
     write(
         ctx, {"study": "s", "trial_id": "t0001 b/c", "attempt": 1, "status": "ok", "curve": [point]}
