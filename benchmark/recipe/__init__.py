@@ -5,7 +5,7 @@ import from here; the modules behind it, lowest first:
 
     amounts    parameter and token amounts (`113M`, `20x`), tolerances, and their short forms
     settings   TrainConfig, QuantizeConfig and DataSettings: the training, quantisation and data
-               settings, their rules
+               settings, their rules, and the JSON a row stores them as (settings_json)
     memory     a training step's estimated peak memory, and the micro-batch that fits a GPU
 """
 
