@@ -109,7 +109,8 @@ def as_planned(row: Mapping[str, Any]) -> Mapping[str, Any]:
     """The row as its run was planned: out-of-memory retries (the row's `oom_retries`, r) halved
     its micro-batch and doubled its accumulation r times (trial/run.train_fitting), and its
     `training` holds what it trained with; the run planned at 2^r times that micro-batch, which on
-    the same hardware (in the key) runs out of memory and retries the same way, is this run."""
+    the same hardware (in the key) runs out of memory and retries the same way, is this run.
+    Its `training` comes back as a dict: run_key compares JSON columns as values."""
     retries = row.get("oom_retries")
     if not isinstance(retries, (int, float)) or not retries > 0 or not row.get("training"):
         return row
@@ -118,7 +119,7 @@ def as_planned(row: Mapping[str, Any]) -> Mapping[str, Any]:
     training.update(
         batch_size=training["batch_size"] * factor, grad_accum=training["grad_accum"] // factor
     )
-    return {**row, "training": json.dumps(training, sort_keys=True)}
+    return {**row, "training": training}
 
 
 def planned(spec: Mapping[str, Any], cfg, quantize, data, hardware: str) -> dict[str, Any]:
