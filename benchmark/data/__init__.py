@@ -17,7 +17,7 @@ poetry is ~94% of the text); `embedded:wiki,bible` is equal weights over those;
 source is one part of weight 1.
 """
 
-from benchmark.data.cache import PreparedData, cached_parts, prepare
+from benchmark.data.cache import PreparedData, cached_identity, cached_parts, prepare
 from benchmark.data.config import DataConfig, cache_root
 from benchmark.data.corpus import load_corpus
 from benchmark.data.sampling import batches, eval_sets, passes
@@ -31,6 +31,7 @@ __all__ = [
     "Tokenizer",
     "batches",
     "cache_root",
+    "cached_identity",
     "cached_parts",
     "eval_sets",
     "load_corpus",

@@ -182,6 +182,17 @@ def cached_parts(cfg: DataConfig) -> dict[str, tuple[int, float]] | None:
     return {name: (spans[name][1] - spans[name][0], w) for name, w in corpus.weights.items()}
 
 
+def cached_identity(cfg: DataConfig) -> tuple[str, Tokenizer] | None:
+    """(the corpus's dataset_id, its tokenizer) as `prepare` gives them, read without tokenising
+    or training a tokenizer (what a plan keys runs by: search/reuse_plan.py); None when the
+    tokenizer is trained on the corpus and not yet here."""
+    corpus = load_corpus(cfg)
+    try:
+        return corpus.dataset_id, _tokenizer(cfg, corpus, _mirror(cfg, corpus), _untrained)
+    except _NotTrained:
+        return None
+
+
 def _mirror(cfg: DataConfig, corpus: Corpus) -> Mirror | None:
     uri = cache_uri(cfg.cache_dir)
     return None if uri is None else Mirror(uri=uri, root=corpus.cache_dir)

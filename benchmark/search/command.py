@@ -3,6 +3,7 @@
     shapebench plan [SPACE.yaml] --budget 113M [--count total] [--trials N] [--tokens 20x|5M]
         [--set KEY=VALUE ...] [--seed S] [--json] [--claims FILE] [--data SOURCE] [--tokenizer bpe]
         [--gpu-tflops 400] [--gpu-memory 80GiB] [--address auto]
+        [--reuse-runs FOLDER ... [--cpus-per-trial N] [--concurrency N]]
     shapebench search [SPACE.yaml] --budget 113M [the plan's flags] [--name STUDY] [--results DIR]
         [--resume] [--address auto] [--seeds N] [--time-budget 30m] [--concurrency N] ...
     shapebench search --spec ARCH.yaml [--tokens 2M] [--data SOURCE] [--checkpoint DIR]
@@ -45,6 +46,7 @@ from benchmark.search import (
     loggers,
     preflight,
     reuse,
+    reuse_plan,
     run_search,
     saving,
     schedule,
@@ -67,13 +69,10 @@ SEARCH_ONLY = (
     "resume",
     "seeds",
     "time_budget",
-    "concurrency",
     "sampler",
     "storage",
     "rerun",
-    "reuse_runs",
     "storage_wait",
-    "cpus_per_trial",
     "gpus_per_trial",
     "workers_per_trial",
     "parallel",
@@ -83,7 +82,7 @@ SEARCH_ONLY = (
     "checkpoint",
     *saving.FLAGS,
     *loggers.FLAGS,
-)  # search-only flags
+)  # search-only flags; a plan's --cpus-per-trial and --concurrency: with --reuse-runs (reuse_plan)
 
 
 def _positive(text: str) -> int:
@@ -160,6 +159,15 @@ def _space_flags(p: argparse.ArgumentParser) -> None:
         "smallest of the cluster's GPUs",
     )
     p.add_argument("--address", help="Ray cluster address, e.g. auto")
+    p.add_argument(
+        "--reuse-runs",
+        action="append",
+        metavar="FOLDER",
+        help="take each run whose model, training, quantisation, data, tokenizer and hardware "
+        "equal a measured run's in FOLDER (a study, or a folder of studies) from it instead of "
+        "training it (repeatable; the row says which: reused_from); a plan says which of its runs "
+        "a search here would take, its threads as --cpus-per-trial and --concurrency give them",
+    )
 
 
 def _search_flags(p: argparse.ArgumentParser, hidden: bool) -> None:
@@ -196,14 +204,6 @@ def _search_flags(p: argparse.ArgumentParser, hidden: bool) -> None:
         action="append",
         metavar="COLUMN=VALUE",
         help="train anew the finished candidates whose rows match",
-    )
-    add(
-        "--reuse-runs",
-        action="append",
-        metavar="FOLDER",
-        help="take each run whose model, training, quantisation, data, tokenizer and hardware "
-        "equal a measured run's in FOLDER (a study, or a folder of studies) from it instead of "
-        "training it (repeatable; the row says which: reused_from)",
     )
     add(
         "--seeds",
@@ -315,7 +315,7 @@ def plan_main(argv: list[str] | None = None, prog: str = PLAN) -> int:
         verb = "applies" if len(given) == 1 else "apply"
         print(f"{PLAN}: {', '.join(given)} {verb} only to a search, not to a plan", file=sys.stderr)
         return 2
-    if unused := schedule.unused(args):
+    if unused := schedule.unused(args) or reuse_plan.unused(args):
         print(f"{PLAN}: {unused}", file=sys.stderr)
         return 2
     try:
@@ -393,8 +393,14 @@ def run_plan(space: SearchSpace, args: argparse.Namespace) -> int:
     rows = records(plan, probe.estimates(plan, cfg), cfg=cfg, gpu_memory=gpu_memory)
     check_fits(space, rows)  # a run that cannot fit one sequence: one line
     rows, search = preflight.with_passes(rows, _data(args, space)), timing.search_times()
+    if args.reuse_runs:  # what other studies measured of each candidate's runs
+        opts, policy = _options(space, args, space.name), _policy(args)
+        seen = reuse_plan.foresee(space, plan, opts, policy, cfg, gpu_memory)
+        rows = [{**r, "reuse": found} for r, found in zip(rows, seen.found)]
     render(plan, rows, wide_console(), search, as_json=args.json, gpu_flops=args.gpu_tflops * 1e12)
     preflight.plan_passes(space, rows, sys.stderr if args.json else wide_console())
+    if args.reuse_runs:
+        reuse_plan.show(seen, rows, sys.stderr if args.json else wide_console(), args.json)
     if args.workers:  # with --json on stderr, as the plan's other lines: stdout stays JSON
         tasks, flops = args.runs_as_tasks is not False, args.gpu_tflops * 1e12
         text = schedule.line(space, rows, args.workers, flops, tasks)

@@ -69,35 +69,28 @@ from benchmark.store import (
 @dataclass(frozen=True, kw_only=True)
 class SearchOptions:
     name: str
-    results_dir: str | Path = Path(
-        location.RESULTS_ROOT
-    )  # a local or NFS folder, or a URI (s3://, gs://: pyarrow.fs)
+    # a local or NFS folder, or a URI (s3://, gs://: pyarrow.fs)
+    results_dir: str | Path = Path(location.RESULTS_ROOT)
     seed: int = 0
     seeds: int = 1  # train every chosen candidate with this many seeds
-    concurrency: int | None = (
-        None  # default: as many trials as the nodes hold (search/resources.py)
-    )
+    # default: as many trials as the nodes hold (search/resources.py)
+    concurrency: int | None = None
     cpus_per_trial: float | None = None  # default: the largest node's CPUs, shared by its trials
-    gpus_per_trial: float | None = (
-        None  # default: 1 when a node has GPUs (fractions share a GPU); >= 2: workers
-    )
-    workers_per_trial: int | None = (
-        None  # a trial as a Ray Train job of this many workers (default: gpus if >= 2)
-    )
+    # default: 1 when a node has GPUs (fractions share a GPU); >= 2: workers
+    gpus_per_trial: float | None = None
+    # a trial as a Ray Train job of this many workers (default: gpus if >= 2)
+    workers_per_trial: int | None = None
     parallel: str = "auto"  # such a trial's wrapper: ddp, fsdp, or auto (trial/distributed.py)
     address: str | None = None  # an existing Ray cluster ("auto", "HOST:PORT")
-    storage: str | None = (
-        None  # an Optuna RDB URL; default: SQLite beside the rows (optuna_study.storage_url)
-    )
-    storage_wait_s: float = (
-        STORAGE_WAIT_S  # how long its database may be away: a restart, a failover (storage.py)
-    )
+    # an Optuna RDB URL; default: SQLite beside the rows (optuna_study.storage_url)
+    storage: str | None = None
+    # how long its database may be away: a restart, a failover (storage.py)
+    storage_wait_s: float = STORAGE_WAIT_S
     time_budget_s: float | None = None
     retries: int = 1  # an exception is retried this many times, then recorded as failed
     node_retries: int = 3  # a trial whose worker or node is lost runs again elsewhere
-    pending_timeout_s: float = (
-        600.0  # stop, saying what is missing, when no trial starts for this long
-    )
+    # stop, saying what is missing, when no trial starts for this long
+    pending_timeout_s: float = 600.0
     data: DataConfig = field(default_factory=DataConfig)
     asha: bool = True  # successive halving over tokens when there is one objective
     checkpoints: bool = False  # keep each trial's weights under <study>/_checkpoints
@@ -109,9 +102,8 @@ class SearchOptions:
     step_timeout: str | None = None  # end a run with no step for this long (trial/watchdog.py)
     sampler: str | None = None  # None: the study's recorded sampler, else "auto" (optuna_study.py)
     resume_command: str = ""  # how the user goes on after a stop, for the one line that says so
-    rerun: tuple[
-        str, ...
-    ] = ()  # --rerun COLUMN=VALUE: the finished trials with a matching row train anew
+    # --rerun COLUMN=VALUE: the finished trials with a matching row train anew
+    rerun: tuple[str, ...] = ()
     reuse_runs: tuple[str, ...] = ()  # studies whose measured runs stand for this one's (reuse.py)
     tensorboard: bool = False  # every trial's curve to TensorBoard too (search/loggers.py)
     mlflow: str | None = None  # ... and to MLflow: a folder (its SQLite store) or a tracking URI
@@ -136,18 +128,14 @@ class SearchSummary:
     wall_s: float = 0.0
     overhead_s: float | None = None
     best: dict[str, Any] | None = None  # rows.best_row: the ok row best at `ranked_by`
-    ranked_by: tuple[str, str, str] = (
-        "val_loss",
-        "min",
-        "total",
-    )  # first objective, direction, count
+    # first objective, direction, count
+    ranked_by: tuple[str, str, str] = ("val_loss", "min", "total")
     sampler: str | None = None
     storage: str | None = None  # --storage, when the study is not in SQLite beside the rows
     written: int = 0  # row files this driver wrote
     reused: int = 0  # ... of which runs taken from other studies (--reuse-runs)
-    others: list[str] = field(
-        default_factory=list
-    )  # the other drivers running the study when it began
+    # the other drivers running the study when it began
+    others: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # set-aside or recovered rows, a low disk
     progress_reads: int = 0  # reads of the trials' progress board that had news
     # For the next plan's estimate (_record_times): the driver's spans of its trials added up,
@@ -218,7 +206,7 @@ def _search(space, opts: SearchOptions, console, policy, registry, others, slot)
     sampler = optuna_study.resolve_sampler(
         opts.sampler, study.user_attrs.get("sampler"), space, len(names)
     )
-    ctx = _context(space, opts, names, policy, asha=_asha(space, opts, names))
+    ctx = trial_context(space, opts, policy)
     resume.close_running(study, ctx, live={d.id for d in others})
     summary = SearchSummary(
         study_dir=opts.study_dir,
@@ -414,6 +402,13 @@ def _record_times(summary: SearchSummary) -> None:
         summary.wall_s - summary.busy_s - summary.prepare_s,
         summary.overhead_s,
     )
+
+
+def trial_context(space, opts: SearchOptions, policy=None) -> TrialContext:
+    """What every trial of this search shares, before Ray sizes them (threads, workers): the runs'
+    training settings, and the runs it takes (--reuse-runs; a plan's too: search/reuse_plan.py)."""
+    names = [n for n, _ in space.objectives]
+    return _context(space, opts, names, policy, asha=_asha(space, opts, names))
 
 
 def _context(space, opts: SearchOptions, names: list[str], policy, asha: bool) -> TrialContext:

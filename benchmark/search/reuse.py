@@ -5,7 +5,8 @@ run of several workers always trains) are those of a measured run (ok or diverge
 studies is that run: its row is copied into this study under this run's name, its curve with it,
 and says where it came from (`reused_from`, in the row's `extra`: `<study>/trials/<row file>`).
 Two studies that share an arm (the same model at the same budget, tokens and grid) so train it
-once.
+once; `shapebench plan --reuse-runs FOLDER` says beforehand which runs would be taken
+(search/reuse_plan.py, by these keys).
 
 What the key leaves out is the code: a row keeps its own `code_version`, so a study that reuses the
 runs of an older commit shows both; reuse only from studies whose code trains as this one's does

@@ -47,6 +47,7 @@ _EXPORTS = {
     "objective": "metrics",
     "code_version": "provenance",
     "hardware": "provenance",
+    "machine": "provenance",
     "package_versions": "provenance",
     "PHASES": "results",
     "SCHEMA": "results",

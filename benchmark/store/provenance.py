@@ -63,8 +63,16 @@ def package_versions() -> dict[str, str]:
 
 @functools.cache
 def hardware() -> str:
+    """This process's: the row's `hardware` of a run trained here."""
     import torch
 
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return machine(torch.get_num_threads(), gpus, torch.cuda.get_device_name(0) if gpus else "")
+
+
+def machine(threads: int, gpus: int = 0, gpu_name: str = "") -> str:
+    """A run's `hardware` on this machine: its CPU, its CPU count, the torch threads the run trains
+    with and the GPUs it sees (`gpus` of `gpu_name`; none: a CPU run)."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -73,7 +81,5 @@ def hardware() -> str:
                 break
     except OSError:
         pass
-    gpu = ""
-    if torch.cuda.is_available():
-        gpu = f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
-    return f"{cpu} ({os.cpu_count()} cpus, {torch.get_num_threads()} torch threads){gpu}"
+    gpu = f", {gpus} x {gpu_name}" if gpus else ""
+    return f"{cpu} ({os.cpu_count()} cpus, {threads} torch threads){gpu}"
