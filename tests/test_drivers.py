@@ -27,20 +27,13 @@ from benchmark.space.source import parse_set
 ROOT = Path(__file__).resolve().parent.parent
 
 # A finite space of 4 points (2 families x 2 FFN roundings), 16 steps a trial.
-SPACE = """\
-name: shared
-description: two drivers, one study
-budget: 100K
-count: total
-tolerance: 2%
-base: {{vocab_size: 320, n_heads: 2, layers: {{begin: 1, middle: 1, end: 1}}}}
-axes:
-  family: [{families}]
-  ffn.multiple_of: [16, 32]
-training: {{tokens: 4K, seq_len: 32, batch_size: 8, lr: 3e-3, eval_tokens: 1K}}
-objectives: [val_loss:min]
-trials: 4
-"""
+SPACE = tiny_search.space(
+    "shared",
+    ["family: [{families}]", "ffn.multiple_of: [16, 32]"],
+    "description: two drivers, one study",
+    "objectives: [val_loss:min]",
+    "trials: 4",
+)
 
 
 def space_file(

@@ -22,21 +22,15 @@ from benchmark.store import hardware, machine
 from benchmark.store.results import write_row
 from benchmark.store.speeds import Speed
 
-SPACE = """
-name: reuse-plan
-budget: 100K
-count: total
-tolerance: 2%
-base: {{vocab_size: 320, n_heads: 2, layers: {{begin: 1, middle: 1, end: 1}}}}
-axes:
-  family: [{families}]
-training: {{tokens: 4K, seq_len: 32, batch_size: 8, lr: 3e-3, eval_tokens: 1K}}
-quantize: {{group_size: 16, calib_sequences: 4}}
-objectives: [val_loss:min]
-trials: 3
-seeds: 2
-{tune}
-"""
+SPACE = tiny_search.space(
+    "reuse-plan",
+    ["family: [{families}]"],
+    "quantize: {{group_size: 16, calib_sequences: 4}}",
+    "objectives: [val_loss:min]",
+    "trials: 3",
+    "seeds: 2",
+    "{tune}",
+)
 TUNE = "pruner: none\ntune: {grid: {lr: [1e-3, 3e-3]}, seeds: [100], metric: val_loss}"
 POLICY = {"compile": False, "precision": "fp32"}  # --no-compile --precision fp32
 

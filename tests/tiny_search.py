@@ -21,6 +21,27 @@ CPUS_PER_TRIAL = 1
 CPU_FLAGS = ["--cpus-per-trial", str(CPUS_PER_TRIAL)]
 
 
+def space(name: str, axes: list[str], *lines: str) -> str:
+    """A tiny space's YAML (100K parameters, 3 layers, 4K tokens a run) as a `str.format` template:
+    its `axes:` lines, then `lines` (objectives, trials, ...), their `{fields}` the caller's."""
+    return (
+        "\n".join(
+            [
+                f"name: {name}",
+                "budget: 100K",
+                "count: total",
+                "tolerance: 2%",
+                "base: {{vocab_size: 320, n_heads: 2, layers: {{begin: 1, middle: 1, end: 1}}}}",
+                "axes:",
+                *(f"  {a}" for a in axes),
+                "training: {{tokens: 4K, seq_len: 32, batch_size: 8, lr: 3e-3, eval_tokens: 1K}}",
+                *lines,
+            ]
+        )
+        + "\n"
+    )
+
+
 def data(corpus: Path) -> DataConfig:
     """The corpus as a search's data, its token cache beside it (shared by the session's tests)."""
     return DataConfig(
