@@ -22,7 +22,7 @@ from benchmark.search import reuse
 from benchmark.search.driver import trial_context
 from benchmark.search.preflight import fit_memory, say
 from benchmark.search.resources import Node, ResourcesError, per_trial
-from benchmark.store import location, machine
+from benchmark.store import gpus, location, machine
 
 # A plan's flags with --reuse-runs: a trial's CPUs, so the torch threads its runs' keys hold.
 FLAGS = ("cpus_per_trial", "concurrency")
@@ -66,12 +66,10 @@ def unused(args) -> str | None:
 def trial_hardware(cpus: float | None, concurrency: int | None) -> tuple[str, int]:
     """(the `hardware` a run of a search on this machine records, its torch threads): a trial's
     CPUs and GPUs as per_trial sizes them on one node of this machine's CPUs (ray_session.start)."""
-    import torch  # the GPUs a trial here sees, named as its row names them: only --reuse-runs asks
-
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    res = per_trial([Node(float(os.cpu_count() or 1), float(gpus))], cpus, None, concurrency)
+    count, name = gpus()  # imports torch: only --reuse-runs asks
+    res = per_trial([Node(float(os.cpu_count() or 1), float(count))], cpus, None, concurrency)
     seen = math.ceil(res.gpus)  # Ray shows a trial that has part of a GPU the whole GPU
-    return machine(res.threads, seen, torch.cuda.get_device_name(0) if seen else ""), res.threads
+    return machine(res.threads, seen, name if seen else ""), res.threads
 
 
 def foresee(space, plan, opts, policy: Mapping[str, Any], cfg, gpu_memory) -> Foreseen:

@@ -47,6 +47,7 @@ _EXPORTS = {
     "objective": "metrics",
     "code_version": "provenance",
     "hardware": "provenance",
+    "gpus": "provenance",
     "machine": "provenance",
     "package_versions": "provenance",
     "PHASES": "results",

@@ -66,8 +66,15 @@ def hardware() -> str:
     """This process's: the row's `hardware` of a run trained here."""
     import torch
 
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return machine(torch.get_num_threads(), gpus, torch.cuda.get_device_name(0) if gpus else "")
+    return machine(torch.get_num_threads(), *gpus())
+
+
+def gpus() -> tuple[int, str]:
+    """(how many GPUs torch sees here, the first one's name; "" without one)."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return count, torch.cuda.get_device_name(0) if count else ""
 
 
 def machine(threads: int, gpus: int = 0, gpu_name: str = "") -> str:
