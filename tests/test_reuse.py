@@ -3,6 +3,7 @@ tokenizer and hardware are those of a measured run of another study is that run,
 study under its own name with its curve, and trains nothing; any difference in those trains it."""
 
 import json
+import os
 from dataclasses import replace
 
 import pandas as pd
@@ -129,6 +130,33 @@ def test_the_key_is_every_column_that_makes_the_run_and_only_those():
         ("hardware", "AMD EPYC (2 cpus, 2 torch threads)"),
     ]:
         assert reuse.run_key({**row, column: other}) != key, column
+
+
+# /proc/cpuinfo's first processor on two KVM guests of one cloud: both say "AMD EPYC"; the first is
+# a Zen 3 (family 25 model 1, AVX2), the second a Zen 4 (model 17, AVX-512 with BF16)
+ZEN3 = "vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx fma avx2 bmi2\n"
+ZEN4 = ZEN3.replace("model\t\t: 1", "model\t\t: 17").replace("bmi2", "bmi2 avx512f avx512_bf16")
+
+
+def test_two_cpus_a_virtual_machine_names_alike_are_two_hardwares(monkeypatch, tmp_path):
+    """A Zen 3 and a Zen 4 guest both name themselves "AMD EPYC"; their kernels differ in width, so
+    a run on one is not the other's: the row's `hardware`, and so the reuse key, tells them apart."""
+    from benchmark.store import provenance, speeds
+
+    seen = {}
+    for name, text in [("zen3", ZEN3), ("zen4", ZEN4)]:
+        (tmp_path / name).write_text(text)
+        monkeypatch.setattr(speeds, "CPUINFO", str(tmp_path / name))
+        seen[name] = provenance.machine(1)
+    assert seen == {
+        "zen3": "AMD EPYC, family 25 model 1, AVX2 (%d cpus, 1 torch threads)" % os.cpu_count(),
+        "zen4": "AMD EPYC, family 25 model 17, AVX512-BF16 (%d cpus, 1 torch threads)"
+        % os.cpu_count(),
+    }
+    row = {"spec": "{}", "training": "{}", "quantize": "{}", "dataset_id": "d", "tokenizer_id": "t"}
+    assert reuse.run_key({**row, "hardware": seen["zen3"]}) != reuse.run_key(
+        {**row, "hardware": seen["zen4"]}
+    )
 
 
 def test_a_diverged_run_stands_for_one_of_any_quantisation_an_unquantised_one_for_none():

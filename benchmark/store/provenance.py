@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
-import platform
 import subprocess
 from pathlib import Path
 
@@ -78,15 +77,9 @@ def gpus() -> tuple[int, str]:
 
 
 def machine(threads: int, gpus: int = 0, gpu_name: str = "") -> str:
-    """A run's `hardware` on this machine: its CPU, its CPU count, the torch threads the run trains
-    with and the GPUs it sees (`gpus` of `gpu_name`; none: a CPU run)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    """A run's `hardware` on this machine: its CPU (speeds.cpu_name), its CPU count, the torch
+    threads the run trains with and the GPUs it sees (`gpus` of `gpu_name`; none: a CPU run)."""
+    from benchmark.store.speeds import cpu_name
+
     gpu = f", {gpus} x {gpu_name}" if gpus else ""
-    return f"{cpu} ({os.cpu_count()} cpus, {threads} torch threads){gpu}"
+    return f"{cpu_name()} ({os.cpu_count()} cpus, {threads} torch threads){gpu}"

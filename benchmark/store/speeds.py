@@ -44,16 +44,38 @@ def path_in(cache_root: str | os.PathLike) -> Path:
     return Path(os.environ.get(ENV) or Path(cache_root) / "perf.json")
 
 
+# The widest vector instructions an x86 CPU offers, widest first: torch, oneDNN and MKL pick their
+# kernels by them, so they set both the speed and the order fp32 sums run in.
+VECTOR_TIERS = (
+    ("amx_bf16", "AMX"),
+    ("avx512_bf16", "AVX512-BF16"),
+    ("avx512f", "AVX-512"),
+    ("avx2", "AVX2"),
+)
+
+
 def cpu_name() -> str:
-    """The CPU's model ("AMD EPYC 7B13"): platform.processor() is often just "x86_64" on Linux,
-    and machines of one architecture differ by 3x in matmul speed."""
-    return _cpuinfo(("model name",)) or platform.processor() or platform.machine()
+    """The CPU ("AMD EPYC 7B13, family 25 model 1, AVX2"): its model, and on x86 its family and
+    model numbers and widest vector instructions. platform.processor() is often just "x86_64" on
+    Linux; machines of one architecture differ by 3x in matmul speed; and a virtual machine often
+    names only the product line, "AMD EPYC" for a Zen 3 with AVX2 and a Zen 4 with AVX-512 alike,
+    whose kernels differ in width and so in how fp32 sums round (a run is not another's bit for
+    bit: search/reuse.py)."""
+    name = _cpuinfo(("model name",)) or platform.processor() or platform.machine()
+    family, model = _cpuinfo(("cpu family",)), _cpuinfo(("model\t", "model :"))
+    flags = cpu_flags() or frozenset()
+    tier = next((label for flag, label in VECTOR_TIERS if flag in flags), None)
+    parts = [name, f"family {family} model {model}" if family and model else None, tier]
+    return ", ".join(p for p in parts if p)
+
+
+CPUINFO = "/proc/cpuinfo"
 
 
 def _cpuinfo(keys: tuple[str, ...]) -> str | None:
     """The first /proc/cpuinfo line's value for one of `keys`; None without the file (macOS)."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(CPUINFO) as f:
             for line in f:
                 if line.startswith(keys):
                     return line.split(":", 1)[1].strip()
