@@ -200,7 +200,7 @@ COLUMN_NOTES = {
     "tokenizer_id": "tokenizer id with its fingerprint",
     "code_version": "git commit of the code (with `+dirty` when changed)",
     "packages": "versions of the packages that matter (JSON)",
-    "hardware": "CPU (model; on x86 its family, model and widest vector instructions), cores, torch threads, GPUs",
+    "hardware": "CPU (model; on x86 its family, model and widest vector instructions), cores, torch threads, GPUs (and `Triton HC kernels` where SHAPEBENCH_HC_KERNELS=triton ran them)",
     "started_at": "start, UTC (ISO 8601)",
     "finished_at": "end, UTC (ISO 8601)",
     "extra": "columns a caller added beyond the schema (JSON)",

@@ -159,6 +159,26 @@ def test_two_cpus_a_virtual_machine_names_alike_are_two_hardwares(monkeypatch, t
     )
 
 
+def test_a_gpu_run_on_the_triton_hc_kernels_is_another_hardware(monkeypatch):
+    """SHAPEBENCH_HC_KERNELS=triton runs the connections on models/kernels where a GPU and triton
+    are: their sums round unlike torch's, so the row says so and a run without them is not it."""
+    from benchmark.models import kernels
+    from benchmark.store import provenance
+
+    monkeypatch.setattr(kernels, "available", lambda: True)
+    monkeypatch.delenv(kernels.ENV, raising=False)
+    torch_path = provenance.machine(1, 1, "NVIDIA H200")
+    monkeypatch.setenv(kernels.ENV, "triton")
+    triton_path = provenance.machine(1, 1, "NVIDIA H200")
+    assert triton_path == torch_path + ", Triton HC kernels"
+    assert provenance.machine(1) == provenance.machine(1, 0, "")  # a CPU run: no kernels to take
+    assert "Triton" not in provenance.machine(1)
+    row = {"spec": "{}", "training": "{}", "quantize": "{}", "dataset_id": "d", "tokenizer_id": "t"}
+    assert reuse.run_key({**row, "hardware": torch_path}) != reuse.run_key(
+        {**row, "hardware": triton_path}
+    )
+
+
 def test_a_diverged_run_stands_for_one_of_any_quantisation_an_unquantised_one_for_none():
     """A diverged run stopped before quantising (its row's `quantize` is null): the run about to
     train diverges there too, whatever it would quantise with. A run that finished without

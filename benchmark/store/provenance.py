@@ -78,8 +78,14 @@ def gpus() -> tuple[int, str]:
 
 def machine(threads: int, gpus: int = 0, gpu_name: str = "") -> str:
     """A run's `hardware` on this machine: its CPU (speeds.cpu_name), its CPU count, the torch
-    threads the run trains with and the GPUs it sees (`gpus` of `gpu_name`; none: a CPU run)."""
+    threads the run trains with and the GPUs it sees (`gpus` of `gpu_name`; none: a CPU run), and
+    where SHAPEBENCH_HC_KERNELS=triton puts hyper-connections on the Triton kernels (a GPU's
+    only: models/kernels), that: they round unlike torch's code, so a run on them is not one
+    without them (search/reuse.py), as a run on another CPU is not."""
+    from benchmark.models import kernels
     from benchmark.store.speeds import cpu_name
 
     gpu = f", {gpus} x {gpu_name}" if gpus else ""
+    if gpus and kernels.chosen() and kernels.available():
+        gpu += ", Triton HC kernels"
     return f"{cpu_name()} ({os.cpu_count()} cpus, {threads} torch threads){gpu}"
