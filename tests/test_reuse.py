@@ -167,12 +167,16 @@ def test_a_gpu_run_on_the_triton_hc_kernels_is_another_hardware(monkeypatch):
 
     monkeypatch.setattr(kernels, "available", lambda: True)
     monkeypatch.delenv(kernels.ENV, raising=False)
-    torch_path = provenance.machine(1, 1, "NVIDIA H200")
+    assert not kernels.in_use()
+    torch_path = provenance.machine(1, 1, "NVIDIA H200", kernels.in_use())
     monkeypatch.setenv(kernels.ENV, "triton")
-    triton_path = provenance.machine(1, 1, "NVIDIA H200")
+    assert kernels.in_use()
+    triton_path = provenance.machine(1, 1, "NVIDIA H200", kernels.in_use())
     assert triton_path == torch_path + ", Triton HC kernels"
-    assert provenance.machine(1) == provenance.machine(1, 0, "")  # a CPU run: no kernels to take
+    assert provenance.machine(1, 0, "", True) == provenance.machine(1)  # a CPU run: none to take
     assert "Triton" not in provenance.machine(1)
+    monkeypatch.setattr(kernels, "available", lambda: False)  # triton absent: torch's code runs
+    assert not kernels.in_use()
     row = {"spec": "{}", "training": "{}", "quantize": "{}", "dataset_id": "d", "tokenizer_id": "t"}
     assert reuse.run_key({**row, "hardware": torch_path}) != reuse.run_key(
         {**row, "hardware": triton_path}

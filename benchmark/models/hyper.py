@@ -79,7 +79,7 @@ def fused(t: torch.Tensor) -> bool:
     PyTorch code below runs (compiled on a GPU, the faster path there: kernels/__init__.py)."""
     if not t.is_cuda:
         return False
-    return kernels.chosen() and kernels.available()
+    return kernels.in_use()
 
 
 def home_stream_logits(n: int, index: int) -> torch.Tensor:

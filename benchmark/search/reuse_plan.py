@@ -69,7 +69,9 @@ def trial_hardware(cpus: float | None, concurrency: int | None) -> tuple[str, in
     count, name = gpus()  # imports torch: only --reuse-runs asks
     res = per_trial([Node(float(os.cpu_count() or 1), float(count))], cpus, None, concurrency)
     seen = math.ceil(res.gpus)  # Ray shows a trial that has part of a GPU the whole GPU
-    return machine(res.threads, seen, name if seen else ""), res.threads
+    from benchmark.models import kernels
+
+    return machine(res.threads, seen, name if seen else "", kernels.in_use()), res.threads
 
 
 def foresee(space, plan, opts, policy: Mapping[str, Any], cfg, gpu_memory) -> Foreseen:

@@ -61,11 +61,13 @@ def package_versions() -> dict[str, str]:
 
 
 @functools.cache
-def hardware() -> str:
-    """This process's: the row's `hardware` of a run trained here."""
+def hardware(hc_kernels: bool = False) -> str:
+    """This process's: the row's `hardware` of a run trained here; `hc_kernels`: whether its
+    hyper-connections run on the Triton kernels (models/kernels.in_use, asked by the caller: the
+    store sits below the models)."""
     import torch
 
-    return machine(torch.get_num_threads(), *gpus())
+    return machine(torch.get_num_threads(), *gpus(), hc_kernels=hc_kernels)
 
 
 def gpus() -> tuple[int, str]:
@@ -76,16 +78,15 @@ def gpus() -> tuple[int, str]:
     return count, torch.cuda.get_device_name(0) if count else ""
 
 
-def machine(threads: int, gpus: int = 0, gpu_name: str = "") -> str:
+def machine(threads: int, gpus: int = 0, gpu_name: str = "", hc_kernels: bool = False) -> str:
     """A run's `hardware` on this machine: its CPU (speeds.cpu_name), its CPU count, the torch
     threads the run trains with and the GPUs it sees (`gpus` of `gpu_name`; none: a CPU run), and
-    where SHAPEBENCH_HC_KERNELS=triton puts hyper-connections on the Triton kernels (a GPU's
-    only: models/kernels), that: they round unlike torch's code, so a run on them is not one
-    without them (search/reuse.py), as a run on another CPU is not."""
-    from benchmark.models import kernels
+    where its hyper-connections run on the Triton kernels (`hc_kernels`, a GPU's only:
+    models/kernels), that: they round unlike torch's code, so a run on them is not one without
+    them (search/reuse.py), as a run on another CPU is not."""
     from benchmark.store.speeds import cpu_name
 
     gpu = f", {gpus} x {gpu_name}" if gpus else ""
-    if gpus and kernels.chosen() and kernels.available():
+    if gpus and hc_kernels:
         gpu += ", Triton HC kernels"
     return f"{cpu_name()} ({os.cpu_count()} cpus, {threads} torch threads){gpu}"

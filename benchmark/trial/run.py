@@ -24,6 +24,7 @@ from benchmark.data import (
     passes,
     prepare,
 )
+from benchmark.models import kernels
 from benchmark.models.hyper import stream_record
 from benchmark.recipe import QuantizeConfig, TrainConfig, settings_json
 from benchmark.store import (
@@ -178,7 +179,7 @@ def run_trial(
         "tokenizer_id": data.tokenizer.tokenizer_id,
         "code_version": code_version(),
         "packages": json.dumps(package_versions()),
-        "hardware": hardware(),
+        "hardware": hardware(kernels.in_use()),
     }
     evals = eval_sets(data.val, cfg.seq_len, cfg.eval_tokens)
     t0 = time.perf_counter()

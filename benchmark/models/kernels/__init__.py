@@ -23,6 +23,12 @@ def chosen() -> bool:
     return value == "triton"
 
 
+def in_use() -> bool:
+    """Whether a CUDA run here takes the Triton kernels: asked for (chosen) and able to (available).
+    A row's `hardware` says so (store/provenance.machine), for their sums round unlike torch's."""
+    return chosen() and available()
+
+
 @cache
 def available() -> bool:
     """Whether triton imports (torch's CUDA wheels depend on it; its CPU wheels do not) and finds
