@@ -3,12 +3,13 @@
     shapebench plan [SPACE.yaml] --budget 113M [--json]   the candidates a search would train; trains nothing
     shapebench search [SPACE.yaml] --budget 113M          run (or --resume) the search; --spec ARCH.yaml: one model
     shapebench board [RESULTS_DIR ...] --out site/        ranked tables, frontiers and the page of finished studies
+    shapebench replay STUDY/trials/ROW.parquet            train a measured run again from its row; compare
     shapebench perf models|scale ...                      speed of the training path on this machine
     shapebench tasks OUT_DIR                              write the offline held-out tasks for lm-eval
     shapebench lmeval --model shapebench ...              lm-evaluation-harness on a saved checkpoint
 
 `shapebench COMMAND --help` lists a command's flags. Each command's line lives beside what it
-drives (search/command.py, leaderboard/command.py, perf/__main__.py, tasks/__main__.py, lmeval.py),
+drives (search/command.py, search/replay.py, leaderboard/command.py, perf/__main__.py, tasks/__main__.py, lmeval.py),
 which parses it once. `python run_search.py` and `python leaderboard.py` are aliases of `shapebench
 search` (`plan` with --plan) and `shapebench board`; `python -m benchmark.perf|tasks|lmeval` run the
 same commands as modules (lm-eval's own name for its model, `--model shapebench`, needs no script).
@@ -56,6 +57,12 @@ def _perf(argv: list[str], prog: str) -> int:
     return main(argv, prog)
 
 
+def _replay(argv: list[str], prog: str) -> int:
+    from benchmark.search.replay import main
+
+    return main(argv, prog)
+
+
 def _tasks(argv: list[str], prog: str) -> int:
     from benchmark.tasks.__main__ import main
 
@@ -84,6 +91,7 @@ COMMANDS = {
     "board": Command(
         "leaderboard: ranked tables, frontiers, scaling fits, claims, the HTML page", _board
     ),
+    "replay": Command("train a measured run again from its row and compare the two", _replay),
     "perf": Command("speed of the training path on this machine", _perf),
     "tasks": Command("write the offline held-out lm-eval tasks", _tasks),
     "lmeval": Command("lm-evaluation-harness on a checkpoint; its flags are lm-eval's", _lmeval),

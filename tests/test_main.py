@@ -37,7 +37,7 @@ def test_the_console_script_is_declared():
 def test_help_lists_every_command(capsys):
     text = _help(capsys)
     assert text.startswith("usage: shapebench [-h] COMMAND ...")
-    assert list(COMMANDS) == ["plan", "search", "board", "perf", "tasks", "lmeval"]
+    assert list(COMMANDS) == ["plan", "search", "board", "replay", "perf", "tasks", "lmeval"]
     for name, verb in COMMANDS.items():
         assert f"    {name} " in text and verb.summary.split()[0] in text
 
@@ -58,6 +58,7 @@ def test_help_lists_every_command(capsys):
         ("board", ["--objectives", "--claims", "--predict", "--export", "(default: 0.5%)"], []),
         ("perf", ["{models,scale}", "--precisions", "default, bf16, fp32"], []),
         ("tasks", ["out_dir", "--source", "--max-words"], []),
+        ("replay", ["row", "--data", "--tokenizer", "--json"], ["--budget"]),
     ],
 )
 def test_each_command_has_its_own_help(capsys, name, flags, absent):
@@ -79,7 +80,7 @@ def test_an_unknown_command_names_the_commands(capsys):
         main(["train"])
     assert stop.value.code == 2
     assert (
-        "invalid choice: 'train' (choose from 'plan', 'search', 'board', 'perf', 'tasks', 'lmeval')"
+        "invalid choice: 'train' (choose from 'plan', 'search', 'board', 'replay', 'perf', 'tasks', 'lmeval')"
         in capsys.readouterr().err
     )
 
