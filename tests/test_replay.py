@@ -49,7 +49,17 @@ def measured(tmp_path_factory):
 def test_a_row_trained_again_here_gives_its_numbers_to_the_last_digit(measured, capsys):
     path, flags, row = measured
     assert main(["replay", path, *flags, "--json"]) == 0
-    lines = {m["metric"]: m for m in json.loads(capsys.readouterr().out)["metrics"]}
+    printed = json.loads(capsys.readouterr().out)
+    assert (
+        printed["trained"]
+        == printed["replayed"]
+        == {
+            "hardware": row["hardware"],
+            "code_version": row["code_version"],
+            "status": "ok",
+        }
+    )
+    lines = {m["metric"]: m for m in printed["metrics"]}
     assert {"train_loss", "val_loss", "val_loss_r2", "int4_ppl_increase"} <= set(lines)
     assert lines["val_loss"]["row"] == row["val_loss"]
     for metric, line in lines.items():

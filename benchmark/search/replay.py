@@ -131,6 +131,12 @@ def compared(row: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, A
     return lines
 
 
+def sides(row: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """What trained each: the row's hardware, code and status, and the replay's."""
+    keys = ("hardware", "code_version", "status")
+    return {"trained": {k: row.get(k) for k in keys}, "replayed": {k: new.get(k) for k in keys}}
+
+
 def report(row: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     head = [
         f"{row['study']} {row['trial_id']} (attempt {row['attempt']}), trained again",
@@ -174,7 +180,7 @@ def main(argv: list[str], prog: str = "shapebench replay") -> int:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"row": args.row, "metrics": compared(row, new)}))
+        print(json.dumps({"row": args.row, **sides(row, new), "metrics": compared(row, new)}))
     else:
         print(report(row, new))
     return 0
