@@ -17,6 +17,8 @@ from benchmark.store.results import write_row
 from benchmark.trial.runstate import RunState
 
 CONFIG = {"spec": tiny_trial.SPEC, "optuna_trial": 0, "family": "looped"}
+# a row's key columns but its hardware: two rows that differ only there
+KEYED = {"spec": "{}", "training": "{}", "quantize": "{}", "dataset_id": "d", "tokenizer_id": "t"}
 
 
 def _ctx(study_dir, index=None) -> TrialContext:
@@ -153,7 +155,7 @@ def test_two_cpus_a_virtual_machine_names_alike_are_two_hardwares(monkeypatch, t
         "zen4": "AMD EPYC, family 25 model 17, AVX512-BF16 (%d cpus, 1 torch threads)"
         % os.cpu_count(),
     }
-    row = {"spec": "{}", "training": "{}", "quantize": "{}", "dataset_id": "d", "tokenizer_id": "t"}
+    row = dict(KEYED)
     assert reuse.run_key({**row, "hardware": seen["zen3"]}) != reuse.run_key(
         {**row, "hardware": seen["zen4"]}
     )
@@ -177,7 +179,7 @@ def test_a_gpu_run_on_the_triton_hc_kernels_is_another_hardware(monkeypatch):
     assert "Triton" not in provenance.machine(1)
     monkeypatch.setattr(kernels, "available", lambda: False)  # triton absent: torch's code runs
     assert not kernels.in_use()
-    row = {"spec": "{}", "training": "{}", "quantize": "{}", "dataset_id": "d", "tokenizer_id": "t"}
+    row = dict(KEYED)
     assert reuse.run_key({**row, "hardware": torch_path}) != reuse.run_key(
         {**row, "hardware": triton_path}
     )
