@@ -290,6 +290,33 @@ def test_a_trial_just_asked_by_a_live_driver_is_left_to_it(tmp_path, monkeypatch
     assert study.get_trials()[2].state == TrialState.FAIL
 
 
+def test_a_stopped_trial_whose_rows_rerun_moves_runs_again_once(tmp_path):
+    """A session stopped while trial 0 trained; the next starts with --rerun matching its rows,
+    which moves them (supersede) and enqueues the candidate to run again (run_again). Trial 0,
+    RUNNING and now without rows, is failed (close_running) but not enqueued a second time, nor
+    by a later start while that one waits: the candidate trains once."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
+
+    from benchmark.search.resume import close_running, run_again, supersede
+
+    ctx, study = _context(tmp_path, 2), _study()
+    dist = {"family": CategoricalDistribution(["looped", "hyperloop"])}
+    stopped = study.ask(dist)
+    _seed_row(tmp_path, stopped.number, 0, 4.0)
+    moved = supersede(str(tmp_path), ["family=looped"])
+    assert len(moved) == 1
+    run_again(study, moved, {})
+    close_running(study, ctx)
+    run_again(study, moved, {})  # a start that set the same rows aside again
+    states = [t.state for t in study.get_trials()]
+    assert states == [TrialState.FAIL, TrialState.WAITING]
+    assert study.get_trials()[1].system_attrs["fixed_params"] == stopped.params
+    study.enqueue_trial({"family": "hyperloop"})  # another candidate still enqueues
+    run_again(study, moved, {})
+    assert len(study.get_trials()) == 3
+
+
 def test_more_seeds_continue_every_finished_trial_once(tmp_path):
     """A 1-seed study resumed with 2 seeds: its measured trials are continued (once each); a pruned
     trial, one whose every seed failed, and one whose rows were set aside (it runs again whole:

@@ -83,11 +83,25 @@ def close_running(study, ctx: TrialContext, live: set[str] = frozenset()) -> Non
                 ctx.study_dir, t.number
             ):  # killed while tuning: its runs are kept
                 study.enqueue_trial(t.params, user_attrs={rows.CONTINUES: [*earlier, t.number]})
-            elif not found:
+            elif not found and not waiting_with(study, t.params):
                 study.enqueue_trial(
                     t.params, user_attrs={rows.CONTINUES: earlier} if earlier else None
                 )
     continue_unfinished(study, ctx)
+
+
+def waiting_with(study, params: dict) -> bool:
+    """Whether a trial already waits to run `params` (its fixed parameters hold them): a
+    candidate is enqueued to run again once. A stopped trial whose rows `--rerun` moves is
+    enqueued by run_again and, having no rows left, would be again by close_running in the same
+    start; the candidate would then train twice over, every seed of it."""
+    from optuna.trial import TrialState
+
+    return any(
+        all(fixed.get(k) == v for k, v in params.items())
+        for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        if (fixed := t.system_attrs.get("fixed_params")) is not None
+    )
 
 
 def _just_asked(trial, now: datetime) -> bool:
@@ -139,11 +153,9 @@ def run_again(study, set_aside: list[str], done: dict[int, list[dict]]) -> None:
     new trial number, and trains every seed)."""
     numbers = {n for p in set_aside if (n := trial_number(p)) is not None}
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
-    enqueued = set()
     for number in sorted(numbers - set(done)):
         params = by_number[number].params if number in by_number else None
-        if params and (key := tuple(sorted(params.items(), key=str))) not in enqueued:
-            enqueued.add(key)
+        if params and not waiting_with(study, params):
             study.enqueue_trial(params)
 
 
