@@ -82,9 +82,11 @@ def test_a_row_trains_again_at_its_own_torch_threads(measured, monkeypatch):
         **row,
         "hardware": row["hardware"].replace(f"{before} torch threads", "1 torch threads"),
     }
-    data = replay.data_config(other, "embedded", "bpe", None)
+    data = replay.data_config(other, path, "embedded", "bpe", None)
     assert (data.sampling, data.max_docs) == (row["sampling"], None)
-    assert replay.data_config({**other, "sampling": None}, "embedded", "bpe", None).sampling == (
+    assert replay.data_config(
+        {**other, "sampling": None}, path, "embedded", "bpe", None
+    ).sampling == (
         OLD_SAMPLING  # a row from before the column: batches drew with replacement
     )
 

@@ -70,14 +70,15 @@ def threads(row: Mapping[str, Any]) -> int:
     return int(found.group(2))
 
 
-def data_config(row: Mapping[str, Any], source: str, tokenizer: str, cache: str | None):
+def data_config(
+    row: Mapping[str, Any], path: str | Path, source: str, tokenizer: str, cache: str | None
+):
     """The DataConfig the row's run read: the corpus and tokenizer named, the row's sampling (a row
     from before the column drew with replacement, as search/reuse.py's KEY reads it) and the
     document cap its study declared."""
     from benchmark.store.declaration import read_study_info
 
-    study = Path(row["_path"]).parent.parent if row.get("_path") else None
-    declared = (read_study_info(str(study)) if study else {}).get("data") or {}
+    declared = read_study_info(str(Path(path).parent.parent)).get("data") or {}
     return DataConfig(
         source=source,
         tokenizer=tokenizer,
@@ -144,12 +145,13 @@ def report(row: Mapping[str, Any], new: Mapping[str, Any]) -> str:
         f"  replay: {new['hardware']}, code {new.get('code_version')}, {new['status']}",
         f"  {'metric':<18} {'row':>20} {'replay':>20} {'replay - row':>14}",
     ]
+    lines = compared(row, new)
     body = [
         f"  {c['metric']:<18} {c['row']!r:>20} {c['replay']!r:>20} "
         + ("" if c["difference"] is None else f"{c['difference']:>+14.3g}")
-        for c in compared(row, new)
+        for c in lines
     ]
-    same = all(c["difference"] == 0 for c in compared(row, new))
+    same = all(c["difference"] == 0 for c in lines)
     tail = ["  the same to the last digit" if same else "  not the same run to the last digit"]
     return "\n".join(head + body + tail)
 
@@ -173,8 +175,8 @@ def main(argv: list[str], prog: str = "shapebench replay") -> int:
 
     args = parse(argv, prog)
     try:
-        row = {**read_row(args.row), "_path": args.row}
-        data = prepare(data_config(row, args.data, args.tokenizer, args.cache))
+        row = read_row(args.row)
+        data = prepare(data_config(row, args.row, args.data, args.tokenizer, args.cache))
         new = replay(row, data)
     except (ReplayError, OSError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
