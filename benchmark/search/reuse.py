@@ -163,10 +163,9 @@ def taken(ctx: TrialContext, config: Mapping[str, Any], trial_id: str, cfg, data
     (its trial, axes, budget; attempt 0), not yet written; None when there is none to take."""
     if not ctx.reuse or data is None or ctx.workers is not None:  # a Train job's runs train
         return None
-    from benchmark.models import kernels
-    from benchmark.store import hardware  # asks torch its threads: the worker's, as a row's
+    from benchmark.trial.run import row_hardware  # asks torch its threads: the worker's
 
-    values = planned(config["spec"], cfg, ctx.quantize_config(), data, hardware(kernels.in_use()))
+    values = planned(config["spec"], cfg, ctx.quantize_config(), data, row_hardware())
     row = source_row(path) if (path := find(ctx.reuse, values)) else None
     if row is None:
         return None

@@ -49,6 +49,12 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def row_hardware() -> str:
+    """The `hardware` a run trained in this process records: the store's description with whether
+    its hyper-connections take the Triton kernels (search/reuse.py keys a planned run by it)."""
+    return hardware(kernels.in_use())
+
+
 def check_vocab(spec: ArchSpec, data: PreparedData) -> None:
     """The embedding must cover every token id; a larger (padded) vocabulary is allowed."""
     if spec.vocab_size < data.tokenizer.vocab_size:
@@ -179,7 +185,7 @@ def run_trial(
         "tokenizer_id": data.tokenizer.tokenizer_id,
         "code_version": code_version(),
         "packages": json.dumps(package_versions()),
-        "hardware": hardware(kernels.in_use()),
+        "hardware": row_hardware(),
     }
     evals = eval_sets(data.val, cfg.seq_len, cfg.eval_tokens)
     t0 = time.perf_counter()
