@@ -120,3 +120,17 @@ def test_a_run_of_several_workers_is_refused(measured, tmp_path):
     )
     with pytest.raises(replay.ReplayError, match="world_size 2: a run of several workers"):
         replay.read_row(several)
+
+
+def test_the_threads_a_hardware_says_are_read_back_as_machine_wrote_them():
+    """provenance.machine writes a row's `hardware`; machine_threads reads its torch threads back
+    (a replay trains at them), for CPU and GPU rows alike; a text without them says so."""
+    from benchmark.store import provenance
+
+    for threads in (1, 3, 16):
+        assert provenance.machine_threads(provenance.machine(threads)) == threads
+        gpu_row = provenance.machine(threads, 8, "NVIDIA H100 80GB HBM3", True)
+        assert provenance.machine_threads(gpu_row) == threads
+    assert provenance.machine_threads("AMD EPYC") is None
+    with pytest.raises(replay.ReplayError, match="does not say its torch threads"):
+        replay.threads({"hardware": "AMD EPYC"})

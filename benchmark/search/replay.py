@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from pathlib import Path
 from typing import Any, Mapping
@@ -37,7 +36,6 @@ METRICS = (
     "int4_ppl_increase",
     "tokens_trained",
 )
-THREADS = re.compile(r"\((\d+) cpus, (\d+) torch threads\)")
 
 
 class ReplayError(ValueError):
@@ -64,10 +62,12 @@ def read_row(path: str | Path) -> dict[str, Any]:
 
 def threads(row: Mapping[str, Any]) -> int:
     """The torch threads the row's run trained with, from its `hardware`."""
-    found = THREADS.search(row["hardware"])
-    if not found:
+    from benchmark.store.provenance import machine_threads
+
+    found = machine_threads(row["hardware"])
+    if found is None:
         raise ReplayError(f"hardware {row['hardware']!r} does not say its torch threads")
-    return int(found.group(2))
+    return found
 
 
 def data_config(

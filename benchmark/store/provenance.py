@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -90,3 +91,14 @@ def machine(threads: int, gpus: int = 0, gpu_name: str = "", hc_kernels: bool = 
     if gpus and hc_kernels:
         gpu += ", Triton HC kernels"
     return f"{cpu_name()} ({os.cpu_count()} cpus, {threads} torch threads){gpu}"
+
+
+# What `machine` writes for the threads, read back where a row is trained again (search/replay).
+_THREADS = re.compile(r"\((\d+) cpus, (\d+) torch threads\)")
+
+
+def machine_threads(hardware: str) -> int | None:
+    """The torch threads a row's `hardware` (as `machine` wrote it) says its run trained with;
+    None where it does not say (a row of an older format)."""
+    found = _THREADS.search(hardware)
+    return int(found.group(2)) if found else None
