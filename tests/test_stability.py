@@ -242,6 +242,39 @@ def test_the_tuning_table_tells_variants_of_one_shape_apart_and_lists_only_tuned
     assert "Variant" not in [col.header for col in table.columns]
 
 
+def test_the_tuning_table_names_the_spaces_variants_that_one_shape_description_cannot_tell_apart():
+    """Hourglass FFNs declared as a space's `variants:` (K4-L12, conventional) are one family,
+    structure and no hyper-connection variant: the space's own name (the trial's `variant` axis,
+    as claims name them) is what tells their rows apart."""
+    from types import SimpleNamespace
+
+    from benchmark.leaderboard import tuning
+
+    def cand(named, lr):
+        return {
+            "study": "h",
+            "family": "transformer",
+            "structure": "12L",
+            "variant": None,
+            "space_variant": named,
+            "tuned": f'{{"lr": {lr}}}',
+            "tuning_runs": 8,
+            "tuning_points": 4,
+            "lr_sensitivity": 0.06,
+            "tuning_edge": "",
+        }
+
+    candidates = pd.DataFrame([cand("conventional", 0.006), cand("K4-L12", 0.003)])
+    tuning_runs = pd.DataFrame({"study": ["h"], "tuned": ['{"lr": 0.003}']})
+    cells = {
+        col.header: col.cells
+        for col in tuning.table(SimpleNamespace(candidates=candidates, tuning=tuning_runs)).columns
+    }
+    assert cells["Space variant"] == ["K4-L12", "conventional"]
+    assert cells["Chosen setting"] == ["lr 0.003", "lr 0.006"]
+    assert "Variant" not in cells  # no hyper-connection or LoRA variant among them
+
+
 def test_the_page_shows_the_unstable_runs_and_each_claims_learning_curves(tmp_path):
     from benchmark.leaderboard import publish
 

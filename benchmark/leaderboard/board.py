@@ -209,7 +209,11 @@ def _parse(spec: str) -> dict:
 
 def _candidates(ok: pd.DataFrame, objs: tuple[Objective, ...], tolerance: float) -> pd.DataFrame:
     stats = frontier.aggregate_seeds(ok, KEY, aggregated(ok))
-    first = ok.drop_duplicates(KEY)[[*KEY, "family", "cohort", *describe.COLUMNS]]
+    first = ok.drop_duplicates(KEY)
+    # the space's own name for a candidate it declares under `variants:` (its `variant` axis,
+    # e.g. K4-L12: what claims filter by), which the shape columns alone may not tell apart
+    named = first["axes"].map(lambda a: _parse(a).get("variant")) if "axes" in first else None
+    first = first[[*KEY, "family", "cohort", *describe.COLUMNS]].assign(space_variant=named)
     cands = first.merge(stats, on=KEY, validate="one_to_one")
     cands["band"] = bands(cands, tolerance)
     metric = objs[-1]

@@ -243,22 +243,18 @@ def table(board) -> Table | None:
             if k not in c
         }
     )
-    # the variant tells apart candidates of one family and structure (H_res diagonal / Sinkhorn)
-    variant = "variant" in c and bool(c["variant"].notna().any())
-    order = ["study", "family", "structure", *(["variant"] if variant else [])]
-    c = c.sort_values(order, kind="stable", na_position="first")
+    # the variant tells apart candidates of one family and structure (H_res diagonal / Sinkhorn);
+    # the space's name for it, those its variants declare (hourglass FFNs: K4-L12, K2-L12)
+    shown = [v for v in ("space_variant", "variant") if v in c and c[v].notna().any()]
+    c = c.sort_values(["study", "family", "structure", *shown], kind="stable", na_position="first")
+    headers = {"space_variant": "Space variant", "variant": "Variant"}
     cols = [
         Column(header="Study", cells=c["study"].astype(str).tolist()),
         Column(header="Family", cells=c["family"].astype(str).tolist()),
         Column(header="Structure", cells=c["structure"].astype(str).tolist()),
         *(
-            [
-                Column(
-                    header="Variant", cells=[v if isinstance(v, str) else "—" for v in c["variant"]]
-                )
-            ]
-            if variant
-            else []
+            Column(header=headers[v], cells=[x if isinstance(x, str) else "—" for x in c[v]])
+            for v in shown
         ),
         Column(header="Chosen setting", cells=[settings_label(t) for t in c["tuned"]]),
         Column(
@@ -293,7 +289,8 @@ def table(board) -> Table | None:
         title="Tuning",
         columns=cols,
         caption=(
-            "each candidate trained its points on the tuning seeds (its study's `tune:` grid, the same for every "
+            "space variant: the name the space's `variants:` gives the candidate (its `axes.variant`, "
+            "as claims name it); each candidate trained its points on the tuning seeds (its study's `tune:` grid, the same for every "
             "candidate, and the points its own edge choice added past it: `tune.extend`), chose the point best on the mean over them, and trained its final seeds, which "
             "every rank and verdict reads, at that point; LR sensitivity: the mean over its points of each point's "
             "loss above the best point's, a diverged point counted at ln(vocabulary) (Wortsman et al. 2023); at the "
