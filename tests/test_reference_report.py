@@ -14,7 +14,7 @@ from benchmark.leaderboard.quote import quoted, verdicts_table
 
 ROOT = Path(__file__).resolve().parents[1]
 # Each record, its claims file and the board's other flags its REPORT.md and README name, from the
-# repository's root. reference-3 is under way: its report is of the rows committed with it.
+# repository's root.
 RECORDS = {
     "reference": ("search_spaces/claims/reference.yaml", ["--predict", "113M"]),
     "reference-2": ("search_spaces/claims/reference-2.yaml", ["--predict", "113M"]),
