@@ -139,10 +139,13 @@ def sides(row: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, dict[str,
 
 
 def report(row: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    who = sides(row, new)
     head = [
         f"{row['study']} {row['trial_id']} (attempt {row['attempt']}), trained again",
-        f"  row:    {row['hardware']}, code {row.get('code_version')}, {row['status']}",
-        f"  replay: {new['hardware']}, code {new.get('code_version')}, {new['status']}",
+        *(
+            f"  {label:<8}{side['hardware']}, code {side['code_version']}, {side['status']}"
+            for label, side in (("row:", who["trained"]), ("replay:", who["replayed"]))
+        ),
         f"  {'metric':<18} {'row':>20} {'replay':>20} {'replay - row':>14}",
     ]
     lines = compared(row, new)
